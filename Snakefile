@@ -1,0 +1,17 @@
+# cellbench: tune -> serve (untuned, tuned) -> GSM8K -> report -> archive, per cell.
+# The rules live in workflow/rules/, one file per stage; their logic in workflow/cellbench/.
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/assets.smk"
+include: "workflow/rules/tune.smk"
+include: "workflow/rules/serve.smk"
+include: "workflow/rules/gsm8k.smk"
+include: "workflow/rules/report.smk"
+include: "workflow/rules/archive.smk"
+
+
+rule all:
+    input:
+        all_targets(),
+    default_target: True

@@ -1,0 +1,27 @@
+# Inputs the embedded default makes itself: a tiny MoE model and a GSM8K-format question set.
+
+
+rule tiny_model:
+    output:
+        directory("results/assets/models/{model}"),
+    params:
+        kind=lambda wildcards: config["models"][wildcards.model]["build"],
+    log:
+        "results/logs/assets/model-{model}.log",
+    benchmark:
+        "results/benchmarks/assets/model-{model}.tsv"
+    shell:
+        "{PYTHON_HOST} -m cellbench.assets model --kind {params.kind} --out {output} > {log} 2>&1"
+
+
+rule gsm8k_set:
+    output:
+        directory("results/assets/gsm8k"),
+    params:
+        n=config["gsm8k"]["local_questions"],
+    log:
+        "results/logs/assets/gsm8k.log",
+    benchmark:
+        "results/benchmarks/assets/gsm8k.tsv"
+    shell:
+        "{PYTHON_HOST} -m cellbench.assets gsm8k --n {params.n} --out {output} > {log} 2>&1"

@@ -1,0 +1,119 @@
+# Config validation, the cell model and input functions shared by every stage.
+import json
+import re
+import shlex
+import sys
+from pathlib import Path
+
+from snakemake.exceptions import WorkflowError
+from snakemake.utils import validate
+
+sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
+from cellbench import config as cbconfig  # noqa: E402
+from cellbench import pins  # noqa: E402
+
+try:
+    cbconfig.validate(config)
+except cbconfig.ConfigError as exc:
+    raise WorkflowError(str(exc)) from None
+validate(config, schema="../schemas/config.schema.yaml")
+
+CELLS = cbconfig.cells(config)
+ARMS = cbconfig.ARMS
+RUNTIME = config["runtime"]
+PYTHON_HOST = sys.executable
+PINS = pins.Pins.for_config(config)
+
+
+wildcard_constraints:
+    image="|".join(re.escape(name) for name in config["images"]),
+    model="|".join(re.escape(name) for name in config["models"]),
+    tp=r"\d+",
+    ep=r"\d+",
+    arm="|".join(ARMS),
+
+
+CELL_DIR = "results/{image}/{model}/tp{tp}-ep{ep}"
+LOG_DIR = "results/logs/{image}/{model}/tp{tp}-ep{ep}"
+BENCH_DIR = "results/benchmarks/{image}/{model}/tp{tp}-ep{ep}"
+
+
+def all_targets():
+    """What `all` builds: every cell's outputs, the report and one archive per label."""
+    return ["results/report/report.md"] + [
+        f"results/archive/{label}/MANIFEST.json" for label in archive_labels()
+    ]
+
+
+def archive_labels():
+    return sorted({cbconfig.archive_label(config, c.image) for c in CELLS})
+
+
+def cells_with_label(label):
+    return [c for c in CELLS if cbconfig.archive_label(config, c.image) == label]
+
+
+def cell_outputs(cells):
+    return [path for c in cells for path in c.targets()]
+
+
+def model_entry(wildcards):
+    return config["models"][wildcards.model]
+
+
+def local_model_dir(model):
+    return f"results/assets/models/{model}"
+
+
+def model_inputs(wildcards):
+    """Files a stage needs for the cell's model: the locally built model, if any."""
+    if model_entry(wildcards).get("build"):
+        return {"model": local_model_dir(wildcards.model)}
+    return {}
+
+
+def model_source(wildcards):
+    """What the server and the tuner are given: a local folder or a Hugging Face id."""
+    entry = model_entry(wildcards)
+    if entry.get("build"):
+        return local_model_dir(wildcards.model)
+    return entry["hf_id"]
+
+
+def gpus_for(wildcards):
+    """GPUs a cell's job holds: its TP size in containers, none for host processes."""
+    return int(wildcards.tp) if RUNTIME == "docker" else 0
+
+
+def in_cell_python(wildcards):
+    """The interpreter that runs in-cell code: the image's, or this environment's."""
+    if RUNTIME == "docker":
+        return config["images"][wildcards.image].get("python", "python3")
+    return PYTHON_HOST
+
+
+def step_args(wildcards, *, env=()):
+    """Arguments of `python -m cellbench.steps`: where and with which GPUs a step runs."""
+    args = ["--runtime", RUNTIME]
+    if RUNTIME == "docker":
+        args += [
+            "--image-ref",
+            PINS.ref(wildcards.image),
+            "--gpu-vendor",
+            config["gpu_vendor"],
+            "--gpus",
+            str(gpus_for(wildcards)),
+            "--total-gpus",
+            str(config["gpus"]),
+            "--lease-dir",
+            "results/.leases",
+            "--mount",
+            f"{Path(config['hf_cache']).expanduser()}:/root/.cache/huggingface:rw",
+            "--pass-env",
+            "HF_TOKEN",
+            "--label",
+            f"cellbench.cell={wildcards.image}/{wildcards.model}/tp{wildcards.tp}-ep{wildcards.ep}",
+        ]
+    for item in env:
+        args += ["--env", item]
+    return shlex.join(args)

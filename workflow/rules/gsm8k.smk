@@ -1,0 +1,18 @@
+# GSM8K per arm: lm-eval's results and per-sample log (written by the serve job, which ran
+# lm-eval against its server) turned into the project's tidy schema.
+
+
+rule gsm8k:
+    input:
+        lm_eval=f"{CELL_DIR}/serve/{{arm}}/lm_eval",
+    output:
+        f"{CELL_DIR}/gsm8k/{{arm}}.json",
+    params:
+        cell=lambda wildcards: f"{wildcards.image}/{wildcards.model}/tp{wildcards.tp}-ep{wildcards.ep}",
+    log:
+        f"{LOG_DIR}/gsm8k-{{arm}}.log",
+    benchmark:
+        f"{BENCH_DIR}/gsm8k-{{arm}}.tsv"
+    shell:
+        "{PYTHON_HOST} -m cellbench.gsm8k summarize --lm-eval-dir {input.lm_eval} "
+        "--cell-id {params.cell} --arm {wildcards.arm} --out {output} > {log} 2>&1"

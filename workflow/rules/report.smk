@@ -1,0 +1,20 @@
+# Tidy tables over every cell and the PR-ready Markdown report with its diff sections.
+
+
+rule report:
+    input:
+        cells=cell_outputs(CELLS),
+    output:
+        report="results/report/report.md",
+        serve="results/report/serve.csv",
+        gsm8k="results/report/gsm8k.csv",
+        tune="results/report/tune.csv",
+    params:
+        runtime=RUNTIME,
+    log:
+        "results/logs/report.log",
+    benchmark:
+        "results/benchmarks/report.tsv"
+    shell:
+        "{PYTHON_HOST} -m cellbench.report --results results --runtime {params.runtime} "
+        "--out-dir results/report {input.cells} > {log} 2>&1"

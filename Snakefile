@@ -12,6 +12,6 @@ include: "workflow/rules/archive.smk"
 
 
 rule all:
+    default_target: True
     input:
         all_targets(),
-    default_target: True

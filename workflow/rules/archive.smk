@@ -8,16 +8,23 @@ rule archive:
         cells=lambda wildcards: cell_outputs(cells_with_label(wildcards.label)),
     output:
         "results/archive/{label}/MANIFEST.json",
-    params:
-        cells=lambda wildcards: " ".join(c.cell_id for c in cells_with_label(wildcards.label)),
-        digests=lambda wildcards: " ".join(
-            sorted({f"{c.image}={PINS.digest(c.image)}" for c in cells_with_label(wildcards.label)})
-        ),
-        config_hash=cbconfig.config_hash(config),
     log:
         "results/logs/archive-{label}.log",
     benchmark:
         "results/benchmarks/archive-{label}.tsv"
+    params:
+        cells=lambda wildcards: " ".join(
+            c.cell_id for c in cells_with_label(wildcards.label)
+        ),
+        digests=lambda wildcards: " ".join(
+            sorted(
+                {
+                    f"{c.image}={PINS.digest(c.image)}"
+                    for c in cells_with_label(wildcards.label)
+                }
+            )
+        ),
+        config_hash=cbconfig.config_hash(config),
     shell:
         "{PYTHON_HOST} -m cellbench.archive --label {wildcards.label} --results results "
         "--cells {params.cells} --digests {params.digests} --config-hash {params.config_hash} "

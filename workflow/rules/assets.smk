@@ -4,12 +4,12 @@
 rule tiny_model:
     output:
         directory("results/assets/models/{model}"),
-    params:
-        kind=lambda wildcards: config["models"][wildcards.model]["build"],
     log:
         "results/logs/assets/model-{model}.log",
     benchmark:
         "results/benchmarks/assets/model-{model}.tsv"
+    params:
+        kind=lambda wildcards: config["models"][wildcards.model]["build"],
     shell:
         "{PYTHON_HOST} -m cellbench.assets model --kind {params.kind} --out {output} > {log} 2>&1"
 
@@ -17,11 +17,11 @@ rule tiny_model:
 rule gsm8k_set:
     output:
         directory("results/assets/gsm8k"),
-    params:
-        n=config["gsm8k"]["local_questions"],
     log:
         "results/logs/assets/gsm8k.log",
     benchmark:
         "results/benchmarks/assets/gsm8k.tsv"
+    params:
+        n=config["gsm8k"]["local_questions"],
     shell:
         "{PYTHON_HOST} -m cellbench.assets gsm8k --n {params.n} --out {output} > {log} 2>&1"

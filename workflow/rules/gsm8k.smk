@@ -7,12 +7,12 @@ rule gsm8k:
         lm_eval=f"{CELL_DIR}/serve/{{arm}}/lm_eval",
     output:
         f"{CELL_DIR}/gsm8k/{{arm}}.json",
-    params:
-        cell=lambda wildcards: f"{wildcards.image}/{wildcards.model}/tp{wildcards.tp}-ep{wildcards.ep}",
     log:
         f"{LOG_DIR}/gsm8k-{{arm}}.log",
     benchmark:
         f"{BENCH_DIR}/gsm8k-{{arm}}.tsv"
+    params:
+        cell=lambda wildcards: f"{wildcards.image}/{wildcards.model}/tp{wildcards.tp}-ep{wildcards.ep}",
     shell:
         "{PYTHON_HOST} -m cellbench.gsm8k summarize --lm-eval-dir {input.lm_eval} "
         "--cell-id {params.cell} --arm {wildcards.arm} --out {output} > {log} 2>&1"

@@ -9,12 +9,12 @@ rule report:
         serve="results/report/serve.csv",
         gsm8k="results/report/gsm8k.csv",
         tune="results/report/tune.csv",
-    params:
-        runtime=RUNTIME,
     log:
         "results/logs/report.log",
     benchmark:
         "results/benchmarks/report.tsv"
+    params:
+        runtime=RUNTIME,
     shell:
         "{PYTHON_HOST} -m cellbench.report --results results --runtime {params.runtime} "
         "--out-dir results/report {input.cells} > {log} 2>&1"

@@ -16,24 +16,41 @@ def serve_args(wildcards, input):
     model = model_entry(wildcards)
     serve, gsm8k = config["serve"], config["gsm8k"]
     args = [
-        "--runtime", RUNTIME,
-        "--cell-id", f"{wildcards.image}/{wildcards.model}/tp{wildcards.tp}-ep{wildcards.ep}",
-        "--arm", wildcards.arm,
-        "--model", model_source(wildcards),
-        "--served-model-name", wildcards.model,
-        "--tp", wildcards.tp,
-        "--ep", wildcards.ep,
-        "--serve-args-json", json.dumps(model["serve_args"]),
-        "--grid-json", json.dumps(serve["grid"]),
-        "--concurrency", ",".join(map(str, serve["concurrency"])),
-        "--prompts-per-concurrency", str(serve["prompts_per_concurrency"]),
-        "--warmups-per-concurrency", str(serve["warmups_per_concurrency"]),
-        "--repeats", str(serve["repeats"]),
+        "--runtime",
+        RUNTIME,
+        "--cell-id",
+        f"{wildcards.image}/{wildcards.model}/tp{wildcards.tp}-ep{wildcards.ep}",
+        "--arm",
+        wildcards.arm,
+        "--model",
+        model_source(wildcards),
+        "--served-model-name",
+        wildcards.model,
+        "--tp",
+        wildcards.tp,
+        "--ep",
+        wildcards.ep,
+        "--serve-args-json",
+        json.dumps(model["serve_args"]),
+        "--grid-json",
+        json.dumps(serve["grid"]),
+        "--concurrency",
+        ",".join(map(str, serve["concurrency"])),
+        "--prompts-per-concurrency",
+        str(serve["prompts_per_concurrency"]),
+        "--warmups-per-concurrency",
+        str(serve["warmups_per_concurrency"]),
+        "--repeats",
+        str(serve["repeats"]),
         "--ignore-eos" if serve["ignore_eos"] else "--no-ignore-eos",
-        "--ready-timeout", str(serve["ready_timeout_s"]),
-        "--max-failed-share", str(serve["max_failed_share"]),
-        "--gsm8k-fewshot", str(gsm8k["num_fewshot"]),
-        "--lease-dir", "results/.leases",
+        "--ready-timeout",
+        str(serve["ready_timeout_s"]),
+        "--max-failed-share",
+        str(serve["max_failed_share"]),
+        "--gsm8k-fewshot",
+        str(gsm8k["num_fewshot"]),
+        "--lease-dir",
+        "results/.leases",
     ]
     if gsm8k["limit"]:
         args += ["--gsm8k-limit", str(gsm8k["limit"])]
@@ -43,12 +60,18 @@ def serve_args(wildcards, input):
         args += ["--tuned-config-dir", input.tuned]
     if RUNTIME == "docker":
         args += [
-            "--image-ref", PINS.ref(wildcards.image),
-            "--image-digest", PINS.digest(wildcards.image),
-            "--gpu-vendor", config["gpu_vendor"],
-            "--gpus", wildcards.tp,
-            "--total-gpus", str(config["gpus"]),
-            "--hf-cache", str(Path(config["hf_cache"]).expanduser()),
+            "--image-ref",
+            PINS.ref(wildcards.image),
+            "--image-digest",
+            PINS.digest(wildcards.image),
+            "--gpu-vendor",
+            config["gpu_vendor"],
+            "--gpus",
+            wildcards.tp,
+            "--total-gpus",
+            str(config["gpus"]),
+            "--hf-cache",
+            str(Path(config["hf_cache"]).expanduser()),
         ]
     else:
         args += ["--image-digest", PINS.digest(wildcards.image)]
@@ -61,15 +84,15 @@ rule serve:
     output:
         bench=f"{CELL_DIR}/serve/{{arm}}/bench.json",
         lm_eval=directory(f"{CELL_DIR}/serve/{{arm}}/lm_eval"),
-    params:
-        digest=lambda wildcards: PINS.digest(wildcards.image),
-        args=serve_args,
-        out=lambda wildcards, output: str(Path(output.bench).parent),
-    resources:
-        gpu=gpus_for,
     log:
         f"{LOG_DIR}/serve-{{arm}}.log",
     benchmark:
         f"{BENCH_DIR}/serve-{{arm}}.tsv"
+    resources:
+        gpu=gpus_for,
+    params:
+        digest=lambda wildcards: PINS.digest(wildcards.image),
+        args=serve_args,
+        out=lambda wildcards, output: str(Path(output.bench).parent),
     shell:
         "{PYTHON_HOST} -m cellbench.serve_stage {params.args} --out-dir {params.out} > {log} 2>&1"

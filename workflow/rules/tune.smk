@@ -27,6 +27,12 @@ rule tune:
     output:
         summary=f"{CELL_DIR}/tune/summary.json",
         configs=directory(f"{CELL_DIR}/tune/configs"),
+    log:
+        f"{LOG_DIR}/tune.log",
+    benchmark:
+        f"{BENCH_DIR}/tune.tsv"
+    resources:
+        gpu=gpus_for,
     params:
         digest=lambda wildcards: PINS.digest(wildcards.image),
         code_version=config["tune"]["code_version"],
@@ -34,12 +40,6 @@ rule tune:
         steps=step_args,
         args=tune_args,
         out=lambda wildcards, output: str(Path(output.summary).parent),
-    resources:
-        gpu=gpus_for,
-    log:
-        f"{LOG_DIR}/tune.log",
-    benchmark:
-        f"{BENCH_DIR}/tune.tsv"
     shell:
         "{PYTHON_HOST} -m cellbench.steps {params.steps} --log {log} -- "
         "{params.python} -m cellbench.tuner {params.args} --out {params.out}"

@@ -21,8 +21,26 @@ SCHEMA_PATH = Path(__file__).resolve().parent.parent / "schemas" / "config.schem
 ARMS = ("untuned", "tuned")
 
 # Batch-size tiers the tuner understands by name.
-VLLM_DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256, 512, 1024, 1536, 2048,
-                            3072, 4096)
+VLLM_DEFAULT_BATCH_SIZES = (
+    1,
+    2,
+    4,
+    8,
+    16,
+    24,
+    32,
+    48,
+    64,
+    96,
+    128,
+    256,
+    512,
+    1024,
+    1536,
+    2048,
+    3072,
+    4096,
+)
 AITER16_BATCH_SIZES = tuple(2**i for i in range(16))
 
 
@@ -107,8 +125,9 @@ def load_schema() -> dict:
 def validate(config: dict[str, Any]) -> dict[str, Any]:
     """Check ``config`` in place (filling defaults) and return it; raise ConfigError."""
     if not isinstance(config, dict) or not config:
-        raise ConfigError("the configuration is empty: pass --configfile config/local.yaml or "
-                          "config/config.yaml")
+        raise ConfigError(
+            "the configuration is empty: pass --configfile config/local.yaml or config/config.yaml"
+        )
     validator = _validator()(load_schema())
     errors = sorted(validator.iter_errors(config), key=lambda e: list(e.absolute_path))
     if errors:
@@ -125,32 +144,45 @@ def _check_semantics(config: dict[str, Any]) -> None:
         where = f"cells[{i}]"
         for name in group["images"]:
             if name not in images:
-                raise ConfigError(f"config error: {where}.images: image {name!r} is not defined "
-                                  f"under images (known: {', '.join(sorted(images))})")
+                raise ConfigError(
+                    f"config error: {where}.images: image {name!r} is not defined "
+                    f"under images (known: {', '.join(sorted(images))})"
+                )
         for name in group["models"]:
             if name not in models:
-                raise ConfigError(f"config error: {where}.models: model {name!r} is not defined "
-                                  f"under models (known: {', '.join(sorted(models))})")
+                raise ConfigError(
+                    f"config error: {where}.models: model {name!r} is not defined "
+                    f"under models (known: {', '.join(sorted(models))})"
+                )
         tp = group["tp"]
         if tp & (tp - 1):
             raise ConfigError(f"config error: {where}.tp = {tp}: must be a power of two")
         if runtime == "docker" and tp > config["gpus"]:
-            raise ConfigError(f"config error: {where}.tp = {tp}: exceeds the {config['gpus']} "
-                              f"GPUs configured (gpus)")
+            raise ConfigError(
+                f"config error: {where}.tp = {tp}: exceeds the {config['gpus']} "
+                f"GPUs configured (gpus)"
+            )
         if group["ep"] and tp == 1:
-            raise ConfigError(f"config error: {where}.ep = true with tp = 1: expert parallel "
-                              "needs more than one rank")
+            raise ConfigError(
+                f"config error: {where}.ep = true with tp = 1: expert parallel "
+                "needs more than one rank"
+            )
     for name, model in models.items():
         if model.get("build") and runtime == "docker":
-            raise ConfigError(f"config error: models.{name}.build = {model['build']!r}: locally "
-                              "built models exist only for runtime: local")
+            raise ConfigError(
+                f"config error: models.{name}.build = {model['build']!r}: locally "
+                "built models exist only for runtime: local"
+            )
     for name, image in images.items():
         if runtime == "docker" and "rocm_version" not in image and config["gpu_vendor"] == "amd":
-            raise ConfigError(f"config error: images.{name}: rocm_version is required for AMD "
-                              "images (it is checked against the image when pinning)")
+            raise ConfigError(
+                f"config error: images.{name}: rocm_version is required for AMD "
+                "images (it is checked against the image when pinning)"
+            )
     if runtime == "docker" and config["gpu_vendor"] == "none":
-        raise ConfigError("config error: gpu_vendor = \"none\" with runtime: docker: the vLLM "
-                          "image needs GPUs")
+        raise ConfigError(
+            'config error: gpu_vendor = "none" with runtime: docker: the vLLM image needs GPUs'
+        )
 
 
 def load(path: str | Path) -> dict[str, Any]:

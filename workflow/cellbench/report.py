@@ -1,0 +1,337 @@
+"""Tidy tables over every cell and a PR-ready Markdown report.
+
+Inputs are the stage outputs (their schemas are the interface): `tune/summary.json`,
+`serve/{arm}/bench.json` and `gsm8k/{arm}.json` per cell. Outputs: `serve.csv` (one row per
+cell, arm, repeat and grid point), `gsm8k.csv` (one row per cell and arm), `tune.csv` (one row
+per cell and batch size) and `report.md` in the seeds' shapes (TTFT, TPOT, E2E tables by
+ISL-OSL with arms as columns and an Average row; GSM8K strict-match and flexible-extract),
+followed by diff sections (untuned vs tuned; image A vs image B) that tell change from noise.
+
+    python -m cellbench.report --results results --out-dir results/report [FILES...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+
+import pandas as pd
+from scipy import stats
+
+from cellbench import atomicio
+
+ARM_LABELS = {"untuned": "Triton MoE Untuned", "tuned": "Triton MoE Tuned"}
+LATENCY_TABLES = (
+    ("TTFT (ms)", "mean_ttft_ms"),
+    ("TPOT (ms)", "mean_tpot_ms"),
+    ("E2E Latency (ms)", "mean_e2el_ms"),
+)
+DIFF_METRICS = ("mean_ttft_ms", "mean_tpot_ms", "mean_e2el_ms", "output_throughput")
+# Welch's t-test on per-repeat values; below this p-value a difference counts as real.
+SIGNIFICANCE = 0.05
+
+
+def _read_json(path: Path) -> dict:
+    with open(path) as f:
+        return json.load(f)
+
+
+def _split_cell(cell_id: str) -> dict:
+    image, model, layout = cell_id.split("/")
+    tp, ep = layout.removeprefix("tp").split("-ep")
+    return {"cell": cell_id, "image": image, "model": model, "tp": int(tp), "ep": int(ep)}
+
+
+def _cell_of(path: Path, results: Path) -> str:
+    """results/{image}/{model}/tp{tp}-ep{ep}/... -> image/model/tpX-epY"""
+    parts = path.resolve().relative_to(results.resolve()).parts
+    return "/".join(parts[:3])
+
+
+def load_tables(
+    files: Iterable[str | Path], results: str | Path = "results"
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Read stage outputs into three tidy frames: serve, gsm8k, tune."""
+    results = Path(results)
+    serve_rows, gsm_rows, tune_rows = [], [], []
+    for f in map(Path, files):
+        cell = _split_cell(_cell_of(f, results))
+        if f.name == "bench.json":
+            bench = _read_json(f)
+            for point in bench["points"]:
+                row = {
+                    **cell,
+                    "arm": bench["arm"],
+                    "image_digest": bench.get("image_digest"),
+                    "cold": bench.get("cold"),
+                }
+                row.update({k: v for k, v in point.items() if not isinstance(v, (list, dict))})
+                serve_rows.append(row)
+        elif f.parent.name == "gsm8k":
+            g = _read_json(f)
+            gsm_rows.append(
+                {
+                    **cell,
+                    "arm": g["arm"],
+                    "n_samples": g["n_samples"],
+                    "num_fewshot": g.get("num_fewshot"),
+                    "strict_match": g["strict_match"],
+                    "strict_match_stderr": g.get("strict_match_stderr"),
+                    "flexible_extract": g["flexible_extract"],
+                    "flexible_extract_stderr": g.get("flexible_extract_stderr"),
+                    "per_sample": json.dumps(g.get("per_sample", [])),
+                }
+            )
+        elif f.name == "summary.json":
+            s = _read_json(f)
+            for m, entry in sorted(s.get("entries", {}).items(), key=lambda kv: int(kv[0])):
+                row = {
+                    **cell,
+                    "batch_size": int(m),
+                    "device_name": s.get("device_name"),
+                    "backend": s.get("backend"),
+                    "mode": s.get("mode"),
+                    "interpreter": s.get("interpreter"),
+                    "config_file": s.get("config_file"),
+                }
+                for k, v in entry.items():
+                    if isinstance(v, dict):
+                        row.update(
+                            {
+                                f"{k}.{kk}": vv
+                                for kk, vv in v.items()
+                                if not isinstance(vv, (dict, list))
+                            }
+                        )
+                    elif not isinstance(v, list):
+                        row[k] = v
+                tune_rows.append(row)
+    return pd.DataFrame(serve_rows), pd.DataFrame(gsm_rows), pd.DataFrame(tune_rows)
+
+
+def _fmt(x: float, digits: int = 2) -> str:
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+
+
+def _md(df: pd.DataFrame) -> str:
+    return df.to_markdown(index=False, disablenumparse=True)
+
+
+def compare(a: list[float], b: list[float]) -> dict:
+    """Relative change from a to b and whether it stands out from the run-to-run noise."""
+    mean_a, mean_b = sum(a) / len(a), sum(b) / len(b)
+    change = (mean_b - mean_a) / mean_a if mean_a else float("nan")
+    if len(a) < 2 or len(b) < 2:
+        return {"change": change, "p_value": float("nan"), "verdict": "n/a (one run a side)"}
+    if max(a) == min(a) and max(b) == min(b):
+        p = 0.0 if mean_a != mean_b else 1.0
+    else:
+        p = float(stats.ttest_ind(a, b, equal_var=False).pvalue)
+    verdict = "change" if p < SIGNIFICANCE else "noise"
+    return {"change": change, "p_value": p, "verdict": verdict}
+
+
+def latency_tables(serve: pd.DataFrame, cell: str) -> list[str]:
+    """The seeds' three tables for one cell: ISL-OSL rows, arms as columns, an Average row."""
+    out = []
+    rows = serve[serve.cell == cell]
+    for title, metric in LATENCY_TABLES:
+        pivot = (
+            rows.groupby(["isl", "osl", "arm"])[metric]
+            .mean()
+            .unstack("arm")
+            .reindex(columns=[a for a in ARM_LABELS if a in set(rows.arm)])
+        )
+        pivot = pivot.sort_index()
+        table = pd.DataFrame({"ISL-OSL": [f"{i}-{o}" for i, o in pivot.index]})
+        for arm in pivot.columns:
+            table[ARM_LABELS[arm]] = [_fmt(v) for v in pivot[arm]]
+        average = {"ISL-OSL": "Average"}
+        average.update({ARM_LABELS[arm]: _fmt(pivot[arm].mean()) for arm in pivot.columns})
+        table = pd.concat([table, pd.DataFrame([average])], ignore_index=True)
+        out.append(f"#### {title}\n\n{_md(table)}\n")
+    return out
+
+
+def gsm8k_table(gsm: pd.DataFrame, cell: str) -> str:
+    rows = gsm[gsm.cell == cell].set_index("arm")
+    arms = [a for a in ARM_LABELS if a in rows.index]
+    table = pd.DataFrame({"Metric": ["exact_match, strict-match", "exact_match, flexible-extract"]})
+    for arm in arms:
+        r = rows.loc[arm]
+        table[ARM_LABELS[arm]] = [
+            f"{100 * r.strict_match:.2f}% ± {100 * (r.strict_match_stderr or 0):.2f}",
+            f"{100 * r.flexible_extract:.2f}% ± {100 * (r.flexible_extract_stderr or 0):.2f}",
+        ]
+    text = f"#### GSM8K ({int(rows.iloc[0].n_samples)} questions)\n\n{_md(table)}\n"
+    if set(arms) == {"untuned", "tuned"}:
+        text += "\n" + paired_gsm8k(rows.loc["untuned"], rows.loc["tuned"]) + "\n"
+    return text
+
+
+def paired_gsm8k(a: pd.Series, b: pd.Series) -> str:
+    """Problems fixed and broken between two runs on the same questions (strict-match)."""
+    sa = {s["doc_id"]: s["strict"] for s in json.loads(a.per_sample)}
+    sb = {s["doc_id"]: s["strict"] for s in json.loads(b.per_sample)}
+    common = sa.keys() & sb.keys()
+    fixed = sum(1 for d in common if not sa[d] and sb[d])
+    broken = sum(1 for d in common if sa[d] and not sb[d])
+    if fixed + broken:
+        # Exact McNemar test: are the discordant questions split unevenly?
+        p = float(stats.binomtest(fixed, fixed + broken, 0.5).pvalue)
+        verdict = "change" if p < SIGNIFICANCE else "noise"
+    else:
+        p, verdict = 1.0, "no difference"
+    return (
+        f"Paired on {len(common)} questions (strict-match): {fixed} fixed, {broken} broken, "
+        f"McNemar p = {p:.3f} -> {verdict}."
+    )
+
+
+def diff_table(serve: pd.DataFrame, key_a: dict, key_b: dict) -> str:
+    """Per grid point and metric: means of A and B over repeats, change, p-value, verdict."""
+
+    def select(key):
+        mask = pd.Series(True, index=serve.index)
+        for k, v in key.items():
+            mask &= serve[k] == v
+        return serve[mask]
+
+    a, b = select(key_a), select(key_b)
+    rows = []
+    for (isl, osl), pa in a.groupby(["isl", "osl"]):
+        pb = b[(b.isl == isl) & (b.osl == osl)]
+        if pb.empty:
+            continue
+        for metric in DIFF_METRICS:
+            if metric not in pa or metric not in pb:
+                continue
+            va, vb = pa[metric].dropna().tolist(), pb[metric].dropna().tolist()
+            if not va or not vb:
+                continue
+            c = compare(va, vb)
+            rows.append(
+                {
+                    "ISL-OSL": f"{isl}-{osl}",
+                    "metric": metric,
+                    "A": _fmt(sum(va) / len(va)),
+                    "B": _fmt(sum(vb) / len(vb)),
+                    "runs A/B": f"{len(va)}/{len(vb)}",
+                    "change": _fmt(100 * c["change"], 1) + "%",
+                    "p": _fmt(c["p_value"], 3),
+                    "verdict": c["verdict"],
+                }
+            )
+    return _md(pd.DataFrame(rows)) if rows else "(no common grid points)"
+
+
+def tune_table(tune: pd.DataFrame, cell: str) -> str:
+    rows = tune[tune.cell == cell].sort_values("batch_size")
+    if rows.empty:
+        return ""
+    first = rows.iloc[0]
+    cols = [c for c in rows.columns if c.startswith("config.")]
+    table = pd.DataFrame({"M": rows.batch_size})
+    for c in cols:
+        table[c.removeprefix("config.")] = rows[c].astype("Int64").astype(str)
+    for c in ("time_us", "fused_time_us", "roofline_fraction"):
+        if c in rows:
+            table[c] = rows[c].map(lambda v: _fmt(v, 3))
+    where = "Triton interpreter on the CPU" if first.get("interpreter") else first.device_name
+    return (
+        f"#### Tuned configs: `{first.config_file}` ({first.backend} kernel, {first.mode} "
+        f"search, {where})\n\n{_md(table)}\n"
+    )
+
+
+def render(serve: pd.DataFrame, gsm: pd.DataFrame, tune: pd.DataFrame, runtime: str) -> str:
+    cells = sorted(
+        set(serve.get("cell", [])) | set(gsm.get("cell", [])) | set(tune.get("cell", []))
+    )
+    lines = ["# cellbench report", ""]
+    if runtime == "local":
+        lines += [
+            "> **Embedded default.** A tiny random-weight Qwen3-MoE-architecture model served "
+            "by `transformers serve` on the CPU; the kernel tuned under the Triton "
+            "interpreter. These figures measure this pipeline on this machine, not any GPU "
+            "or real model; GSM8K scores of a random model are near zero by design.",
+            "",
+        ]
+    for cell in cells:
+        lines += [f"## {cell}", ""]
+        digests = sorted(set(serve[serve.cell == cell].image_digest.dropna())) if len(serve) else []
+        if digests:
+            lines += [f"Image: `{', '.join(digests)}`", ""]
+        if len(tune):
+            lines.append(tune_table(tune, cell))
+        if len(serve) and (serve.cell == cell).any():
+            lines += latency_tables(serve, cell)
+        if len(gsm) and (gsm.cell == cell).any():
+            lines.append(gsm8k_table(gsm, cell))
+        if len(serve) and {"untuned", "tuned"} <= set(serve[serve.cell == cell].arm):
+            lines += [
+                "#### Untuned (A) vs tuned (B)",
+                "",
+                diff_table(serve, {"cell": cell, "arm": "untuned"}, {"cell": cell, "arm": "tuned"}),
+                "",
+            ]
+    if len(serve):
+        images = sorted(set(serve.image))
+        for i, img_a in enumerate(images):
+            for img_b in images[i + 1 :]:
+                for (model, tp, ep), _ in serve.groupby(["model", "tp", "ep"]):
+                    for arm in ARM_LABELS:
+                        ka = {"image": img_a, "model": model, "tp": tp, "ep": ep, "arm": arm}
+                        kb = {**ka, "image": img_b}
+                        lines += [
+                            f"## {img_a} (A) vs {img_b} (B): {model} tp{tp}-ep{ep}, {arm}",
+                            "",
+                            diff_table(serve, ka, kb),
+                            "",
+                        ]
+    lines += [
+        "",
+        f"Verdicts: Welch's t-test over repeats, p < {SIGNIFICANCE} -> change; "
+        "GSM8K: exact McNemar test on the questions the two runs disagree on.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def write_report(
+    files: Iterable[str | Path],
+    out_dir: str | Path,
+    results: str | Path = "results",
+    runtime: str = "docker",
+) -> Path:
+    serve, gsm, tune = load_tables(files, results)
+    out_dir = Path(out_dir)
+    for name, df in (("serve", serve), ("gsm8k", gsm), ("tune", tune)):
+        atomicio.write_text(out_dir / f"{name}.csv", df.to_csv(index=False))
+    report = out_dir / "report.md"
+    atomicio.write_text(report, render(serve, gsm, tune, runtime))  # written last: the marker
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m cellbench.report",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--results", default="results")
+    parser.add_argument("--out-dir", required=True)
+    parser.add_argument("--runtime", default="docker", choices=["docker", "local"])
+    parser.add_argument("files", nargs="+")
+    args = parser.parse_args(argv)
+    path = write_report(args.files, args.out_dir, args.results, args.runtime)
+    print(f"report written: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

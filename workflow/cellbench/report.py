@@ -118,7 +118,7 @@ def _fmt(x: float, digits: int = 2) -> str:
 
 
 def _md(df: pd.DataFrame) -> str:
-    return df.to_markdown(index=False, disablenumparse=True)
+    return df.to_markdown(index=False, disable_numparse=True)
 
 
 def compare(a: list[float], b: list[float]) -> dict:

@@ -1,0 +1,171 @@
+"""Report tables: the seeds' shapes, averages, and change-vs-noise verdicts.
+
+The stage outputs here are written by the test with chosen values, so that every figure in the
+rendered tables can be checked by hand; the real pipeline's outputs go through the same code in
+tests/test_pipeline_local.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from cellbench import archive, report
+
+CELL = "rocm7.2/qwen3-30b-a3b-fp8/tp2-ep2"
+GRID = [(512, 512), (1024, 1024)]
+
+
+def write_bench(results: Path, cell: str, arm: str, ttft: dict, tpot: float = 30.0) -> Path:
+    points = []
+    for repeat, values in ttft.items():
+        for (isl, osl), v in zip(GRID, values, strict=True):
+            points.append(
+                {
+                    "isl": isl,
+                    "osl": osl,
+                    "max_concurrency": 16,
+                    "repeat": repeat,
+                    "completed": 160,
+                    "failed": 0,
+                    "mean_ttft_ms": v,
+                    "median_ttft_ms": v,
+                    "p99_ttft_ms": 2 * v,
+                    "mean_tpot_ms": tpot + repeat,
+                    "mean_e2el_ms": v + osl * tpot,
+                    "output_throughput": 1000.0 / tpot,
+                }
+            )
+    path = results / cell / "serve" / arm / "bench.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        json.dumps(
+            {
+                "cell": cell,
+                "arm": arm,
+                "image_digest": "sha256:abc",
+                "cold": False,
+                "points": points,
+            }
+        )
+    )
+    return path
+
+
+def write_gsm8k(results: Path, cell: str, arm: str, correct: list[bool]) -> Path:
+    n = len(correct)
+    acc = sum(correct) / n
+    path = results / cell / "gsm8k" / f"{arm}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        json.dumps(
+            {
+                "cell": cell,
+                "arm": arm,
+                "num_fewshot": 5,
+                "n_samples": n,
+                "strict_match": acc,
+                "strict_match_stderr": 0.01,
+                "flexible_extract": acc,
+                "flexible_extract_stderr": 0.01,
+                "per_sample": [
+                    {"doc_id": i, "strict": c, "flexible": c} for i, c in enumerate(correct)
+                ],
+            }
+        )
+    )
+    return path
+
+
+@pytest.fixture
+def results(tmp_path):
+    res = tmp_path / "results"
+    files = [
+        # untuned: stable around 100/200 ms; tuned: clearly lower TTFT at 512, same at 1024
+        write_bench(res, CELL, "untuned", {0: [100.0, 200.0], 1: [101.0, 199.0], 2: [99.0, 201.0]}),
+        write_bench(res, CELL, "tuned", {0: [80.0, 201.0], 1: [81.0, 198.0], 2: [79.0, 200.0]}),
+        write_gsm8k(res, CELL, "untuned", [True] * 80 + [False] * 20),
+        write_gsm8k(res, CELL, "tuned", [True] * 78 + [False] * 2 + [True] * 5 + [False] * 15),
+    ]
+    return res, files
+
+
+def test_tables_in_the_seeds_shape(results, tmp_path):
+    res, files = results
+    out = report.write_report(files, tmp_path / "report", results=res)
+    text = out.read_text()
+    assert "#### TTFT (ms)" in text and "#### TPOT (ms)" in text and "#### E2E Latency (ms)" in text
+    assert "| ISL-OSL   | Triton MoE Untuned   | Triton MoE Tuned   |" in text
+    # TTFT means over the three repeats, and the Average row over the grid
+    assert "| 512-512   | 100.00               | 80.00              |" in text
+    assert "| 1024-1024 | 200.00               | 199.67             |" in text
+    assert "| Average   | 150.00               | 139.83             |" in text
+    # GSM8K: percentages with stderr, and paired fixed/broken counts
+    assert "| exact_match, strict-match     | 80.00% ± 1.00        | 83.00% ± 1.00      |" in text
+    assert "5 fixed, 2 broken" in text
+
+
+def test_change_and_noise_are_told_apart(results, tmp_path):
+    res, files = results
+    serve, _, _ = report.load_tables(files, res)
+    table = report.diff_table(
+        serve, {"cell": CELL, "arm": "untuned"}, {"cell": CELL, "arm": "tuned"}
+    )
+    rows = {
+        (line.split("|")[1].strip(), line.split("|")[2].strip()): line
+        for line in table.splitlines()[2:]
+    }
+    assert rows[("512-512", "mean_ttft_ms")].rstrip("| ").endswith("change")
+    assert "-20.0%" in rows[("512-512", "mean_ttft_ms")]
+    assert rows[("1024-1024", "mean_ttft_ms")].rstrip("| ").endswith("noise")
+
+
+def test_one_run_a_side_gets_no_verdict():
+    assert report.compare([100.0], [50.0])["verdict"].startswith("n/a")
+    c = report.compare([10.0, 10.0], [10.0, 10.0])
+    assert c["verdict"] == "noise" and c["change"] == 0
+
+
+def test_csv_tables_are_tidy(results, tmp_path):
+    res, files = results
+    report.write_report(files, tmp_path / "report", results=res)
+    serve = pd.read_csv(tmp_path / "report" / "serve.csv")
+    assert len(serve) == 2 * 3 * len(GRID)  # arms x repeats x points
+    assert {
+        "cell",
+        "image",
+        "model",
+        "tp",
+        "ep",
+        "arm",
+        "repeat",
+        "isl",
+        "osl",
+        "mean_ttft_ms",
+    } <= set(serve.columns)
+    gsm = pd.read_csv(tmp_path / "report" / "gsm8k.csv")
+    assert sorted(gsm.arm) == ["tuned", "untuned"]
+
+
+def test_archive_manifest_covers_every_file(results, tmp_path):
+    res, _ = results
+    manifest_path = res / "archive" / "rocm7.2" / "MANIFEST.json"
+    manifest = archive.build_archive(
+        "rocm7.2", res, [CELL], {"rocm7.2": "sha256:abc"}, "f00", manifest_path, "docker"
+    )
+    archived = {
+        p.relative_to(manifest_path.parent).as_posix()
+        for p in manifest_path.parent.rglob("*")
+        if p.is_file()
+    }
+    assert archived - {"MANIFEST.json"} == set(manifest["files"])
+    assert f"{CELL}/serve/tuned/bench.json" in manifest["files"]
+    assert "report/report.md" in manifest["files"]
+    assert manifest["images"] == {"rocm7.2": "sha256:abc"}
+    assert manifest["packages"]["pandas"]
+    assert archive.verify(manifest_path) == []
+    (manifest_path.parent / CELL / "serve/tuned/bench.json").write_text("{}")
+    assert archive.verify(manifest_path) == [f"{CELL}/serve/tuned/bench.json"]

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
 from cellbench import archive, report
 
 CELL = "rocm7.2/qwen3-30b-a3b-fp8/tp2-ep2"

@@ -1,0 +1,690 @@
+"""Builtin fused-MoE forward in Triton, with vLLM's semantics and launch-config keys.
+
+out[t] = sum_k topk_weights[t, k] * W2[e] @ (silu(W1g[e] @ x[t]) * (W1u[e] @ x[t])),
+e = topk_ids[t, k], with w1: (E, 2N, K) (gate rows first, then up rows) and w2: (E, K, N).
+
+Steps (all Triton): align pairs to expert blocks (align.py), [quantise x], grouped GEMM 1 into
+(M*topk, 2N), SiLU-and-mul [+ quantise], grouped GEMM 2 into (M*topk, K) scaled by the routing
+weight, sum over top-k. A launch config is a dict with vLLM's keys: BLOCK_SIZE_M, BLOCK_SIZE_N,
+BLOCK_SIZE_K, GROUP_SIZE_M, num_warps, num_stages (ROCm: waves_per_eu, matrix_instr_nonkdim,
+kpack, passed to Triton only on ROCm). The same config drives both GEMMs, as in vLLM.
+
+Quantisation (vLLM names): "fp8_w8a8" with per-expert weight scales and a dynamic per-tensor
+activation scale, or with block_shape (bn, bk): weight scales per (bn x bk) block and activation
+scales per token and group of bk along the reduction dim (dynamic).
+
+In-container module: standard library, torch and triton only.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import triton
+import triton.language as tl
+
+from ..shapes import MoEShape
+from .align import moe_align_block_size
+
+CONFIG_KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M")
+_OPTIONAL_KEYS = ("num_warps", "num_stages")
+_ROCM_KEYS = ("waves_per_eu", "matrix_instr_nonkdim", "kpack")
+
+_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+_DTYPE_ALIASES = {"float32": "fp32", "float16": "fp16", "half": "fp16", "bfloat16": "bf16"}
+
+# Quantisation modes, as a constexpr for the kernels.
+_Q_NONE, _Q_TENSOR, _Q_BLOCK = 0, 1, 2
+
+
+def interpreter_active() -> bool:
+    """True when the kernels run under Triton's CPU interpreter."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def fp8_dtype() -> torch.dtype:
+    """The fp8 e4m3 flavour this device uses (fnuz on MI300-class gfx94x, else OCP e4m3fn)."""
+    if getattr(torch.version, "hip", None) and torch.cuda.is_available():
+        arch = getattr(torch.cuda.get_device_properties(0), "gcnArchName", "")
+        if arch.startswith("gfx94"):
+            return torch.float8_e4m3fnuz
+    return torch.float8_e4m3fn
+
+
+@dataclass
+class QuantArgs:
+    """Weight quantisation of a fused-MoE call.
+
+    dtype: "fp8_w8a8" (the only one the builtin kernel runs).
+    w1_scale, w2_scale: float32 per-expert scales (E,) for per-tensor quantisation, or block
+        scales (E, 2N/bn, K/bk) and (E, K/bn, N/bk) when block_shape is set.
+    block_shape: (bn, bk) or None. Activations are quantised dynamically inside the call.
+    """
+
+    dtype: str
+    w1_scale: torch.Tensor
+    w2_scale: torch.Tensor
+    block_shape: tuple[int, int] | None = None
+
+
+# ----------------------------------------------------------------------------- kernels
+
+
+@triton.jit
+def _moe_gemm_kernel(
+    a_ptr,
+    b_ptr,
+    c_ptr,
+    a_scale_ptr,
+    b_scale_ptr,
+    topk_weights_ptr,
+    sorted_ids_ptr,
+    expert_ids_ptr,
+    total_ptr,
+    N,
+    K,
+    EM,
+    num_valid,
+    stride_am,
+    stride_ak,
+    stride_be,
+    stride_bn,
+    stride_bk,
+    stride_cm,
+    stride_cn,
+    stride_asm,
+    stride_ask,
+    stride_bse,
+    stride_bsn,
+    stride_bsk,
+    GROUP_N: tl.constexpr,
+    GROUP_K: tl.constexpr,
+    A_DIV: tl.constexpr,
+    MUL_ROUTED_WEIGHT: tl.constexpr,
+    QUANT: tl.constexpr,
+    EVEN_K: tl.constexpr,
+    IEEE: tl.constexpr,
+    BLOCK_SIZE_M: tl.constexpr,
+    BLOCK_SIZE_N: tl.constexpr,
+    BLOCK_SIZE_K: tl.constexpr,
+    GROUP_SIZE_M: tl.constexpr,
+):
+    """C[rows of one expert] = A[rows] @ B[e]^T for one (BLOCK_SIZE_M x BLOCK_SIZE_N) tile.
+
+    A rows are pair indices // A_DIV (A_DIV = topk for GEMM 1, whose A is per token; 1 for
+    GEMM 2, whose A is per pair). B is (E, N, K). C is written at the pair index.
+    """
+    pid = tl.program_id(0)
+    num_pid_m = tl.cdiv(EM, BLOCK_SIZE_M)
+    num_pid_n = tl.cdiv(N, BLOCK_SIZE_N)
+    # Grouped ordering: GROUP_SIZE_M row-blocks share the same weight columns while hot in L2.
+    in_group = GROUP_SIZE_M * num_pid_n
+    first_m = (pid // in_group) * GROUP_SIZE_M
+    group_rows = min(num_pid_m - first_m, GROUP_SIZE_M)
+    pid_m = first_m + ((pid % in_group) % group_rows)
+    pid_n = (pid % in_group) // group_rows
+
+    if pid_m * BLOCK_SIZE_M >= tl.load(total_ptr):
+        return
+    offs_m = pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M).to(tl.int64)
+    pair = tl.load(sorted_ids_ptr + offs_m).to(tl.int64)
+    row_ok = pair < num_valid
+    expert = tl.load(expert_ids_ptr + pid_m).to(tl.int64)
+
+    offs_n = pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)
+    offs_bn = offs_n % N  # wrap so weight loads need no column mask; stores are masked
+    offs_k = tl.arange(0, BLOCK_SIZE_K)
+    a_row = pair // A_DIV
+    a_ptrs = a_ptr + a_row[:, None] * stride_am + offs_k[None, :] * stride_ak
+    b_ptrs = b_ptr + expert * stride_be + offs_bn[None, :] * stride_bn + offs_k[:, None] * stride_bk
+    if QUANT == 2:
+        as_ptrs = a_scale_ptr + a_row * stride_asm
+        bs_ptrs = b_scale_ptr + expert * stride_bse + (offs_bn // GROUP_N) * stride_bsn
+
+    acc = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
+    for kb in range(0, tl.cdiv(K, BLOCK_SIZE_K)):
+        if EVEN_K:
+            a = tl.load(a_ptrs, mask=row_ok[:, None], other=0.0)
+            b = tl.load(b_ptrs)
+        else:
+            k_ok = offs_k < K - kb * BLOCK_SIZE_K
+            a = tl.load(a_ptrs, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+            b = tl.load(b_ptrs, mask=k_ok[:, None], other=0.0)
+        if QUANT == 2:
+            kg = (kb * BLOCK_SIZE_K) // GROUP_K
+            a_s = tl.load(as_ptrs + kg * stride_ask, mask=row_ok, other=0.0)
+            b_s = tl.load(bs_ptrs + kg * stride_bsk)
+            acc += tl.dot(a, b) * a_s[:, None] * b_s[None, :]
+        elif IEEE:
+            acc = tl.dot(a, b, acc, input_precision="ieee")
+        else:
+            acc = tl.dot(a, b, acc)
+        a_ptrs += BLOCK_SIZE_K * stride_ak
+        b_ptrs += BLOCK_SIZE_K * stride_bk
+
+    if QUANT == 1:
+        acc = acc * (tl.load(a_scale_ptr) * tl.load(b_scale_ptr + expert * stride_bse))
+    if MUL_ROUTED_WEIGHT:
+        w = tl.load(topk_weights_ptr + pair, mask=row_ok, other=0.0)
+        acc = acc * w[:, None]
+    c_ptrs = c_ptr + pair[:, None] * stride_cm + offs_n[None, :] * stride_cn
+    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=row_ok[:, None] & (offs_n[None, :] < N))
+
+
+@triton.jit
+def _silu_mul_kernel(
+    in_ptr,
+    out_ptr,
+    scale_ptr,
+    amax_ptr,
+    N,
+    stride_in,
+    stride_out,
+    stride_sm,
+    FP8_MAX: tl.constexpr,
+    QUANT: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    """out = silu(gate) * up per pair row; QUANT=2 also quantises each BLOCK-wide group to fp8
+    (BLOCK is then the group size), QUANT=1 records the tensor's amax for a later quantise."""
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    ok = cols < N
+    g = tl.load(in_ptr + row * stride_in + cols, mask=ok, other=0.0).to(tl.float32)
+    u = tl.load(in_ptr + row * stride_in + N + cols, mask=ok, other=0.0).to(tl.float32)
+    y = g / (1.0 + tl.exp(-g)) * u
+    if QUANT == 2:
+        s = tl.maximum(tl.max(tl.abs(y), axis=0), 1e-10) / FP8_MAX
+        q = tl.clamp(y / s, -FP8_MAX, FP8_MAX)
+        tl.store(out_ptr + row * stride_out + cols, q.to(out_ptr.dtype.element_ty), mask=ok)
+        tl.store(scale_ptr + row * stride_sm + tl.program_id(1), s)
+    else:
+        tl.store(out_ptr + row * stride_out + cols, y.to(out_ptr.dtype.element_ty), mask=ok)
+        if QUANT == 1:
+            tl.atomic_max(amax_ptr, tl.max(tl.abs(y), axis=0))
+
+
+@triton.jit
+def _group_quant_kernel(
+    x_ptr,
+    q_ptr,
+    s_ptr,
+    K,
+    stride_x,
+    stride_q,
+    stride_sm,
+    FP8_MAX: tl.constexpr,
+    GROUP: tl.constexpr,
+):
+    """Dynamic fp8 quantisation per row and GROUP-wide column group (one group per program)."""
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * GROUP + tl.arange(0, GROUP)
+    ok = cols < K
+    x = tl.load(x_ptr + row * stride_x + cols, mask=ok, other=0.0).to(tl.float32)
+    s = tl.maximum(tl.max(tl.abs(x), axis=0), 1e-10) / FP8_MAX
+    q = tl.clamp(x / s, -FP8_MAX, FP8_MAX)
+    tl.store(q_ptr + row * stride_q + cols, q.to(q_ptr.dtype.element_ty), mask=ok)
+    tl.store(s_ptr + row * stride_sm + tl.program_id(1), s)
+
+
+@triton.jit
+def _amax_kernel(x_ptr, amax_ptr, numel, BLOCK: tl.constexpr):
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < numel, other=0.0).to(tl.float32)
+    tl.atomic_max(amax_ptr, tl.max(tl.abs(x), axis=0))
+
+
+@triton.jit
+def _tensor_quant_kernel(
+    x_ptr, q_ptr, amax_ptr, s_ptr, numel, FP8_MAX: tl.constexpr, BLOCK: tl.constexpr
+):
+    """Quantise a contiguous tensor with one dynamic scale amax / FP8_MAX (also stored)."""
+    s = tl.maximum(tl.load(amax_ptr), 1e-10) / FP8_MAX
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    ok = offs < numel
+    x = tl.load(x_ptr + offs, mask=ok, other=0.0).to(tl.float32)
+    q = tl.clamp(x / s, -FP8_MAX, FP8_MAX)
+    tl.store(q_ptr + offs, q.to(q_ptr.dtype.element_ty), mask=ok)
+    if tl.program_id(0) == 0:
+        tl.store(s_ptr, s)
+
+
+@triton.jit
+def _sum_topk_kernel(
+    in_ptr,
+    out_ptr,
+    K,
+    stride_in,
+    stride_out,
+    TOPK: tl.constexpr,
+    TOPK_P: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    """out[t] = sum over k of in[t * TOPK + k] (fp32 accumulation)."""
+    t = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    ks = tl.arange(0, TOPK_P)
+    m = (ks[:, None] < TOPK) & (cols[None, :] < K)
+    x = tl.load(in_ptr + (t * TOPK + ks[:, None]) * stride_in + cols[None, :], mask=m, other=0.0)
+    y = tl.sum(x.to(tl.float32), axis=0)
+    tl.store(out_ptr + t * stride_out + cols, y.to(out_ptr.dtype.element_ty), mask=cols < K)
+
+
+# ----------------------------------------------------------------------------- host side
+
+
+def _launch_options(config: dict[str, Any]) -> dict[str, Any]:
+    """Triton launch options from a vLLM config; ROCm-only keys only reach Triton on ROCm."""
+    opts = {k: int(config[k]) for k in _OPTIONAL_KEYS if k in config}
+    if getattr(torch.version, "hip", None) and not interpreter_active():
+        opts.update({k: int(config[k]) for k in _ROCM_KEYS if k in config})
+    return opts
+
+
+def check_config(config: dict[str, Any], quant: QuantArgs | None = None) -> None:
+    """Raise ValueError naming the key when `config` is not a usable vLLM fused-MoE config."""
+    if not isinstance(config, dict):
+        raise ValueError(f"config must be a dict, got {type(config).__name__}")
+    for k in CONFIG_KEYS:
+        if k not in config:
+            raise ValueError(f"config lacks {k} (needs {', '.join(CONFIG_KEYS)})")
+    allowed = set(CONFIG_KEYS) | set(_OPTIONAL_KEYS) | set(_ROCM_KEYS)
+    for k, v in config.items():
+        if k not in allowed:
+            raise ValueError(f"config key {k!r} is not a fused-MoE launch key")
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise ValueError(f"config {k}={v!r} must be a non-negative integer")
+    for k in ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K"):
+        v = config[k]
+        if v < 1 or v & (v - 1):
+            raise ValueError(f"config {k}={v} must be a power of two")
+    if config["GROUP_SIZE_M"] < 1:
+        raise ValueError(f"config GROUP_SIZE_M={config['GROUP_SIZE_M']} must be >= 1")
+    if config.get("num_warps", 4) not in (1, 2, 4, 8, 16):
+        raise ValueError(f"config num_warps={config['num_warps']} must be 1, 2, 4, 8 or 16")
+    if quant is not None and quant.block_shape is not None:
+        bk = quant.block_shape[1]
+        if bk % config["BLOCK_SIZE_K"]:
+            raise ValueError(
+                f"config BLOCK_SIZE_K={config['BLOCK_SIZE_K']} must divide the quantisation "
+                f"block k={bk}"
+            )
+
+
+def _check_inputs(
+    x: torch.Tensor,
+    w1: torch.Tensor,
+    w2: torch.Tensor,
+    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+    quant: QuantArgs | None,
+) -> None:
+    if x.dim() != 2 or w1.dim() != 3 or w2.dim() != 3:
+        raise ValueError(
+            f"expected hidden_states (M, K), w1 (E, 2N, K), w2 (E, K, N); got "
+            f"{tuple(x.shape)}, {tuple(w1.shape)}, {tuple(w2.shape)}"
+        )
+    m, k = x.shape
+    e, n2, k1 = w1.shape
+    if k1 != k or n2 % 2 or tuple(w2.shape) != (e, k, n2 // 2):
+        raise ValueError(
+            f"shape mismatch: hidden_states {tuple(x.shape)}, w1 {tuple(w1.shape)}, "
+            f"w2 {tuple(w2.shape)} (want w1 (E, 2N, K), w2 (E, K, N))"
+        )
+    if topk_ids.shape != topk_weights.shape or topk_ids.dim() != 2 or topk_ids.shape[0] != m:
+        raise ValueError(
+            f"topk_ids {tuple(topk_ids.shape)} and topk_weights {tuple(topk_weights.shape)} "
+            f"must both be (M={m}, topk)"
+        )
+    if topk_ids.dtype not in (torch.int32, torch.int64):
+        raise ValueError(f"topk_ids dtype {topk_ids.dtype} must be int32 or int64")
+    if x.dtype not in _DTYPES.values():
+        raise ValueError(f"hidden_states dtype {x.dtype} must be float32, float16 or bfloat16")
+    if quant is None:
+        if w1.dtype != x.dtype or w2.dtype != x.dtype:
+            raise ValueError(
+                f"unquantised weights must match hidden_states dtype {x.dtype}; got "
+                f"w1 {w1.dtype}, w2 {w2.dtype} (pass quant= for fp8)"
+            )
+        return
+    if quant.dtype != "fp8_w8a8":
+        raise ValueError(f"quant dtype {quant.dtype!r} is not supported (only 'fp8_w8a8')")
+    if w1.dtype != w2.dtype or w1.element_size() != 1:
+        raise ValueError(f"fp8_w8a8 weights must be fp8, got w1 {w1.dtype}, w2 {w2.dtype}")
+    n = n2 // 2
+    if quant.block_shape is None:
+        want1 = want2 = (e,)
+    else:
+        bn, bk = quant.block_shape
+        for dim, size, b in (("2N", n2, bn), ("K", k, bk), ("K", k, bn), ("N", n, bk)):
+            if size % b:
+                raise ValueError(
+                    f"block_shape {quant.block_shape}: {dim}={size} not divisible by {b}"
+                )
+        want1, want2 = (e, n2 // bn, k // bk), (e, k // bn, n // bk)
+    if tuple(quant.w1_scale.shape) != want1 or tuple(quant.w2_scale.shape) != want2:
+        raise ValueError(
+            f"w1_scale {tuple(quant.w1_scale.shape)} / w2_scale {tuple(quant.w2_scale.shape)} "
+            f"must be {want1} / {want2}"
+        )
+
+
+def _gemm(
+    a: torch.Tensor,
+    a_scale: torch.Tensor | None,
+    w: torch.Tensor,
+    w_scale: torch.Tensor | None,
+    out: torch.Tensor,
+    topk_weights: torch.Tensor,
+    align: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    a_div: int,
+    mul_routed_weight: bool,
+    config: dict[str, Any],
+    quant: QuantArgs | None,
+) -> None:
+    sorted_ids, expert_ids, total = align
+    n_out, k_in = w.shape[1], w.shape[2]
+    bm, bn_, bk_ = config["BLOCK_SIZE_M"], config["BLOCK_SIZE_N"], config["BLOCK_SIZE_K"]
+    em = sorted_ids.shape[0]
+    grid = (triton.cdiv(em, bm) * triton.cdiv(n_out, bn_),)
+    if quant is None:
+        mode, group_n, group_k = _Q_NONE, 1, 1
+        a_scale = w_scale = a  # unused pointers
+        sa, sw = (0, 0), (0, 0, 0)
+    elif quant.block_shape is None:
+        mode, group_n, group_k = _Q_TENSOR, 1, 1
+        sa, sw = (0, 0), (w_scale.stride(0), 0, 0)
+    else:
+        mode, (group_n, group_k) = _Q_BLOCK, quant.block_shape
+        sa, sw = a_scale.stride(), w_scale.stride()
+    _moe_gemm_kernel[grid](
+        a,
+        w,
+        out,
+        a_scale,
+        w_scale,
+        topk_weights,
+        sorted_ids,
+        expert_ids,
+        total,
+        n_out,
+        k_in,
+        em,
+        topk_weights.numel(),
+        a.stride(0),
+        a.stride(1),
+        w.stride(0),
+        w.stride(1),
+        w.stride(2),
+        out.stride(0),
+        out.stride(1),
+        sa[0],
+        sa[1],
+        sw[0],
+        sw[1],
+        sw[2],
+        GROUP_N=group_n,
+        GROUP_K=group_k,
+        A_DIV=a_div,
+        MUL_ROUTED_WEIGHT=mul_routed_weight,
+        QUANT=mode,
+        EVEN_K=k_in % bk_ == 0,
+        IEEE=a.dtype == torch.float32,
+        BLOCK_SIZE_M=bm,
+        BLOCK_SIZE_N=bn_,
+        BLOCK_SIZE_K=bk_,
+        GROUP_SIZE_M=config["GROUP_SIZE_M"],
+        **_launch_options(config),
+    )
+
+
+def _quantise_rows(x: torch.Tensor, quant: QuantArgs) -> tuple[torch.Tensor, torch.Tensor]:
+    """Dynamic fp8 quantisation of a (rows, K) activation: per token-group or per tensor."""
+    f8 = fp8_dtype()
+    fmax = float(torch.finfo(f8).max)
+    rows, k = x.shape
+    q = torch.empty((rows, k), dtype=f8, device=x.device)
+    if quant.block_shape is not None:
+        g = quant.block_shape[1]
+        s = torch.empty((rows, k // g), dtype=torch.float32, device=x.device)
+        _group_quant_kernel[(rows, k // g)](
+            x, q, s, k, x.stride(0), q.stride(0), s.stride(0), FP8_MAX=fmax, GROUP=g
+        )
+        return q, s
+    x = x.contiguous()
+    amax = torch.zeros(1, dtype=torch.float32, device=x.device)
+    s = torch.empty(1, dtype=torch.float32, device=x.device)
+    blk = 1024
+    grid = (triton.cdiv(x.numel(), blk),)
+    _amax_kernel[grid](x, amax, x.numel(), BLOCK=blk)
+    _tensor_quant_kernel[grid](x, q, amax, s, x.numel(), FP8_MAX=fmax, BLOCK=blk)
+    return q, s
+
+
+def _silu_mul(
+    c1: torch.Tensor, out_dtype: torch.dtype, quant: QuantArgs | None
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """SiLU-and-mul of the GEMM 1 output (pairs, 2N) -> (pairs, N), fp8 when quantised."""
+    pairs, n2 = c1.shape
+    n = n2 // 2
+    dev = c1.device
+    if quant is not None and quant.block_shape is not None:
+        f8 = fp8_dtype()
+        g = quant.block_shape[1]
+        c2 = torch.empty((pairs, n), dtype=f8, device=dev)
+        s = torch.empty((pairs, n // g), dtype=torch.float32, device=dev)
+        _silu_mul_kernel[(pairs, n // g)](
+            c1, c2, s, s, n, c1.stride(0), c2.stride(0), s.stride(0),
+            FP8_MAX=float(torch.finfo(f8).max), QUANT=_Q_BLOCK, BLOCK=g,
+        )  # fmt: skip
+        return c2, s
+    blk = min(1024, triton.next_power_of_2(n))
+    grid = (pairs, triton.cdiv(n, blk))
+    if quant is None:
+        c2 = torch.empty((pairs, n), dtype=out_dtype, device=dev)
+        _silu_mul_kernel[grid](
+            c1, c2, c2, c2, n, c1.stride(0), c2.stride(0), 0,
+            FP8_MAX=1.0, QUANT=_Q_NONE, BLOCK=blk,
+        )  # fmt: skip
+        return c2, None
+    # Per-tensor: activation in the compute dtype plus its amax, then one quantise pass.
+    f8 = fp8_dtype()
+    fmax = float(torch.finfo(f8).max)
+    y = torch.empty((pairs, n), dtype=out_dtype, device=dev)
+    amax = torch.zeros(1, dtype=torch.float32, device=dev)
+    _silu_mul_kernel[grid](
+        c1, y, amax, amax, n, c1.stride(0), y.stride(0), 0,
+        FP8_MAX=fmax, QUANT=_Q_TENSOR, BLOCK=blk,
+    )  # fmt: skip
+    c2 = torch.empty((pairs, n), dtype=f8, device=dev)
+    s = torch.empty(1, dtype=torch.float32, device=dev)
+    qblk = 1024
+    _tensor_quant_kernel[(triton.cdiv(y.numel(), qblk),)](
+        y, c2, amax, s, y.numel(), FP8_MAX=fmax, BLOCK=qblk
+    )
+    return c2, s
+
+
+def _sum_topk(c3: torch.Tensor, m: int, topk: int, out_dtype: torch.dtype) -> torch.Tensor:
+    k = c3.shape[1]
+    out = torch.empty((m, k), dtype=out_dtype, device=c3.device)
+    blk = min(1024, triton.next_power_of_2(k))
+    _sum_topk_kernel[(m, triton.cdiv(k, blk))](
+        c3, out, k, c3.stride(0), out.stride(0),
+        TOPK=topk, TOPK_P=triton.next_power_of_2(topk), BLOCK=blk,
+    )  # fmt: skip
+    return out
+
+
+def fused_moe(
+    hidden_states: torch.Tensor,
+    w1: torch.Tensor,
+    w2: torch.Tensor,
+    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+    config: dict[str, Any],
+    *,
+    quant: QuantArgs | None = None,
+) -> torch.Tensor:
+    """The whole fused-MoE forward: align, GEMM 1, SiLU-and-mul, GEMM 2 (x routing weight),
+    sum over top-k. Returns (M, K) in hidden_states' dtype.
+
+    hidden_states (M, K) fp32/fp16/bf16; w1 (E, 2N, K) and w2 (E, K, N) in the same dtype, or
+    fp8 with `quant`; topk_weights (M, topk) float; topk_ids (M, topk) int32/int64 in [0, E).
+    """
+    _check_inputs(hidden_states, w1, w2, topk_weights, topk_ids, quant)
+    check_config(config, quant)
+    m, topk = topk_ids.shape
+    num_experts = w1.shape[0]
+    dtype = hidden_states.dtype
+    tw = topk_weights.contiguous()
+    align = moe_align_block_size(topk_ids, config["BLOCK_SIZE_M"], num_experts)
+    if quant is None:
+        a1, a1_scale = hidden_states, None
+    else:
+        a1, a1_scale = _quantise_rows(hidden_states, quant)
+    pairs = m * topk
+    c1 = torch.empty((pairs, w1.shape[1]), dtype=dtype, device=hidden_states.device)
+    w1s = quant.w1_scale if quant else None
+    w2s = quant.w2_scale if quant else None
+    _gemm(a1, a1_scale, w1, w1s, c1, tw, align, topk, False, config, quant)
+    c2, c2_scale = _silu_mul(c1, dtype, quant)
+    c3 = torch.empty((pairs, w2.shape[1]), dtype=dtype, device=hidden_states.device)
+    _gemm(c2, c2_scale, w2, w2s, c3, tw, align, 1, True, config, quant)
+    return _sum_topk(c3, m, topk, dtype)
+
+
+# ----------------------------------------------------------------------------- problems
+
+
+@dataclass
+class MoEProblem:
+    """Inputs of one fused-MoE call, ready to run (for tuning and benchmarking).
+
+    dtype: the activation dtype name ("bf16", "fp16", "fp32"); weights are fp8 when
+    `quant` is set (from shape.dtype == "fp8_w8a8").
+    """
+
+    shape: MoEShape
+    m: int
+    dtype: str
+    hidden_states: torch.Tensor
+    w1: torch.Tensor
+    w2: torch.Tensor
+    topk_weights: torch.Tensor
+    topk_ids: torch.Tensor
+    quant: QuantArgs | None = None
+    _prepared: dict[int, dict[str, Any]] = field(default_factory=dict, repr=False)
+
+    @property
+    def device(self) -> torch.device:
+        return self.hidden_states.device
+
+
+def _quantise_weight(
+    w: torch.Tensor, block: tuple[int, int] | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """fp8 weights and float32 scales: per expert, or per (bn x bk) block."""
+    f8 = fp8_dtype()
+    fmax = torch.finfo(f8).max
+    e, r, c = w.shape
+    if block is None:
+        s = w.abs().amax(dim=(1, 2)).clamp_min(1e-10) / fmax
+        q = (w / s[:, None, None]).clamp(-fmax, fmax).to(f8)
+        return q, s.float()
+    bn, bk = block
+    blocks = w.reshape(e, r // bn, bn, c // bk, bk)
+    s = blocks.abs().amax(dim=(2, 4)).clamp_min(1e-10) / fmax
+    q = (blocks / s[:, :, None, :, None]).clamp(-fmax, fmax).to(f8).reshape(e, r, c)
+    return q, s.float()
+
+
+def make_problem(
+    shape: MoEShape,
+    m: int,
+    dtype: str = "bf16",
+    device: str | torch.device = "cpu",
+    seed: int = 0,
+) -> MoEProblem:
+    """Random inputs for `shape` at M=m tokens: x ~ N(0,1), weights ~ N(0,1)/sqrt(fan_in)
+    (quantised to fp8 when shape.dtype is "fp8_w8a8"), routing = renormalised softmax top-k
+    of random logits. dtype is the activation dtype ("bf16", "fp16", "fp32"); passing the
+    shape's quantised dtype means bf16 activations."""
+    if m < 1:
+        raise ValueError(f"m={m} must be >= 1")
+    if shape.dtype is not None and dtype == shape.dtype:
+        dtype = "bf16"
+    name = _DTYPE_ALIASES.get(dtype, dtype)
+    if name not in _DTYPES:
+        raise ValueError(f"dtype={dtype!r} must be one of {', '.join(_DTYPES)}")
+    if shape.dtype not in (None, "fp8_w8a8"):
+        raise ValueError(f"shape dtype {shape.dtype!r} is not supported by the builtin kernel")
+    act = _DTYPES[name]
+    dev = torch.device(device)
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    e, n, k, topk = shape.num_experts, shape.intermediate_size, shape.hidden_size, shape.topk
+
+    def randn(*size: int, scale: float = 1.0) -> torch.Tensor:
+        # Generated on the CPU so a seed gives the same problem on every device.
+        return (torch.randn(*size, generator=gen) * scale).to(dev)
+
+    x = randn(m, k).to(act)
+    logits = randn(m, e)
+    probs = torch.softmax(logits.float(), dim=-1)
+    tw, ids = torch.topk(probs, topk, dim=-1)
+    tw = (tw / tw.sum(dim=-1, keepdim=True)).float()
+    w1f = randn(e, 2 * n, k, scale=k**-0.5)
+    w2f = randn(e, k, n, scale=n**-0.5)
+    quant = None
+    if shape.dtype == "fp8_w8a8":
+        w1, s1 = _quantise_weight(w1f, shape.block_shape)
+        w2, s2 = _quantise_weight(w2f, shape.block_shape)
+        quant = QuantArgs("fp8_w8a8", s1, s2, shape.block_shape)
+    else:
+        w1, w2 = w1f.to(act), w2f.to(act)
+    del w1f, w2f
+    return MoEProblem(shape, m, name, x, w1, w2, tw, ids.to(torch.int32), quant)
+
+
+def _prepare(problem: MoEProblem, config: dict[str, Any]) -> dict[str, Any]:
+    """Align, activation quantisation and intermediate buffers for `run_gemms` (cached per
+    BLOCK_SIZE_M, since that is all the alignment depends on)."""
+    bm = config["BLOCK_SIZE_M"]
+    if bm in problem._prepared:
+        return problem._prepared[bm]
+    p, q = problem, problem.quant
+    align = moe_align_block_size(p.topk_ids, bm, p.shape.num_experts)
+    a1, a1_scale = (p.hidden_states, None) if q is None else _quantise_rows(p.hidden_states, q)
+    pairs = p.topk_ids.numel()
+    dt = p.hidden_states.dtype
+    c1 = torch.empty((pairs, p.w1.shape[1]), dtype=dt, device=p.device)
+    _gemm(a1, a1_scale, p.w1, q.w1_scale if q else None, c1, p.topk_weights, align,
+          p.shape.topk, False, config, q)  # fmt: skip
+    c2, c2_scale = _silu_mul(c1, dt, q)
+    c3 = torch.empty((pairs, p.w2.shape[1]), dtype=dt, device=p.device)
+    prep = {"align": align, "a1": a1, "a1_scale": a1_scale, "c1": c1, "c2": c2,
+            "c2_scale": c2_scale, "c3": c3}  # fmt: skip
+    problem._prepared[bm] = prep
+    return prep
+
+
+def run_gemms(problem: MoEProblem, config: dict[str, Any]) -> torch.Tensor:
+    """Only the two grouped GEMMs (on inputs aligned and quantised beforehand, once per
+    BLOCK_SIZE_M). Returns GEMM 2's (M*topk, K) output, routing weight applied."""
+    check_config(config, problem.quant)
+    prep = _prepare(problem, config)
+    p, q = problem, problem.quant
+    _gemm(prep["a1"], prep["a1_scale"], p.w1, q.w1_scale if q else None, prep["c1"],
+          p.topk_weights, prep["align"], p.shape.topk, False, config, q)  # fmt: skip
+    _gemm(prep["c2"], prep["c2_scale"], p.w2, q.w2_scale if q else None, prep["c3"],
+          p.topk_weights, prep["align"], 1, True, config, q)  # fmt: skip
+    return prep["c3"]
+
+
+def run_fused(problem: MoEProblem, config: dict[str, Any]) -> torch.Tensor:
+    """The whole fused call on the problem's inputs; returns (M, K)."""
+    p = problem
+    return fused_moe(p.hidden_states, p.w1, p.w2, p.topk_weights, p.topk_ids, config, quant=p.quant)

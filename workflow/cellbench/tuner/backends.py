@@ -1,0 +1,200 @@
+"""Kernels the tuner can time: the builtin Triton fused-MoE kernel, or vLLM's.
+
+In-container module: stdlib + torch + triton; vLLM is imported only by `VllmBackend`.
+
+A backend builds problems (inputs at a batch size) and gives closures that run the fused call
+with a given launch config. All problems of one backend share one set of weights (made once
+by the kernel helper's `make_problem`); each problem draws its own activations and routing,
+so the rotating input sets of a timed graph touch different experts, as real batches do.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["BackendError", "BuiltinBackend", "VllmBackend", "make_backend", "BACKENDS"]
+
+BACKENDS = ("builtin", "vllm")
+
+
+class BackendError(RuntimeError):
+    """A backend cannot run here (e.g. vLLM not installed)."""
+
+
+def _routing(m: int, e: int, topk: int, device: Any, seed: int):
+    """Activations-independent routing as a router gives it: softmax top-k, renormalised."""
+    import torch
+
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    logits = torch.randn(m, e, generator=gen).to(device)
+    probs = torch.softmax(logits.float(), dim=-1)
+    tw, ids = torch.topk(probs, topk, dim=-1)
+    return (tw / tw.sum(dim=-1, keepdim=True)).float(), ids.to(torch.int32)
+
+
+class BuiltinBackend:
+    """The project's Triton kernel (cellbench.kernels), vLLM semantics and config keys."""
+
+    name = "builtin"
+
+    def __init__(self, shape: Any, act_dtype: str, device: Any, seed: int = 0):
+        import torch
+
+        from .. import kernels  # sets TRITON_INTERPRET=1 first when there is no GPU
+        from ..kernels import reference
+
+        self._k = kernels
+        self._ref = reference
+        self.shape = shape
+        self.act_dtype = act_dtype
+        self.device = torch.device(device)
+        self.base = kernels.make_problem(shape, 1, act_dtype, self.device, seed=seed)
+        self.error_bound = float(reference.error_bound(self._bound_dtype()))
+
+    def _bound_dtype(self) -> str:
+        return self.shape.dtype or self.act_dtype
+
+    def make_problem(self, m: int, seed: int) -> Any:
+        """Inputs at batch size m: fresh activations and routing, the shared weights."""
+        import torch
+
+        gen = torch.Generator(device="cpu").manual_seed(seed + 7919)
+        x = torch.randn(m, self.shape.hidden_size, generator=gen)
+        x = x.to(self.base.hidden_states.dtype).to(self.device)
+        tw, ids = _routing(m, self.shape.num_experts, self.shape.topk, self.device, seed)
+        return dataclasses.replace(
+            self.base, m=m, hidden_states=x, topk_weights=tw, topk_ids=ids, _prepared={}
+        )
+
+    def call(self, problem: Any, config: dict[str, int]) -> Callable[[], Any]:
+        """Closure running the whole fused call (what vLLM's tuner times)."""
+        run = self._k.run_fused
+        return lambda: run(problem, config)
+
+    def output(self, problem: Any, config: dict[str, int]) -> Any:
+        return self._k.run_fused(problem, config)
+
+    def gemms_call(self, problem: Any, config: dict[str, int]) -> Callable[[], Any]:
+        """Closure running only the two grouped GEMMs (inputs aligned beforehand)."""
+        run = self._k.run_gemms
+        run(problem, config)  # align/quantise once outside any timed region
+        return lambda: run(problem, config)
+
+    def gemm_calls(self, problem: Any, config: dict[str, int]):
+        """(GEMM 1, GEMM 2) closures, each alone; None when the kernel module lacks the hooks.
+
+        Uses the kernel module's internal `_prepare`/`_gemm` (guarded: they may change).
+        """
+        fm = getattr(self._k, "fused_moe", None)
+        mod = inspect.getmodule(self._k.run_gemms)
+        prep_fn = getattr(mod, "_prepare", None)
+        gemm = getattr(mod, "_gemm", None)
+        if fm is None or prep_fn is None or gemm is None:
+            return None
+        try:
+            prep = prep_fn(problem, config)
+        except Exception:  # noqa: BLE001 - internal API changed: no per-GEMM times
+            return None
+        p, q = problem, problem.quant
+
+        def g1() -> None:
+            gemm(prep["a1"], prep["a1_scale"], p.w1, q.w1_scale if q else None, prep["c1"],
+                 p.topk_weights, prep["align"], p.shape.topk, False, config, q)  # fmt: skip
+
+        def g2() -> None:
+            gemm(prep["c2"], prep["c2_scale"], p.w2, q.w2_scale if q else None, prep["c3"],
+                 p.topk_weights, prep["align"], 1, True, config, q)  # fmt: skip
+
+        return g1, g2
+
+    def reference(self, problem: Any) -> Any:
+        return self._ref.torch_moe_reference(problem)
+
+    @staticmethod
+    def experts_touched(problem: Any) -> int:
+        return int(problem.topk_ids.unique().numel())
+
+
+class VllmBackend(BuiltinBackend):
+    """vLLM's own fused-MoE Triton kernel (`fused_experts`), configs set by `override_config`.
+
+    Weights, scales and inputs come from the builtin problem (the same layouts vLLM uses:
+    w1 (E, 2N, K), w2 (E, K, N), block scales (E, 2N/bn, K/bk) and (E, K/bn, N/bk)).
+    """
+
+    name = "vllm"
+
+    def __init__(self, shape: Any, act_dtype: str, device: Any, seed: int = 0):
+        try:
+            import vllm  # noqa: F401
+            from vllm.model_executor.layers import fused_moe as vfm
+        except Exception as e:  # noqa: BLE001 - ImportError or a broken install
+            raise BackendError(
+                "--backend vllm needs vLLM installed where the tuner runs "
+                f"(import failed: {type(e).__name__}: {e}); use --backend builtin"
+            ) from e
+        override = getattr(vfm, "override_config", None)
+        fused_experts = getattr(vfm, "fused_experts", None)
+        if override is None or fused_experts is None:
+            raise BackendError(
+                "this vLLM has no fused_moe.override_config/fused_experts; use --backend builtin"
+            )
+        super().__init__(shape, act_dtype, device, seed)
+        self._override = override
+        self._fused_experts = fused_experts
+        self._quant_kwargs = self._make_quant_kwargs()
+
+    def _make_quant_kwargs(self) -> dict[str, Any]:
+        q = self.base.quant
+        if q is None:
+            return {}
+        params = inspect.signature(self._fused_experts).parameters
+        block = list(q.block_shape) if q.block_shape else None
+        if "quant_config" in params:  # vLLM >= 0.11: one FusedMoEQuantConfig
+            from vllm.model_executor.layers.fused_moe.config import fp8_w8a8_moe_quant_config
+
+            qc = fp8_w8a8_moe_quant_config(
+                w1_scale=q.w1_scale, w2_scale=q.w2_scale, block_shape=block
+            )
+            return {"quant_config": qc}
+        return {  # older keyword API
+            "use_fp8_w8a8": True,
+            "w1_scale": q.w1_scale,
+            "w2_scale": q.w2_scale,
+            "block_shape": block,
+        }
+
+    def _run(self, problem: Any, config: dict[str, int]) -> Any:
+        with self._override(dict(config)):
+            return self._fused_experts(
+                problem.hidden_states,
+                problem.w1,
+                problem.w2,
+                problem.topk_weights,
+                problem.topk_ids,
+                **self._quant_kwargs,
+            )
+
+    def call(self, problem: Any, config: dict[str, int]) -> Callable[[], Any]:
+        return lambda: self._run(problem, config)
+
+    def output(self, problem: Any, config: dict[str, int]) -> Any:
+        return self._run(problem, config)
+
+    def gemms_call(self, problem: Any, config: dict[str, int]) -> Callable[[], Any]:
+        return self.call(problem, config)  # vLLM exposes no GEMM-only entry point
+
+    def gemm_calls(self, problem: Any, config: dict[str, int]):
+        return None
+
+
+def make_backend(name: str, shape: Any, act_dtype: str, device: Any, seed: int = 0):
+    """Backend by name ('builtin' or 'vllm')."""
+    if name == "builtin":
+        return BuiltinBackend(shape, act_dtype, device, seed)
+    if name == "vllm":
+        return VllmBackend(shape, act_dtype, device, seed)
+    raise BackendError(f"backend={name!r}: expected one of {', '.join(BACKENDS)}")

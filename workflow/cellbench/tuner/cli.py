@@ -1,0 +1,570 @@
+"""`python -m cellbench.tuner` / `cellbench tune`: tune the fused-MoE kernel for one shape.
+
+In-container module: stdlib + torch + triton (+ vllm for --backend vllm).
+
+Outputs in --out DIR: configs/<vLLM file name>.json, tuned_fmoe.csv, tuning_log.jsonl and, last
+(it marks the step complete), summary.json. Bad input exits 2 before any GPU work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import multiprocessing as mp
+import os
+import platform
+import resource
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["main", "parse_batch_sizes", "BATCH_SIZE_TIERS", "UsageError"]
+
+VLLM_DEFAULT = [1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256, 512, 1024, 1536, 2048, 3072, 4096]
+AITER16 = [1 << i for i in range(16)]  # 1 .. 32768
+BATCH_SIZE_TIERS = {"vllm_default": VLLM_DEFAULT, "aiter16": AITER16}
+
+LOG_NAME = "tuning_log.jsonl"
+SUMMARY_NAME = "summary.json"
+CSV_NAME = "tuned_fmoe.csv"
+
+
+class UsageError(ValueError):
+    """Bad command-line input (exit status 2)."""
+
+
+def parse_batch_sizes(text: str) -> list[int]:
+    """'vllm_default', 'aiter16' or a comma list of positive integers -> sorted unique list."""
+    t = text.strip()
+    if t in BATCH_SIZE_TIERS:
+        return list(BATCH_SIZE_TIERS[t])
+    parts = [p.strip() for p in t.split(",") if p.strip()]
+    if not parts:
+        raise UsageError(f"--batch-sizes={text!r} is empty (e.g. 1,16,64, vllm_default, aiter16)")
+    out = []
+    for p in parts:
+        try:
+            v = int(p)
+        except ValueError:
+            raise UsageError(
+                f"--batch-sizes: {p!r} is not an integer (or use vllm_default / aiter16)"
+            ) from None
+        if v <= 0:
+            raise UsageError(f"--batch-sizes: {v} must be a positive batch size")
+        out.append(v)
+    return sorted(set(out))
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="cellbench tune",
+        description="Tune vLLM's fused-MoE Triton configs for one model shape.",
+    )
+    p.add_argument("--model-config", required=True, help="HF config.json or a model folder")
+    p.add_argument("--tp", type=int, default=1, help="tensor parallel size")
+    p.add_argument("--ep", action="store_true", help="expert parallel (EP size = TP)")
+    p.add_argument("--dtype", default="auto", help="fp8_w8a8, none/bf16, or auto (from config)")
+    p.add_argument("--block-shape", default="auto", help="n,k (e.g. 128,128), none, or auto")
+    p.add_argument("--batch-sizes", default="vllm_default", help="1,16,64 | vllm_default | aiter16")
+    p.add_argument("--mode", choices=("default", "exhaustive"), default="default")
+    p.add_argument("--backend", choices=("builtin", "vllm"), default="builtin")
+    p.add_argument("--device-name", help="device name in the config file name (default: detected)")
+    p.add_argument("--max-configs", type=int, help="cap on configs considered per batch size")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--act-dtype",
+        choices=("bf16", "fp16", "fp32"),
+        help="activation/compute dtype (default bf16 on GPU, fp32 under the CPU interpreter)",
+    )
+    p.add_argument("--compile-workers", type=int, help="GPU only: compile processes per GPU")
+    p.add_argument("--out", required=True, help="output folder")
+    return p
+
+
+@dataclass
+class Plan:
+    """Everything validated, before any GPU work."""
+
+    shape: Any
+    batch_sizes: list[int]
+    mode: str
+    backend: str
+    act_dtype: str
+    on_gpu: bool
+    platform: str
+    device_name: str
+    max_configs: int | None
+    seed: int
+    out: Path
+    compile_workers: int
+    argv: list[str]
+
+
+def _validate(args: argparse.Namespace, argv: list[str]) -> Plan:
+    from ..shapes import ShapeError, moe_shape, read_model_config
+
+    if args.tp < 1:
+        raise UsageError(f"--tp={args.tp} must be >= 1")
+    if args.max_configs is not None and args.max_configs < 1:
+        raise UsageError(f"--max-configs={args.max_configs} must be >= 1")
+    batch_sizes = parse_batch_sizes(args.batch_sizes)
+    block = None if args.block_shape.lower() == "none" else args.block_shape
+    dtype = (
+        None
+        if args.dtype.lower() in ("none", "bf16", "fp16", "bfloat16", "float16")
+        else (args.dtype)
+    )
+    try:
+        cfg = read_model_config(args.model_config)
+        shape = moe_shape(cfg, args.tp, args.ep, dtype=dtype if dtype else None, block_shape=block)
+    except ShapeError as e:
+        raise UsageError(str(e)) from e
+    if shape.dtype not in (None, "fp8_w8a8"):
+        raise UsageError(
+            f"dtype={shape.dtype!r} with shape E={shape.num_experts},N={shape.intermediate_size}"
+            f" is not supported by the tuner's kernels (supported: bf16/fp16, fp8_w8a8)"
+        )
+    if shape.block_shape is not None:
+        bn, bk = shape.block_shape
+        n, k = shape.intermediate_size, shape.hidden_size
+        if (2 * n) % bn or k % bk or k % bn or n % bk:
+            raise UsageError(
+                f"--block-shape={bn},{bk} does not divide the weights (2N={2 * n}, K={k}, N={n})"
+            )
+
+    import torch
+
+    on_gpu = torch.cuda.is_available()
+    if not on_gpu:
+        ti = os.environ.get("TRITON_INTERPRET")
+        if ti is not None and ti in ("", "0"):
+            raise UsageError("no GPU and TRITON_INTERPRET=0: the CPU run needs the interpreter")
+        os.environ["TRITON_INTERPRET"] = "1"
+    plat = "cpu" if not on_gpu else ("rocm" if getattr(torch.version, "hip", None) else "cuda")
+    act = args.act_dtype or ("bf16" if on_gpu else "fp32")
+    if not on_gpu and act == "bf16":
+        raise UsageError("--act-dtype bf16 is not supported under the CPU interpreter (fp16/fp32)")
+    if args.device_name:
+        dev_name = args.device_name
+    else:
+        from ..shapes import device_name
+
+        dev_name = device_name()
+    workers = args.compile_workers
+    if workers is None:
+        workers = 0
+        if on_gpu and args.backend == "builtin":
+            ngpu = max(torch.cuda.device_count(), 1)
+            workers = max((os.cpu_count() or 2) // ngpu - 1, 0)
+    return Plan(
+        shape=shape,
+        batch_sizes=batch_sizes,
+        mode=args.mode,
+        backend=args.backend,
+        act_dtype=act,
+        on_gpu=on_gpu,
+        platform=plat,
+        device_name=dev_name,
+        max_configs=args.max_configs,
+        seed=args.seed,
+        out=Path(args.out),
+        compile_workers=workers if on_gpu else 0,
+        argv=argv,
+    )
+
+
+def _options(plan: Plan):
+    from .search import TuneOptions
+
+    if plan.on_gpu:
+        return TuneOptions(
+            mode=plan.mode,
+            max_configs=plan.max_configs,
+            seed=plan.seed,
+            on_gpu=True,
+            compile_workers=plan.compile_workers,
+        )
+    # interpreter: few repeats, two input sets, the whole tiny space
+    return TuneOptions(
+        mode=plan.mode,
+        max_configs=plan.max_configs,
+        seed=plan.seed,
+        on_gpu=False,
+        rotate=2,
+        repeats=5,
+        halving_repeats=(1, 3),
+        finalists=3,
+        warm_start=3,
+        abandon_factor=3.0,
+    )
+
+
+def _space(plan: Plan):
+    from . import spaces
+
+    if plan.platform == "cpu":
+        return "tiny", spaces.tiny_space()
+    if plan.platform == "rocm":
+        import torch
+
+        arch = getattr(torch.cuda.get_device_properties(0), "gcnArchName", "")
+        fp16 = plan.shape.dtype is None and plan.act_dtype == "fp16"
+        return "rocm", spaces.rocm_space(fp16, arch.startswith("gfx9"), plan.shape.block_shape)
+    return "cuda", spaces.cuda_space(plan.shape.block_shape)
+
+
+def _operand_bytes(plan: Plan) -> int:
+    if plan.shape.dtype == "fp8_w8a8":
+        return 1
+    return 4 if plan.act_dtype == "fp32" else 2
+
+
+def _measure_entry(backend: Any, plan: Plan, entry: Any, problems: list[Any], ceil: Any):
+    """Per-GEMM and fused times of the chosen config, and its roofline fractions."""
+    from . import roofline
+    from .timing import time_calls
+
+    cfg = entry.config
+    reps = 20 if plan.on_gpu else 3
+    out: dict[str, Any] = {}
+    g = None
+    try:
+        g = [backend.gemm_calls(p, cfg) for p in problems]
+    except Exception:  # noqa: BLE001
+        g = None
+    if g and all(x is not None for x in g):
+        t1 = time_calls([x[0] for x in g], on_gpu=plan.on_gpu, repeats=reps)
+        t2 = time_calls([x[1] for x in g], on_gpu=plan.on_gpu, repeats=reps)
+        out["gemm1_us"], out["gemm2_us"] = t1.median_us, t2.median_us
+    else:
+        out["gemm1_us"] = out["gemm2_us"] = None
+    tg = time_calls(
+        [backend.gemms_call(p, cfg) for p in problems], on_gpu=plan.on_gpu, repeats=reps
+    )
+    out["gemms_us"] = tg.median_us
+    s = plan.shape
+    touched = max(backend.experts_touched(p) for p in problems)
+    wb = 1 if s.dtype == "fp8_w8a8" else (4 if plan.act_dtype == "fp32" else 2)
+    ob = 4 if plan.act_dtype == "fp32" else 2
+    kw = dict(
+        m=entry.m,
+        n=s.intermediate_size,
+        k=s.hidden_size,
+        topk=s.topk,
+        experts_touched=touched,
+        weight_bytes=wb,
+        act_bytes=wb,
+        out_bytes=ob,
+        block_shape=s.block_shape,
+    )
+    w1, w2 = roofline.gemm_works(**kw)
+    wf = roofline.fused_work(**kw)
+    out["experts_touched"] = touched
+    out["roofline"] = {
+        "fused": roofline.fractions(wf, entry.time_us, ceil),
+        "gemm1": roofline.fractions(w1, out["gemm1_us"], ceil) if out["gemm1_us"] else None,
+        "gemm2": roofline.fractions(w2, out["gemm2_us"], ceil) if out["gemm2_us"] else None,
+    }
+    return out
+
+
+def _run_device(plan: Plan, batch_sizes: list[int], device_index: int) -> dict[str, Any]:
+    """Tune `batch_sizes` on one device (GPU index or CPU); returns JSON-ready results."""
+    import torch
+
+    from . import roofline, spaces
+    from .artifacts import TuningLog
+    from .backends import make_backend
+    from .search import Tuner
+
+    t_wall = time.perf_counter()
+    c_self = time.process_time()
+    if plan.on_gpu:
+        torch.cuda.set_device(device_index)
+        device = torch.device("cuda", device_index)
+    else:
+        device = torch.device("cpu")
+        torch.set_num_threads(max(os.cpu_count() or 1, 1))
+    backend = make_backend(plan.backend, plan.shape, plan.act_dtype, device, seed=plan.seed)
+    space_name, space = _space(plan)
+    limits = spaces.HardwareLimits.detect()
+    opts = _options(plan)
+    log = TuningLog(plan.out / LOG_NAME)
+    pool = None
+    if plan.on_gpu and opts.compile_workers > 0:
+        from .compilepool import CompilePool
+
+        pool = CompilePool(
+            opts.compile_workers, plan.backend, plan.shape.to_dict(), plan.act_dtype, device_index
+        )
+    ceil = roofline.measure_ceilings(device) if plan.on_gpu else roofline.Ceilings(None, None)
+    if plan.on_gpu and plan.shape.dtype == "fp8_w8a8":
+        fp8 = roofline.measure_ceilings(device, backend.base.w1.dtype)
+        ceil = roofline.Ceilings(ceil.copy_bytes_per_s, fp8.matmul_flops_per_s, fp8.matmul_dtype,
+                                 fp8.note)  # fmt: skip
+    tuner = Tuner(
+        backend,
+        space,
+        n=plan.shape.intermediate_size,
+        k=plan.shape.hidden_size,
+        operand_bytes=_operand_bytes(plan),
+        limits=limits,
+        options=opts,
+        log=log,
+        compile_pool=pool,
+    )
+    try:
+        entries = tuner.tune(batch_sizes)
+        details = {}
+        for m, e in entries.items():
+            problems = [backend.make_problem(m, plan.seed * 1000 + i) for i in range(opts.rotate)]
+            details[m] = {**e.to_dict(), **_measure_entry(backend, plan, e, problems, ceil)}
+    finally:
+        if pool is not None:
+            pool.close()
+    stats = tuner.stats
+    if pool is not None:
+        stats.compile_cpu_s = pool.cpu_s
+    stats.cpu_s = time.process_time() - c_self + stats.compile_cpu_s
+    return {
+        "entries": {str(m): d for m, d in details.items()},
+        "stats": stats.to_dict(),
+        "wall_s": time.perf_counter() - t_wall,
+        "space": {"name": space_name, "size": len(space)},
+        "limits": limits.__dict__,
+        "ceilings": ceil.to_dict(),
+        "timing": {
+            "method": next(iter(entries.values())).method if entries else None,
+            "graph_calls": opts.graph_calls if plan.on_gpu else 1,
+            "repeats_final": opts.repeats,
+            "input_sets_rotated": opts.rotate,
+        },
+        "resumed_log_records": log.resumed,
+        "device_index": device_index,
+    }
+
+
+def _device_worker(plan: Plan, ms: list[int], idx: int, result_path: str) -> None:
+    from .artifacts import atomic_write_json
+
+    res = _run_device(plan, ms, idx)
+    atomic_write_json(result_path, res)
+
+
+def _split(ms: list[int], parts: int) -> list[list[int]]:
+    """Contiguous chunks (warm starts stay within a chunk), balanced by count."""
+    parts = max(1, min(parts, len(ms)))
+    size = math.ceil(len(ms) / parts)
+    return [ms[i : i + size] for i in range(0, len(ms), size)]
+
+
+def _run_all(plan: Plan) -> dict[str, Any]:
+    import torch
+
+    ngpu = torch.cuda.device_count() if plan.on_gpu else 0
+    if ngpu <= 1 or len(plan.batch_sizes) == 1:
+        return _run_device(plan, plan.batch_sizes, 0)
+    chunks = _split(plan.batch_sizes, ngpu)
+    ctx = mp.get_context("spawn")
+    procs = []
+    for i, ms in enumerate(chunks):
+        path = plan.out / f".device{i}.result.json"
+        path.unlink(missing_ok=True)
+        p = ctx.Process(target=_device_worker, args=(plan, ms, i, str(path)))
+        p.start()
+        procs.append((p, path))
+    merged: dict[str, Any] = {"entries": {}, "stats": {}, "per_device": []}
+    for p, path in procs:
+        p.join()
+        if p.exitcode != 0 or not path.exists():
+            raise RuntimeError(f"tuning on GPU {procs.index((p, path))} failed (exit {p.exitcode})")
+        r = json.loads(path.read_text())
+        path.unlink()
+        merged["entries"].update(r["entries"])
+        for k, v in r["stats"].items():
+            merged["stats"][k] = merged["stats"].get(k, 0) + v
+        merged["per_device"].append({"device_index": r["device_index"], "wall_s": r["wall_s"]})
+        for k in ("space", "limits", "ceilings", "timing"):
+            merged.setdefault(k, r[k])
+        merged["resumed_log_records"] = r["resumed_log_records"]
+    return merged
+
+
+def _csv_rows(plan: Plan, entries: dict[str, Any], cu_num: int | None) -> list[dict[str, Any]]:
+    s = plan.shape
+    act = {"bf16": "torch.bfloat16", "fp16": "torch.float16", "fp32": "torch.float32"}
+    a = act[plan.act_dtype]
+    q = "torch.float8_e4m3fn" if s.dtype == "fp8_w8a8" else a
+    if s.dtype == "fp8_w8a8":
+        qt = (
+            f"QuantType.per_{s.block_shape[0]}x{s.block_shape[1]}"
+            if s.block_shape
+            else ("QuantType.per_Tensor")
+        )
+    else:
+        qt = "QuantType.No"
+    rows = []
+    for m in sorted(entries, key=int):
+        e = entries[m]
+        name = e["config_name"]
+        fused = e["roofline"]["fused"]
+        err = e.get("error_vs_reference")
+        rows.append(
+            {
+                "cu_num": cu_num,
+                "token": int(m),
+                "model_dim": s.hidden_size,
+                "inter_dim": s.intermediate_size,
+                "expert": s.num_experts,
+                "topk": s.topk,
+                "act_type": "ActivationType.Silu",
+                "dtype": a,
+                "q_dtype_a": q,
+                "q_dtype_w": q,
+                "q_type": qt,
+                "use_g1u1": 1,
+                "doweight_stage1": 0,
+                "block_m": e["config"]["BLOCK_SIZE_M"],
+                "ksplit": 0,
+                "us1": _r(e.get("gemm1_us")),
+                "kernelName1": f"cellbench_{plan.backend}_triton_gemm1_{name}",
+                "err1": _r(err, 6),
+                "us2": _r(e.get("gemm2_us")),
+                "kernelName2": f"cellbench_{plan.backend}_triton_gemm2_{name}",
+                "err2": _r(err, 6),
+                "us": _r(e["time_us"]),
+                "run_1stage": 0,
+                "tflops": _r(fused["achieved_flops_per_s"] / 1e12, 4),
+                "bw": _r(fused["achieved_bytes_per_s"] / 1e9, 2),
+                "_tag": "interpreter" if not plan.on_gpu else "",
+            }
+        )
+    return rows
+
+
+def _r(v: float | None, nd: int = 3) -> float | None:
+    """Round to nd decimals, keeping at least 4 significant digits for small values."""
+    if v is None:
+        return None
+    v = float(v)
+    return round(v, nd) if abs(v) >= 10 ** (3 - nd) or v == 0 else float(f"{v:.4g}")
+
+
+def _human(summary: dict[str, Any]) -> str:
+    lines = [
+        f"cellbench tune: {summary['config_file']} ({summary['backend']}, {summary['mode']} mode"
+        f"{', INTERPRETER timings' if summary['interpreter'] else ''})",
+        f"{'M':>6} {'time_us':>10} {'gemm1':>9} {'gemm2':>9} {'roofline':>8}  config",
+    ]
+    for m, e in sorted(summary["entries"].items(), key=lambda kv: int(kv[0])):
+        rf = e["roofline"]["fused"]["roofline_fraction"]
+        g1, g2 = e.get("gemm1_us"), e.get("gemm2_us")
+        lines.append(
+            f"{m:>6} {e['time_us']:>10.2f} {g1 if g1 is None else round(g1, 2)!s:>9} "
+            f"{g2 if g2 is None else round(g2, 2)!s:>9} "
+            f"{'n/a' if rf is None else f'{rf:.2f}':>8}  {e['config_name']}"
+        )
+    st = summary["counts"]
+    sec = summary["seconds"]
+    lines.append(
+        f"candidates: {st['timed']} timed, {st['reused']} reused from log, {st['pruned']} pruned, "
+        f"{st['failed']} failed; seconds: wall {sec['wall']:.1f}, cpu {sec['cpu']:.1f}, "
+        f"gpu {sec['gpu']:.1f}"
+    )
+    return "\n".join(lines)
+
+
+def run(plan: Plan) -> dict[str, Any]:
+    """Tune per the plan and write all artifacts (summary.json last); returns the summary."""
+    import torch
+    import triton
+
+    from .artifacts import atomic_write_json, write_tuned_csv, write_vllm_config
+
+    t0 = time.perf_counter()
+    plan.out.mkdir(parents=True, exist_ok=True)
+    (plan.out / SUMMARY_NAME).unlink(missing_ok=True)  # a rerun is not complete until it ends
+    res = _run_all(plan)
+    entries = res["entries"]
+    config_file = plan.shape.config_file_name(plan.device_name)
+    write_vllm_config(
+        plan.out / "configs",
+        config_file,
+        {int(m): e["config"] for m, e in entries.items()},
+        triton.__version__,
+        plan.platform == "rocm",
+    )
+    cu = None
+    if plan.on_gpu:
+        cu = torch.cuda.get_device_properties(0).multi_processor_count
+    write_tuned_csv(plan.out / CSV_NAME, _csv_rows(plan, entries, cu))
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    st = res["stats"]
+    child_cpu = ru.ru_utime + ru.ru_stime
+    summary = {
+        "shape": plan.shape.to_dict(),
+        "device_name": plan.device_name,
+        "config_file": config_file,
+        "backend": plan.backend,
+        "mode": plan.mode,
+        "dtype": plan.shape.dtype or plan.act_dtype,
+        "compute_dtype": plan.act_dtype,
+        "interpreter": not plan.on_gpu,
+        "platform": plan.platform,
+        "triton_version": triton.__version__,
+        "torch_version": torch.__version__,
+        "python_version": platform.python_version(),
+        "batch_sizes": plan.batch_sizes,
+        "entries": entries,
+        "counts": {k: st.get(k, 0) for k in ("timed", "reused", "pruned", "failed")},
+        "seconds": {
+            "wall": time.perf_counter() - t0,
+            "cpu": st.get("cpu_s", 0.0) + (child_cpu if len(res.get("per_device", [])) else 0.0),
+            "gpu": st.get("gpu_s", 0.0),
+            "compile_cpu": st.get("compile_cpu_s", 0.0),
+        },
+        "space": res["space"],
+        "hardware_limits": res["limits"],
+        "ceilings": res["ceilings"],
+        "timing": res["timing"],
+        "max_configs": plan.max_configs,
+        "seed": plan.seed,
+        "resumed_log_records": res["resumed_log_records"],
+        "per_device": res.get("per_device"),
+        "argv": plan.argv,
+    }
+    if not plan.on_gpu:
+        summary["timing"]["note"] = (
+            "Triton CPU interpreter wall-clock medians: they rank configs for the interpreter "
+            "only and say nothing about GPU speed"
+        )
+    atomic_write_json(plan.out / SUMMARY_NAME, summary)
+    print(_human(summary), flush=True)
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns 0 on success, 2 on bad input, 1 when tuning failed."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = _parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:
+        return int(e.code or 0)
+    try:
+        plan = _validate(args, argv)
+    except UsageError as e:
+        print(f"cellbench tune: error: {e}", file=sys.stderr)
+        return 2
+    try:
+        run(plan)
+    except Exception as e:  # noqa: BLE001 - report and fail the step; the log stays for resume
+        print(f"cellbench tune: failed: {type(e).__name__}: {e}", file=sys.stderr)
+        import traceback
+
+        traceback.print_exc()
+        return 1
+    return 0

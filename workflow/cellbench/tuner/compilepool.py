@@ -1,0 +1,114 @@
+"""Compile candidate configs in worker processes while the main process times on the GPU.
+
+In-container module: stdlib + torch (+ triton through the backend).
+
+Each worker builds the same backend on the same GPU and runs a candidate once on a problem
+of the same batch size: Triton compiles it and stores the binary in its on-disk cache, so the
+main process's first launch of that config only loads it. Kernel specialisation depends on
+the shapes and strides, which are the same in the worker, so the cache keys agree. A worker
+that hits a compile error just reports it; the main process meets the same error when it
+times the config and logs it as a failure.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import multiprocessing as mp
+import os
+import resource
+import time
+from typing import Any
+
+from .spaces import config_key
+
+__all__ = ["CompilePool"]
+
+_W: dict[str, Any] = {}
+
+
+def _init(backend_name: str, shape_dict: dict[str, Any], act_dtype: str, device_index: int):
+    import torch
+
+    from ..shapes import MoEShape
+    from .backends import make_backend
+
+    torch.cuda.set_device(device_index)
+    shape = MoEShape.from_dict(shape_dict)
+    _W["backend"] = make_backend(backend_name, shape, act_dtype, f"cuda:{device_index}")
+    _W["problems"] = {}
+
+
+def _warm(m: int, cfg: dict[str, int]) -> tuple[bool, str, float]:
+    import torch
+
+    r0 = resource.getrusage(resource.RUSAGE_SELF)
+    be = _W["backend"]
+    probs = _W["problems"]
+    if m not in probs:
+        probs.clear()  # one batch size at a time: keeps memory flat
+        probs[m] = be.make_problem(m, 0)
+    try:
+        be.output(probs[m], cfg)
+        torch.cuda.synchronize()
+        ok, msg = True, ""
+    except Exception as e:  # noqa: BLE001 - reported; the main process logs the failure
+        ok, msg = False, f"{type(e).__name__}: {str(e)[:200]}"
+    r1 = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+    return ok, msg, cpu
+
+
+class CompilePool:
+    """A pool of `workers` processes warming configs up for one backend on one GPU."""
+
+    def __init__(
+        self,
+        workers: int,
+        backend_name: str,
+        shape_dict: dict[str, Any],
+        act_dtype: str,
+        device_index: int,
+    ):
+        if workers < 1:
+            raise ValueError(f"workers={workers} must be >= 1")
+        ctx = mp.get_context("spawn")  # CUDA cannot be forked
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        self._ex = cf.ProcessPoolExecutor(
+            max_workers=workers,
+            mp_context=ctx,
+            initializer=_init,
+            initargs=(backend_name, shape_dict, act_dtype, device_index),
+        )
+        self._futures: dict[tuple[int, str], cf.Future] = {}
+        self.cpu_s = 0.0
+        self.wait_s = 0.0
+        self.compiled = 0
+
+    def prefetch(self, m: int, configs: list[dict[str, int]]) -> None:
+        """Queue warm-ups for `configs` at batch size m (configs already queued are skipped)."""
+        for cfg in configs:
+            k = (m, config_key(cfg))
+            if k not in self._futures:
+                self._futures[k] = self._ex.submit(_warm, m, cfg)
+
+    def wait(self, m: int, cfg: dict[str, int]) -> None:
+        """Block until cfg's warm-up at m is done (queues it first if needed)."""
+        k = (m, config_key(cfg))
+        if k not in self._futures:
+            self.prefetch(m, [cfg])
+        fut = self._futures[k]
+        t0 = time.perf_counter()
+        try:
+            _, _, cpu = fut.result()
+            if not getattr(fut, "_counted", False):
+                self.cpu_s += cpu
+                self.compiled += 1
+                fut._counted = True  # type: ignore[attr-defined]
+        except Exception:  # noqa: BLE001 - a dead worker: the main process compiles itself
+            pass
+        self.wait_s += time.perf_counter() - t0
+
+    def close(self) -> None:
+        for f in self._futures.values():
+            f.cancel()
+        self._ex.shutdown(wait=True, cancel_futures=True)

@@ -1,0 +1,430 @@
+"""Config search for one shape over a list of batch sizes.
+
+In-container module: stdlib + torch (+ triton through the backend).
+
+Modes:
+- exhaustive: every config of the space that survives pruning is timed (configs whose first
+  graph replay is far slower than the best so far stop there: their single sample is kept).
+- default: far fewer timings. A fixed random subset of the pruned space (the same order at
+  every batch size, so compiled kernels are reused), led by the finalists of the previous
+  batch size (warm start), goes through successive halving with more repeats each round; the
+  last few are re-timed side by side and picked by median, where differences inside the
+  measured spread count as ties and the cheaper (less shared memory), earlier config wins.
+
+Every candidate, including pruned ones and failures, goes to the tuning log; a killed run
+reads the log back and does not re-time what it already timed.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import spaces
+from .artifacts import TuningLog
+from .timing import Timing, time_calls, time_side_by_side
+
+__all__ = ["TuneOptions", "Entry", "Stats", "Tuner"]
+
+
+@dataclass
+class TuneOptions:
+    """Knobs of a tuning run (defaults suit a GPU; the CLI shrinks them on CPU)."""
+
+    mode: str = "default"
+    max_configs: int | None = None  # cap on configs considered per batch size
+    seed: int = 0
+    on_gpu: bool = True
+    rotate: int = 4  # input sets the timed graph rotates over
+    graph_calls: int = 10
+    repeats: int = 20  # exhaustive and final side-by-side repeats
+    halving_repeats: tuple[int, ...] = (3, 7, 15)
+    eta: int = 3  # successive halving keeps 1/eta each round
+    finalists: int = 4
+    default_budget: int = 300  # random subset size in default mode (GPU)
+    warm_start: int = 4  # finalists of the previous batch size to seed the next
+    abandon_factor: float = 1.5  # stop timing a config whose first replay is this much slower
+    check_correctness: bool = True
+    compile_workers: int = 0  # >0: warm up (compile) candidates in worker processes
+
+
+@dataclass
+class Entry:
+    """The chosen config for one batch size and what was measured about it."""
+
+    m: int
+    config: dict[str, int]
+    time_us: float
+    spread: float
+    samples_us: list[float]
+    method: str
+    candidates: int
+    ties: list[str] = field(default_factory=list)
+    error: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "config": self.config,
+            "config_name": spaces.describe(self.config),
+            "time_us": self.time_us,
+            "spread": self.spread,
+            "samples_us": self.samples_us,
+            "timing_method": self.method,
+            "candidates_considered": self.candidates,
+            "tied_with": self.ties,
+            "error_vs_reference": self.error,
+        }
+
+
+@dataclass
+class Stats:
+    """Counts and seconds spent (CPU seconds include compile workers)."""
+
+    timed: int = 0
+    reused: int = 0
+    pruned: int = 0
+    failed: int = 0
+    gpu_s: float = 0.0
+    cpu_s: float = 0.0
+    compile_cpu_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+class BackendLike:  # documentation of what `Tuner` needs from a backend (see backends.py)
+    """make_problem(m, seed) -> problem; call(problem, config) -> closure running the fused
+    call; output(problem, config) -> tensor; reference(problem) -> tensor; error_bound: float."""
+
+
+def rel_error(out: Any, ref: Any) -> float:
+    """||out - ref|| / ||ref|| in float64 (nan/inf -> inf)."""
+    import torch
+
+    o = out.detach().to(torch.float64)
+    r = ref.detach().to(torch.float64)
+    if not torch.isfinite(o).all():
+        return math.inf
+    den = float(torch.linalg.vector_norm(r))
+    num = float(torch.linalg.vector_norm(o - r))
+    return num / den if den > 0 else num
+
+
+class Tuner:
+    """Tunes one shape on one device.
+
+    backend: see backends.py (builtin or vllm).
+    space: candidate configs (spaces.cuda_space() etc.).
+    n, k: per-rank intermediate size and hidden size (for pruning); operand_bytes: 2 or 1.
+    """
+
+    def __init__(
+        self,
+        backend: Any,
+        space: Sequence[dict[str, int]],
+        *,
+        n: int,
+        k: int,
+        operand_bytes: int,
+        limits: spaces.HardwareLimits,
+        options: TuneOptions,
+        log: TuningLog,
+        compile_pool: Any = None,
+        progress: Callable[[str], None] | None = None,
+    ):
+        self.backend = backend
+        self.space = list(space)
+        self.n, self.k, self.operand_bytes = n, k, operand_bytes
+        self.limits = limits
+        self.opt = options
+        self.log = log
+        self.pool = compile_pool
+        self.progress = progress or (lambda s: print(s, file=sys.stderr, flush=True))
+        self.stats = Stats()
+        self.failed: set[str] = set(log.failed_keys())
+        self.first_m: int | None = None
+        rng = random.Random(options.seed)
+        self.order = list(range(len(self.space)))
+        rng.shuffle(self.order)  # one random order for all batch sizes
+        self.finalists_prev: list[str] = []
+
+    # -- one candidate ----------------------------------------------------------------------
+    def _check(self, m: int, cfg: dict[str, int], key: str, problems: list[Any], ref: Any):
+        """Correctness against the reference at the first batch size; False = failed."""
+        prev = self.log.lookup(m, key, "check")
+        if prev is not None:
+            return prev["status"] == "checked", prev.get("error")
+        t0 = time.perf_counter()
+        try:
+            out = self.backend.output(problems[0], cfg)
+            err = rel_error(out, ref)
+        except Exception as e:  # noqa: BLE001 - any compile/launch failure disqualifies
+            self._fail(m, cfg, key, "check", f"{type(e).__name__}: {e}")
+            return False, None
+        finally:
+            self.stats.gpu_s += time.perf_counter() - t0 if self.opt.on_gpu else 0.0
+        bound = self.backend.error_bound
+        ok = err <= bound
+        rec = {
+            "m": m,
+            "key": key,
+            "config": cfg,
+            "stage": "check",
+            "status": "checked" if ok else "failed",
+            "error": err if math.isfinite(err) else None,
+            "bound": bound,
+        }
+        if not ok:
+            rec["reason"] = f"error {err:.3g} > bound {bound:.3g} vs torch reference"
+            self.failed.add(key)
+            self.stats.failed += 1
+        self.log.append(rec)
+        return ok, err
+
+    def _fail(self, m: int, cfg: dict[str, int], key: str, stage: str, why: str) -> None:
+        self.failed.add(key)
+        self.stats.failed += 1
+        self.log.append(
+            {"m": m, "key": key, "config": cfg, "stage": stage, "status": "failed", "reason": why}
+        )
+
+    def _time(
+        self,
+        m: int,
+        cfg: dict[str, int],
+        key: str,
+        stage: str,
+        problems: list[Any],
+        repeats: int,
+        abandon_above_us: float | None,
+    ) -> Timing | None:
+        prev = self.log.lookup(m, key, stage)
+        if prev is not None:
+            self.stats.reused += 1
+            if prev["status"] != "timed":
+                return None
+            return Timing(
+                prev["time_us"],
+                prev.get("samples_us", []),
+                prev.get("method", ""),
+                prev.get("abandoned", False),
+                0.0,
+            )
+        if self.pool is not None:
+            self.pool.wait(m, cfg)
+        calls = [self.backend.call(p, cfg) for p in problems]
+        try:
+            t = time_calls(
+                calls,
+                on_gpu=self.opt.on_gpu,
+                graph_calls=self.opt.graph_calls,
+                repeats=repeats,
+                abandon_above_us=abandon_above_us,
+            )
+        except Exception as e:  # noqa: BLE001 - compile errors, out of resources, ...
+            self._fail(m, cfg, key, stage, f"{type(e).__name__}: {str(e)[:300]}")
+            return None
+        self.stats.timed += 1
+        self.stats.gpu_s += t.wall_s if self.opt.on_gpu else 0.0
+        self.log.append(
+            {
+                "m": m,
+                "key": key,
+                "config": cfg,
+                "stage": stage,
+                "status": "timed",
+                "time_us": t.median_us,
+                "spread": t.spread,
+                "samples_us": [round(s, 4) for s in t.samples_us],
+                "method": t.method,
+                "abandoned": t.abandoned,
+            }
+        )
+        return t
+
+    # -- one batch size ---------------------------------------------------------------------
+    def _candidates(self, m: int) -> list[tuple[str, dict[str, int]]]:
+        kept: list[tuple[str, dict[str, int]]] = []
+        for idx in self.order:
+            cfg = self.space[idx]
+            key = spaces.config_key(cfg)
+            why = spaces.prune_reason(
+                cfg, m=m, n=self.n, k=self.k, operand_bytes=self.operand_bytes, limits=self.limits
+            )
+            if why is not None:
+                self.stats.pruned += 1
+                self.log.append(
+                    {
+                        "m": m,
+                        "key": key,
+                        "config": cfg,
+                        "stage": "prune",
+                        "status": "pruned",
+                        "reason": why,
+                    }
+                )
+            elif key not in self.failed:
+                kept.append((key, cfg))
+        return kept
+
+    def _screen(
+        self,
+        m: int,
+        cands: list[tuple[str, dict[str, int]]],
+        problems: list[Any],
+        ref: Any,
+        stage: str,
+        repeats: int,
+        abandon: bool,
+    ) -> list[tuple[float, int, str, dict[str, int], Timing]]:
+        """Check (at the first batch size) and time `cands`; returns sorted (time, order, ...)."""
+        if self.pool is not None:
+            self.pool.prefetch(m, [c for _, c in cands])
+        results = []
+        best = math.inf
+        for i, (key, cfg) in enumerate(cands):
+            if key in self.failed:
+                continue
+            if m == self.first_m and self.opt.check_correctness:
+                ok, _ = self._check(m, cfg, key, problems, ref)
+                if not ok:
+                    continue
+            limit = best * self.opt.abandon_factor if abandon and math.isfinite(best) else None
+            t = self._time(m, cfg, key, stage, problems, repeats, limit)
+            if t is None:
+                continue
+            best = min(best, t.median_us)
+            results.append((t.median_us, i, key, cfg, t))
+        results.sort(key=lambda r: (r[0], r[1]))
+        return results
+
+    def _final(
+        self, m: int, finalists: list[tuple[str, dict[str, int]]], problems: list[Any]
+    ) -> list[tuple[str, dict[str, int], Timing]]:
+        """Side-by-side re-timing of the finalists (reused from the log when all are there)."""
+        prev = [self.log.lookup(m, key, "final") for key, _ in finalists]
+        if all(p is not None and p["status"] == "timed" for p in prev):
+            self.stats.reused += len(prev)
+            return [
+                (key, cfg, Timing(p["time_us"], p["samples_us"], p.get("method", "")))
+                for (key, cfg), p in zip(finalists, prev, strict=True)
+            ]
+        call_sets = [[self.backend.call(p, cfg) for p in problems] for _, cfg in finalists]
+        timings = time_side_by_side(
+            call_sets,
+            on_gpu=self.opt.on_gpu,
+            graph_calls=self.opt.graph_calls,
+            repeats=self.opt.repeats,
+        )
+        out = []
+        for (key, cfg), t in zip(finalists, timings, strict=True):
+            self.stats.timed += 1
+            self.stats.gpu_s += t.wall_s if self.opt.on_gpu else 0.0
+            self.log.append(
+                {
+                    "m": m,
+                    "key": key,
+                    "config": cfg,
+                    "stage": "final",
+                    "status": "timed",
+                    "time_us": t.median_us,
+                    "spread": t.spread,
+                    "samples_us": [round(s, 4) for s in t.samples_us],
+                    "method": t.method,
+                    "abandoned": False,
+                }
+            )
+            out.append((key, cfg, t))
+        return out
+
+    def _pick(self, m: int, final: list[tuple[str, dict[str, int], Timing]], n_cands: int) -> Entry:
+        """Lowest median; configs within the measured spread of it tie and the cheaper wins."""
+        best_t = min(t.median_us for _, _, t in final)
+        noise = max(max((t.spread for _, _, t in final), default=0.0), 0.005)
+        tied = [(i, key, cfg, t) for i, (key, cfg, t) in enumerate(final)]
+        tied = [x for x in tied if x[3].median_us <= best_t * (1 + noise)]
+        # cheaper = less shared memory per block (more blocks resident), then earlier rank
+        tied.sort(key=lambda x: (spaces.smem_lower_bound(x[2], self.operand_bytes), x[0]))
+        _, key, cfg, t = tied[0]
+        return Entry(
+            m,
+            cfg,
+            t.median_us,
+            t.spread,
+            t.samples_us,
+            t.method,
+            n_cands,
+            [spaces.describe(x[2]) for x in tied[1:]],
+        )
+
+    def tune_one(self, m: int) -> Entry:
+        """Tune batch size m; returns the chosen entry (raises if every config failed)."""
+        t0 = time.perf_counter()
+        c0 = (self.stats.timed, self.stats.pruned, self.stats.failed)
+        if self.first_m is None:
+            self.first_m = m
+        problems = [
+            self.backend.make_problem(m, self.opt.seed * 1000 + i) for i in range(self.opt.rotate)
+        ]
+        ref = None
+        if m == self.first_m and self.opt.check_correctness:
+            ref = self.backend.reference(problems[0])
+        cands = self._candidates(m)
+        if self.opt.mode == "exhaustive":
+            if self.opt.max_configs:
+                cands = cands[: self.opt.max_configs]
+            ranked = self._screen(m, cands, problems, ref, "exhaustive", self.opt.repeats, True)
+            if not ranked:
+                raise RuntimeError(f"M={m}: every candidate config failed or was pruned")
+            final = [(r[2], r[3], r[4]) for r in ranked[: self.opt.finalists]]
+            entry = self._pick(m, final, len(cands))
+        else:
+            entry = self._default_search(m, cands, problems, ref)
+        err = None
+        if m == self.first_m and self.opt.check_correctness:
+            rec = self.log.lookup(m, spaces.config_key(entry.config), "check")
+            err = rec.get("error") if rec else None
+        entry.error = err
+        c1 = (self.stats.timed, self.stats.pruned, self.stats.failed)
+        self.progress(
+            f"[tune] M={m}: {c1[0] - c0[0]} timed, {c1[1] - c0[1]} pruned, "
+            f"{c1[2] - c0[2]} failed of {len(cands)} candidates; best {entry.time_us:.2f} us "
+            f"({spaces.describe(entry.config)}); {time.perf_counter() - t0:.1f} s"
+        )
+        return entry
+
+    def _default_search(
+        self, m: int, cands: list[tuple[str, dict[str, int]]], problems: list[Any], ref: Any
+    ) -> Entry:
+        budget = self.opt.max_configs or (self.opt.default_budget if self.opt.on_gpu else 0)
+        by_key = dict(cands)
+        seeds = [(k, by_key[k]) for k in self.finalists_prev[: self.opt.warm_start] if k in by_key]
+        seed_keys = {k for k, _ in seeds}
+        rest = [c for c in cands if c[0] not in seed_keys]
+        pool = seeds + (rest[: max(budget - len(seeds), 0)] if budget else rest)
+        alive = pool
+        for rnd, reps in enumerate(self.opt.halving_repeats):
+            ranked = self._screen(m, alive, problems, ref, f"halving-{rnd}", reps, rnd == 0)
+            if not ranked:
+                raise RuntimeError(f"M={m}: every candidate config failed or was pruned")
+            keep = max(self.opt.finalists, math.ceil(len(ranked) / self.opt.eta))
+            alive = [(r[2], r[3]) for r in ranked[:keep]]
+            if len(alive) <= self.opt.finalists:
+                break
+        finalists = alive[: self.opt.finalists]
+        final = self._final(m, finalists, problems)
+        entry = self._pick(m, final, len(pool))
+        # next batch size starts from these (the pick first)
+        self.finalists_prev = [spaces.config_key(entry.config)] + [
+            k for k, _ in finalists if k != spaces.config_key(entry.config)
+        ]
+        return entry
+
+    def tune(self, batch_sizes: Sequence[int]) -> dict[int, Entry]:
+        """Tune every batch size in increasing order (warm starts go from small to large)."""
+        return {m: self.tune_one(m) for m in sorted(batch_sizes)}

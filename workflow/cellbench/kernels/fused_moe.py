@@ -508,9 +508,12 @@ def _silu_mul(
     return c2, s
 
 
-def _sum_topk(c3: torch.Tensor, m: int, topk: int, out_dtype: torch.dtype) -> torch.Tensor:
+def _sum_topk(
+    c3: torch.Tensor, m: int, topk: int, out_dtype: torch.dtype, out: torch.Tensor | None = None
+) -> torch.Tensor:
     k = c3.shape[1]
-    out = torch.empty((m, k), dtype=out_dtype, device=c3.device)
+    if out is None:
+        out = torch.empty((m, k), dtype=out_dtype, device=c3.device)
     blk = min(1024, triton.next_power_of_2(k))
     _sum_topk_kernel[(m, triton.cdiv(k, blk))](
         c3, out, k, c3.stride(0), out.stride(0),
@@ -528,15 +531,23 @@ def fused_moe(
     config: dict[str, Any],
     *,
     quant: QuantArgs | None = None,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The whole fused-MoE forward: align, GEMM 1, SiLU-and-mul, GEMM 2 (x routing weight),
-    sum over top-k. Returns (M, K) in hidden_states' dtype.
+    sum over top-k. Returns (M, K) in hidden_states' dtype (written into `out` if given).
 
     hidden_states (M, K) fp32/fp16/bf16; w1 (E, 2N, K) and w2 (E, K, N) in the same dtype, or
     fp8 with `quant`; topk_weights (M, topk) float; topk_ids (M, topk) int32/int64 in [0, E).
     """
     _check_inputs(hidden_states, w1, w2, topk_weights, topk_ids, quant)
     check_config(config, quant)
+    if out is not None and (
+        tuple(out.shape) != tuple(hidden_states.shape) or out.dtype != hidden_states.dtype
+    ):
+        raise ValueError(
+            f"out {tuple(out.shape)} {out.dtype} must match hidden_states "
+            f"{tuple(hidden_states.shape)} {hidden_states.dtype}"
+        )
     m, topk = topk_ids.shape
     num_experts = w1.shape[0]
     dtype = hidden_states.dtype
@@ -554,7 +565,7 @@ def fused_moe(
     c2, c2_scale = _silu_mul(c1, dtype, quant)
     c3 = torch.empty((pairs, w2.shape[1]), dtype=dtype, device=hidden_states.device)
     _gemm(c2, c2_scale, w2, w2s, c3, tw, align, 1, True, config, quant)
-    return _sum_topk(c3, m, topk, dtype)
+    return _sum_topk(c3, m, topk, dtype, out)
 
 
 # ----------------------------------------------------------------------------- problems
@@ -684,7 +695,11 @@ def run_gemms(problem: MoEProblem, config: dict[str, Any]) -> torch.Tensor:
     return prep["c3"]
 
 
-def run_fused(problem: MoEProblem, config: dict[str, Any]) -> torch.Tensor:
-    """The whole fused call on the problem's inputs; returns (M, K)."""
+def run_fused(
+    problem: MoEProblem, config: dict[str, Any], out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """The whole fused call on the problem's inputs; returns (M, K) (into `out` if given)."""
     p = problem
-    return fused_moe(p.hidden_states, p.w1, p.w2, p.topk_weights, p.topk_ids, config, quant=p.quant)
+    return fused_moe(
+        p.hidden_states, p.w1, p.w2, p.topk_weights, p.topk_ids, config, quant=p.quant, out=out
+    )

@@ -1,0 +1,365 @@
+"""Inputs of the embedded default, made locally and offline.
+
+* ``make_tiny_model``: a random-weight Qwen3-MoE model (hidden 64, moe_intermediate_size 32,
+  8 experts, top-2, 2 layers) with a byte-level BPE tokenizer trained here, saved so that
+  ``transformers serve`` and ``AutoTokenizer`` load it without the Hugging Face hub. Its fused-MoE
+  shape is E=8, N=32, K=64, top-2 (TP=2 without expert parallel gives N=16).
+* ``make_gsm8k_set``: deterministic GSM8K-format arithmetic word problems (``question`` and an
+  ``answer`` ending ``#### N``) split into test and train/fewshot JSONL, plus an lm-eval task YAML
+  (task ``gsm8k_local``) that mirrors lm-eval's own ``gsm8k`` task but reads the local files.
+
+Both builders write into a temporary sibling directory and rename it into place at the end, so
+a half-built asset never looks complete.
+
+CLI::
+
+    python -m cellbench.assets model --out DIR [--seed 0] [--vocab-size 1024]
+    python -m cellbench.assets gsm8k --out DIR [--n 50] [--n-train 20] [--seed 0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+# Kept identical to lm-eval 0.4.13's gsm8k task so scores mean the same thing.
+GSM8K_TASK_NAME = "gsm8k_local"
+GSM8K_TEST_FILE = "gsm8k_test.jsonl"
+GSM8K_TRAIN_FILE = "gsm8k_train.jsonl"
+GSM8K_TASK_FILE = "gsm8k_local.yaml"
+
+# Shape of the tiny model; tests and the tuner read these rather than repeating numbers.
+TINY_MODEL_SHAPE = {
+    "hidden_size": 64,
+    "moe_intermediate_size": 32,
+    "num_experts": 8,
+    "num_experts_per_tok": 2,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "head_dim": 32,
+}
+
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+
+# ChatML, as Qwen models use; cheap and lets /v1/chat/completions work.
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+
+@contextmanager
+def _atomic_dir(out_dir: Path) -> Iterator[Path]:
+    """Yield a temp dir next to ``out_dir``; on success replace ``out_dir`` with it."""
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    try:
+        yield tmp
+        os.chmod(tmp, 0o755)  # mkdtemp makes it 0700; containers may read it as another user
+        if out_dir.exists():
+            # Move the old one aside first so the final rename is a single step.
+            old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-", dir=out_dir.parent))
+            os.replace(out_dir, old / "x")
+            os.replace(tmp, out_dir)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+# ---------------------------------------------------------------------------------------------
+# GSM8K-format problems
+
+
+_NAMES = ["Ava", "Ben", "Chloe", "Dan", "Ella", "Finn", "Grace", "Hugo", "Iris", "Jack", "Kara"]
+_ITEMS = ["apples", "marbles", "books", "stickers", "pencils", "cookies", "stamps", "shells"]
+_PRICED = ["notebook", "sandwich", "ticket", "toy car", "plant", "scarf"]
+
+
+def _p_buy_give(rng: random.Random) -> tuple[str, list[str], int]:
+    name, item = rng.choice(_NAMES), rng.choice(_ITEMS)
+    a, b, c = rng.randint(5, 60), rng.randint(2, 40), rng.randint(1, 20)
+    mid = a + b
+    c = min(c, mid)
+    res = mid - c
+    q = (
+        f"{name} has {a} {item}. {name} gets {b} more {item} and then gives {c} {item} "
+        f"to a friend. How many {item} does {name} have now?"
+    )
+    steps = [
+        f"After getting more, {name} has {a} + {b} = <<{a}+{b}={mid}>>{mid} {item}.",
+        f"After giving some away, {name} has {mid} - {c} = <<{mid}-{c}={res}>>{res} {item}.",
+    ]
+    return q, steps, res
+
+
+def _p_price(rng: random.Random) -> tuple[str, list[str], int]:
+    name, thing = rng.choice(_NAMES), rng.choice(_PRICED)
+    n, price, paid_extra = rng.randint(2, 12), rng.randint(2, 25), rng.randint(1, 30)
+    cost = n * price
+    paid = cost + paid_extra
+    q = (
+        f"{name} buys {n} of the same {thing} for ${price} each and pays with ${paid}. "
+        f"How much change, in dollars, does {name} get back?"
+    )
+    steps = [
+        f"The {thing}s cost {n} * {price} = <<{n}*{price}={cost}>>{cost} dollars.",
+        f"The change is {paid} - {cost} = <<{paid}-{cost}={paid_extra}>>{paid_extra} dollars.",
+    ]
+    return q, steps, paid_extra
+
+
+def _p_share(rng: random.Random) -> tuple[str, list[str], int]:
+    name, item = rng.choice(_NAMES), rng.choice(_ITEMS)
+    friends, share = rng.randint(2, 9), rng.randint(2, 12)
+    total = friends * share
+    # Pick a box count that divides the total so every number in the story is whole.
+    boxes = rng.choice([d for d in range(2, 10) if total % d == 0] or [1])
+    per_box = total // boxes
+    q = (
+        f"{name} has {boxes} boxes with {per_box} {item} in each box. {name} shares all the "
+        f"{item} equally among {friends} friends. How many {item} does each friend get?"
+    )
+    steps = [
+        f"There are {boxes} * {per_box} = <<{boxes}*{per_box}={total}>>{total} {item}.",
+        f"Each friend gets {total} / {friends} = <<{total}/{friends}={share}>>{share} {item}.",
+    ]
+    return q, steps, share
+
+
+def _p_weekly(rng: random.Random) -> tuple[str, list[str], int]:
+    name = rng.choice(_NAMES)
+    per_day, days, weeks = rng.randint(2, 15), rng.randint(2, 7), rng.randint(2, 5)
+    per_week = per_day * days
+    res = per_week * weeks
+    q = (
+        f"{name} reads {per_day} pages a day, {days} days a week. "
+        f"How many pages does {name} read in {weeks} weeks?"
+    )
+    steps = [
+        f"Each week {name} reads {per_day} * {days} = <<{per_day}*{days}={per_week}>>{per_week} "
+        "pages.",
+        f"In {weeks} weeks that is {per_week} * {weeks} = <<{per_week}*{weeks}={res}>>{res} pages.",
+    ]
+    return q, steps, res
+
+
+_PROBLEMS: list[Callable[[random.Random], tuple[str, list[str], int]]] = [
+    _p_buy_give,
+    _p_price,
+    _p_share,
+    _p_weekly,
+]
+
+
+def gsm8k_problems(n: int, seed: int) -> list[dict[str, str]]:
+    """Return ``n`` deterministic GSM8K-format records ``{"question", "answer"}``."""
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got n={n}")
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        q, steps, res = _PROBLEMS[i % len(_PROBLEMS)](rng)
+        out.append({"question": q, "answer": "\n".join(steps) + f"\n#### {res}"})
+    return out
+
+
+def gsm8k_task_yaml(test_file: Path, train_file: Path, task: str = GSM8K_TASK_NAME) -> str:
+    """lm-eval task YAML equal to lm-eval's gsm8k task except for the local data files."""
+    return f"""\
+task: {task}
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    train: {json.dumps(str(train_file))}
+    test: {json.dumps(str(test_file))}
+output_type: generate_until
+training_split: train
+fewshot_split: train
+test_split: test
+doc_to_text: "Question: {{{{question}}}}\\nAnswer:"
+doc_to_target: "{{{{answer}}}}"
+metric_list:
+  - metric: exact_match
+    aggregation: mean
+    higher_is_better: true
+    ignore_case: true
+    ignore_punctuation: false
+    regexes_to_ignore:
+      - ","
+      - "\\\\$"
+      - "(?s).*#### "
+      - "\\\\.$"
+generation_kwargs:
+  until:
+    - "Question:"
+    - "</s>"
+    - "<|im_end|>"
+  do_sample: false
+  temperature: 0.0
+repeats: 1
+num_fewshot: 5
+filter_list:
+  - name: "strict-match"
+    filter:
+      - function: "regex"
+        regex_pattern: "#### (\\\\-?[0-9\\\\.\\\\,]+)"
+      - function: "take_first"
+  - name: "flexible-extract"
+    filter:
+      - function: "regex"
+        group_select: -1
+        regex_pattern: "(-?[$0-9.,]{{2,}})|(-?[0-9]+)"
+      - function: "take_first"
+metadata:
+  version: 3.0
+"""
+
+
+def _write_jsonl(path: Path, rows: list[dict[str, str]]) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+
+
+def make_gsm8k_set(out_dir: Path, n: int, seed: int = 0, *, n_train: int = 20) -> Path:
+    """Write test/train JSONL and the ``gsm8k_local`` task YAML into ``out_dir``.
+
+    The YAML names the data files by their final absolute paths (inside ``out_dir``), so the
+    directory can be passed to lm-eval's ``--include_path`` as it is.
+    """
+    if n < 1:
+        raise ValueError(f"gsm8k set: n must be >= 1, got n={n}")
+    if n_train < 1:
+        raise ValueError(f"gsm8k set: n_train must be >= 1, got n_train={n_train}")
+    out_dir = Path(out_dir).resolve()
+    # Train and test come from one stream so no question appears in both.
+    rows = gsm8k_problems(n + n_train, seed)
+    train, test = rows[:n_train], rows[n_train:]
+    with _atomic_dir(out_dir) as tmp:
+        _write_jsonl(tmp / GSM8K_TEST_FILE, test)
+        _write_jsonl(tmp / GSM8K_TRAIN_FILE, train)
+        yaml_text = gsm8k_task_yaml(out_dir / GSM8K_TEST_FILE, out_dir / GSM8K_TRAIN_FILE)
+        (tmp / GSM8K_TASK_FILE).write_text(yaml_text, encoding="utf-8")
+        meta = {"task": GSM8K_TASK_NAME, "n_test": n, "n_train": n_train, "seed": seed}
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    return out_dir
+
+
+# ---------------------------------------------------------------------------------------------
+# Tokenizer and model
+
+
+def _tokenizer_corpus(seed: int) -> Iterator[str]:
+    """Text to train the tokenizer on: the problems plus prompt scaffolding and digits."""
+    for r in gsm8k_problems(600, seed + 1):
+        yield f"Question: {r['question']}\nAnswer: {r['answer']}\n\n"
+    yield "".join(f"{i} " for i in range(1000))
+    yield "the of and to a in is it you that he was for on are with as I his they be at one"
+
+
+def train_tokenizer(vocab_size: int, seed: int):  # -> transformers.PreTrainedTokenizerFast
+    """Train a byte-level BPE tokenizer offline and wrap it for ``transformers``."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(_tokenizer_corpus(seed), trainer=trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|endoftext|>",
+        pad_token="<|endoftext|>",
+        bos_token=None,
+        unk_token=None,
+        model_max_length=4096,
+    )
+    fast.chat_template = CHAT_TEMPLATE
+    return fast
+
+
+def make_tiny_model(out_dir: Path, *, seed: int = 0, vocab_size: int = 1024) -> Path:
+    """Build the tiny random Qwen3-MoE model and its tokenizer into ``out_dir`` (atomic)."""
+    if vocab_size < 300:
+        # Byte-level BPE needs 256 base symbols plus the special tokens.
+        raise ValueError(f"tiny model: vocab_size must be >= 300, got vocab_size={vocab_size}")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import torch
+    from transformers import GenerationConfig, Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    out_dir = Path(out_dir).resolve()
+    tok = train_tokenizer(vocab_size, seed)
+    eos_id = tok.convert_tokens_to_ids("<|endoftext|>")
+    im_end = tok.convert_tokens_to_ids("<|im_end|>")
+    cfg = Qwen3MoeConfig(
+        vocab_size=len(tok),
+        intermediate_size=128,
+        max_position_embeddings=4096,
+        decoder_sparse_step=1,
+        norm_topk_prob=True,
+        tie_word_embeddings=False,
+        bos_token_id=eos_id,
+        eos_token_id=[eos_id, im_end],
+        pad_token_id=eos_id,
+        **TINY_MODEL_SHAPE,
+    )
+    torch.manual_seed(seed)
+    model = Qwen3MoeForCausalLM(cfg).to(torch.float32).eval()
+    with _atomic_dir(out_dir) as tmp:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tok.save_pretrained(tmp)
+        GenerationConfig(
+            eos_token_id=[eos_id, im_end], pad_token_id=eos_id, do_sample=False
+        ).save_pretrained(tmp)
+        shape = {"E": cfg.num_experts, "N": cfg.moe_intermediate_size, "K": cfg.hidden_size}
+        shape["topk"] = cfg.num_experts_per_tok
+        meta = {"seed": seed, "vocab_size": len(tok), "fused_moe_shape": shape}
+        (tmp / "cellbench_model.json").write_text(json.dumps(meta, indent=2) + "\n")
+    return out_dir
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry point (see module docstring)."""
+    p = argparse.ArgumentParser(
+        prog="python -m cellbench.assets", description=__doc__.split("\n")[0]
+    )
+    sub = p.add_subparsers(dest="what", required=True)
+    pm = sub.add_parser("model", help="build the tiny Qwen3-MoE model and tokenizer")
+    pm.add_argument("--out", required=True, type=Path)
+    pm.add_argument("--seed", type=int, default=0)
+    pm.add_argument("--vocab-size", type=int, default=1024)
+    pg = sub.add_parser("gsm8k", help="write the GSM8K-format set and lm-eval task")
+    pg.add_argument("--out", required=True, type=Path)
+    pg.add_argument("--n", type=int, default=50, help="test questions")
+    pg.add_argument("--n-train", type=int, default=20, help="train/fewshot questions")
+    pg.add_argument("--seed", type=int, default=0)
+    a = p.parse_args(argv)
+    if a.what == "model":
+        print(make_tiny_model(a.out, seed=a.seed, vocab_size=a.vocab_size))
+    else:
+        print(make_gsm8k_set(a.out, a.n, a.seed, n_train=a.n_train))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,456 @@
+"""Streaming load generator for OpenAI-compatible ``/v1/completions`` servers (host side).
+
+It reproduces what ``vllm bench serve`` measures, with the same definitions and saved keys:
+
+* TTFT: first SSE chunk with non-empty ``choices`` minus the request's start;
+* ITL: gaps between later chunks with non-empty ``choices`` (chunk level);
+* E2EL: last such chunk minus start;
+* TPOT: (E2EL - TTFT) / (output_tokens - 1), output tokens from ``usage.completion_tokens``
+  (or, when a server sends no usage, the generated text re-tokenised);
+* mean/median/std/p99 with numpy over successful requests; failed requests are counted and
+  left out of every statistic. Streams that end without ``data: [DONE]`` are fine.
+
+Prompts are random token sequences of exactly ``isl`` tokens under the model's tokenizer (a
+local ``tokenizer.json``/``transformers`` tokenizer, or the server's ``/tokenize`` and
+``/detokenize``). Requests use temperature 0, a fixed seed, ``max_tokens = osl`` and, when the
+server accepts it, ``ignore_eos``; real output lengths are recorded, never assumed.
+
+The client's own CPU time per request is measured so a result can show the client was not the
+bottleneck.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+import aiohttp
+import numpy as np
+import requests
+
+AIOHTTP_TIMEOUT = aiohttp.ClientTimeout(total=6 * 60 * 60)
+_JSON_HEADERS = {"Content-Type": "application/json"}
+
+# Keys of one measured point, in the order vLLM saves them.
+METRIC_NAMES = ("ttft", "tpot", "itl", "e2el")
+STAT_NAMES = ("mean", "median", "std", "p99")
+POINT_KEYS = (
+    "duration",
+    "completed",
+    "failed",
+    "total_input_tokens",
+    "total_output_tokens",
+    "request_throughput",
+    "output_throughput",
+    "total_token_throughput",
+) + tuple(f"{s}_{m}_ms" for m in METRIC_NAMES for s in STAT_NAMES)
+
+
+class TooManyFailures(RuntimeError):
+    """A point's failed-request share exceeded the allowed threshold."""
+
+
+class Tokenizer(Protocol):
+    """The little the load generator needs from a tokenizer."""
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: Sequence[int]) -> str: ...
+
+    def candidate_ids(self) -> list[int]: ...
+
+
+class LocalTokenizer:
+    """A ``tokenizers`` tokenizer loaded from a model directory's ``tokenizer.json``."""
+
+    def __init__(self, model_dir: Path):
+        from tokenizers import Tokenizer as HFTokenizer
+
+        path = Path(model_dir) / "tokenizer.json"
+        if not path.is_file():
+            raise FileNotFoundError(f"no tokenizer.json in model dir {model_dir}")
+        self._tok = HFTokenizer.from_file(str(path))
+        special = {t.content for t in self._tok.get_added_tokens_decoder().values() if t.special}
+        vocab = self._tok.get_vocab(with_added_tokens=True)
+        self._ids = sorted(i for t, i in vocab.items() if t not in special)
+
+    def encode(self, text: str) -> list[int]:
+        return self._tok.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self._tok.decode(list(ids), skip_special_tokens=True)
+
+    def candidate_ids(self) -> list[int]:
+        return self._ids
+
+
+class ServerTokenizer:
+    """Tokenise through a server's ``/tokenize`` and ``/detokenize`` (vLLM has both)."""
+
+    def __init__(self, base_url: str, model_id: str, vocab_size: int | None = None):
+        self._base = base_url.rstrip("/")
+        self._model = model_id
+        self._s = requests.Session()
+        self._vocab = vocab_size
+
+    def encode(self, text: str) -> list[int]:
+        r = self._s.post(
+            f"{self._base}/tokenize",
+            json={"model": self._model, "prompt": text, "add_special_tokens": False},
+            timeout=60,
+        )
+        r.raise_for_status()
+        return list(r.json()["tokens"])
+
+    def decode(self, ids: Sequence[int]) -> str:
+        r = self._s.post(
+            f"{self._base}/detokenize",
+            json={"model": self._model, "tokens": list(ids)},
+            timeout=60,
+        )
+        r.raise_for_status()
+        return str(r.json()["prompt"])
+
+    def candidate_ids(self) -> list[int]:
+        # Without the vocabulary, keep to low ids that every real vocabulary has as plain text.
+        n = self._vocab or 1000
+        return list(range(min(n, 1000)))
+
+
+def load_tokenizer(model: str, base_url: str | None = None, model_id: str | None = None):
+    """A local tokenizer when ``model`` is a directory with tokenizer.json, else the server's."""
+    p = Path(model)
+    if (p / "tokenizer.json").is_file():
+        return LocalTokenizer(p)
+    if base_url is None:
+        raise ValueError(f"model {model!r} has no local tokenizer.json and no server was given")
+    return ServerTokenizer(base_url, model_id or model)
+
+
+@dataclass
+class Prompt:
+    """One request's prompt and its true length in tokens."""
+
+    text: str
+    prompt_len: int
+
+
+def make_prompts(tok: Tokenizer, n: int, isl: int, seed: int) -> list[Prompt]:
+    """``n`` random prompts of exactly ``isl`` tokens (re-encoded until stable)."""
+    if isl < 1:
+        raise ValueError(f"isl must be >= 1, got isl={isl}")
+    rng = random.Random(seed)
+    ids_pool = tok.candidate_ids()
+    out: list[Prompt] = []
+    for _ in range(n):
+        ids = [rng.choice(ids_pool) for _ in range(isl)]
+        text = tok.decode(ids)
+        for _attempt in range(20):
+            ids = tok.encode(text)
+            if len(ids) == isl:
+                break
+            # Decoding and re-encoding can merge or split tokens: trim or top up, then retry.
+            ids = ids[:isl] if len(ids) > isl else ids + [rng.choice(ids_pool)]
+            text = tok.decode(ids)
+        else:
+            raise RuntimeError(f"could not make a prompt of exactly {isl} tokens")
+        out.append(Prompt(text, isl))
+    return out
+
+
+@dataclass
+class RequestResult:
+    """What one request produced, as ``vllm bench serve`` records it."""
+
+    success: bool = False
+    prompt_len: int = 0
+    ttft: float = 0.0
+    itl: list[float] = field(default_factory=list)
+    latency: float = 0.0
+    output_tokens: int | None = None
+    generated_text: str = ""
+    response_id: str | None = None
+    error: str = ""
+    start: float = 0.0
+
+
+async def _one_request(
+    session: aiohttp.ClientSession,
+    url: str,
+    payload: bytes,
+    prompt_len: int,
+) -> RequestResult:
+    out = RequestResult(prompt_len=prompt_len)
+    st = time.perf_counter()
+    out.start = st
+    most_recent = st
+    got_first = False
+    text_parts: list[str] = []
+    try:
+        async with session.post(url, data=payload, headers=_JSON_HEADERS) as resp:
+            if resp.status != 200:
+                body = (await resp.text())[:300]
+                out.error = f"HTTP {resp.status}: {body}"
+                return out
+            async for raw in resp.content:
+                line = raw.strip()
+                if not line or line.startswith(b":"):
+                    continue  # blank separators and SSE comments
+                if line.startswith(b"data:"):
+                    line = line[5:].strip()
+                if line == b"[DONE]":
+                    continue
+                data = json.loads(line)
+                if choices := data.get("choices"):
+                    ts = time.perf_counter()
+                    if not got_first:
+                        got_first = True
+                        out.ttft = ts - st
+                        out.response_id = data.get("id")
+                    else:
+                        out.itl.append(ts - most_recent)
+                    most_recent = ts
+                    text_parts.append(choices[0].get("text") or "")
+                if usage := data.get("usage"):
+                    out.output_tokens = usage.get("completion_tokens")
+            if got_first:
+                out.success = True
+                out.latency = most_recent - st
+            else:
+                out.error = "stream ended without any chunk carrying choices"
+    except Exception as e:  # noqa: BLE001 - every failure is recorded, not raised
+        out.error = f"{type(e).__name__}: {e}"
+        out.success = False
+    out.generated_text = "".join(text_parts)
+    return out
+
+
+def _request_times(n: int, rate: float, rng: np.random.Generator) -> list[float]:
+    """Send offsets in seconds: all zero for rate inf, else a Poisson process of that rate."""
+    if rate == float("inf"):
+        return [0.0] * n
+    gaps = rng.exponential(1.0 / rate, size=n)
+    gaps[0] = 0.0
+    return list(np.cumsum(gaps))
+
+
+async def _run_batch(
+    session: aiohttp.ClientSession,
+    url: str,
+    payloads: list[tuple[bytes, int]],
+    max_concurrency: int,
+    request_rate: float,
+    seed: int,
+) -> tuple[list[RequestResult], float]:
+    sem = asyncio.Semaphore(max_concurrency)
+    offsets = _request_times(len(payloads), request_rate, np.random.default_rng(seed))
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+
+    async def limited(i: int) -> RequestResult:
+        delay = t0 + offsets[i] - loop.time()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        async with sem:
+            return await _one_request(session, url, payloads[i][0], payloads[i][1])
+
+    start = time.perf_counter()
+    results = await asyncio.gather(*(limited(i) for i in range(len(payloads))))
+    return list(results), time.perf_counter() - start
+
+
+async def _run_with_warmup(
+    base_url: str,
+    warmups: list[tuple[bytes, int]],
+    payloads: list[tuple[bytes, int]],
+    max_concurrency: int,
+    request_rate: float,
+    seed: int,
+) -> tuple[list[RequestResult], float, float]:
+    """Warm-ups then the measured batch on one session, so measured requests reuse open
+    connections (a burst of TCP handshakes would otherwise land in the first TTFTs)."""
+    url = base_url.rstrip("/") + "/v1/completions"
+    connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, force_close=False)
+    async with aiohttp.ClientSession(
+        connector=connector, timeout=AIOHTTP_TIMEOUT, read_bufsize=1 << 20
+    ) as session:
+        if warmups:
+            await _run_batch(session, url, warmups, max_concurrency, float("inf"), seed)
+        cpu0 = time.process_time()
+        results, duration = await _run_batch(
+            session, url, payloads, max_concurrency, request_rate, seed
+        )
+        cpu = time.process_time() - cpu0
+    return results, duration, cpu
+
+
+def _stats(values: list[float], scale: float = 1000.0) -> dict[str, float]:
+    # vLLM reports 0 when there is nothing to summarise (e.g. every request failed).
+    arr = np.asarray(values or [0.0], dtype=float) * scale
+    return {
+        "mean": float(np.mean(arr)),
+        "median": float(np.median(arr)),
+        "std": float(np.std(arr)),
+        "p99": float(np.percentile(arr, 99)),
+    }
+
+
+def compute_metrics(
+    results: list[RequestResult], duration: float, tok: Tokenizer | None = None
+) -> dict[str, Any]:
+    """Summarise one point the way ``vllm bench serve``'s ``calculate_metrics`` does."""
+    ttfts: list[float] = []
+    tpots: list[float] = []
+    itls: list[float] = []
+    e2els: list[float] = []
+    completed = total_in = total_out = 0
+    for r in results:
+        if not r.success:
+            continue
+        n_out = r.output_tokens
+        if not n_out:
+            n_out = len(tok.encode(r.generated_text)) if tok is not None else 0
+        total_out += n_out
+        total_in += r.prompt_len
+        if n_out > 1:
+            tpots.append((r.latency - r.ttft) / (n_out - 1))
+        itls.extend(r.itl)
+        ttfts.append(r.ttft)
+        e2els.append(r.latency)
+        completed += 1
+    m: dict[str, Any] = {
+        "duration": duration,
+        "completed": completed,
+        "failed": len(results) - completed,
+        "total_input_tokens": total_in,
+        "total_output_tokens": total_out,
+        "request_throughput": completed / duration if duration > 0 else 0.0,
+        "output_throughput": total_out / duration if duration > 0 else 0.0,
+        "total_token_throughput": (total_in + total_out) / duration if duration > 0 else 0.0,
+    }
+    for name, vals in (("ttft", ttfts), ("tpot", tpots), ("itl", itls), ("e2el", e2els)):
+        for stat, v in _stats(vals).items():
+            m[f"{stat}_{name}_ms"] = v
+    return m
+
+
+@dataclass
+class PointSpec:
+    """One measured point of the grid."""
+
+    isl: int
+    osl: int
+    max_concurrency: int
+    num_prompts: int
+    num_warmups: int
+    request_rate: float = float("inf")
+    seed: int = 0
+
+
+def build_payloads(
+    model_id: str,
+    prompts: list[Prompt],
+    osl: int,
+    ignore_eos: bool,
+) -> list[tuple[bytes, int]]:
+    """Request bodies (serialised up front) for ``prompts``: streaming, temperature 0, usage
+    requested."""
+    out = []
+    for p in prompts:
+        body: dict[str, Any] = {
+            "model": model_id,
+            "prompt": p.text,
+            "max_tokens": osl,
+            "temperature": 0.0,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if ignore_eos:
+            body["ignore_eos"] = True
+        out.append((json.dumps(body).encode(), p.prompt_len))
+    return out
+
+
+def run_point(
+    base_url: str,
+    model_id: str,
+    tok: Tokenizer,
+    spec: PointSpec,
+    *,
+    ignore_eos: bool,
+    backend: str = "openai",
+    keep_results: bool = False,
+) -> dict[str, Any]:
+    """Run warm-ups (not measured), then ``spec.num_prompts`` measured requests.
+
+    Returns a dict with the header keys (``date, backend, model_id, num_prompts,
+    request_rate, max_concurrency``), the point's ``isl``/``osl``, every key of ``POINT_KEYS``,
+    ``errors`` (up to five messages), and the client's CPU use (``client_cpu_s``,
+    ``client_cpu_ms_per_request``, ``client_cpu_util``). With ``keep_results`` the raw
+    ``RequestResult`` list is returned under ``"_results"`` (not JSON; for tests).
+    """
+    if spec.max_concurrency < 1:
+        raise ValueError(f"max_concurrency must be >= 1, got {spec.max_concurrency}")
+    if spec.num_prompts < 1:
+        raise ValueError(f"num_prompts must be >= 1, got {spec.num_prompts}")
+    if not (spec.request_rate > 0):
+        raise ValueError(f"request_rate must be > 0 or inf, got {spec.request_rate}")
+    # Warm-ups use their own prompts so the measured ones never hit a warmed prefix cache.
+    warm_prompts = make_prompts(tok, spec.num_warmups, spec.isl, seed=spec.seed + 1_000_003)
+    prompts = make_prompts(tok, spec.num_prompts, spec.isl, seed=spec.seed)
+    wp = build_payloads(model_id, warm_prompts, spec.osl, ignore_eos)
+    payloads = build_payloads(model_id, prompts, spec.osl, ignore_eos)
+    results, duration, cpu = asyncio.run(
+        _run_with_warmup(base_url, wp, payloads, spec.max_concurrency, spec.request_rate, spec.seed)
+    )
+    out: dict[str, Any] = {
+        "date": datetime.now(UTC).strftime("%Y%m%d-%H%M%S"),
+        "backend": backend,
+        "model_id": model_id,
+        "num_prompts": spec.num_prompts,
+        "request_rate": "inf" if spec.request_rate == float("inf") else spec.request_rate,
+        "max_concurrency": spec.max_concurrency,
+        "isl": spec.isl,
+        "osl": spec.osl,
+        "num_warmups": spec.num_warmups,
+        "ignore_eos": ignore_eos,
+        "seed": spec.seed,
+    }
+    out.update(compute_metrics(results, duration, tok))
+    out["errors"] = [r.error for r in results if not r.success][:5]
+    out["client_cpu_s"] = cpu
+    out["client_cpu_ms_per_request"] = cpu / len(results) * 1000.0
+    out["client_cpu_util"] = cpu / duration if duration > 0 else 0.0
+    if keep_results:
+        out["_results"] = results
+    return out
+
+
+def check_failures(point: dict[str, Any], max_failed_share: float) -> None:
+    """Raise ``TooManyFailures`` when a point's failed share is above ``max_failed_share``."""
+    total = point["completed"] + point["failed"]
+    share = point["failed"] / total if total else 1.0
+    if share > max_failed_share:
+        errs = "; ".join(point.get("errors", [])[:3])
+        raise TooManyFailures(
+            f"{point['failed']} of {total} requests failed ({share:.1%} > max_failed_share "
+            f"{max_failed_share:.1%}) at isl={point.get('isl')} osl={point.get('osl')} "
+            f"max_concurrency={point.get('max_concurrency')}; first errors: {errs}"
+        )
+
+
+def probe_ignore_eos(base_url: str, model_id: str, timeout: float = 60.0) -> bool:
+    """Whether the server accepts ``ignore_eos`` (``transformers serve`` answers 422)."""
+    r = requests.post(
+        base_url.rstrip("/") + "/v1/completions",
+        json={"model": model_id, "prompt": "Hello", "max_tokens": 1, "ignore_eos": True},
+        timeout=timeout,
+    )
+    return r.status_code == 200

@@ -619,11 +619,14 @@ def make_problem(
     dtype: str = "bf16",
     device: str | torch.device = "cpu",
     seed: int = 0,
+    *,
+    weights_from: MoEProblem | None = None,
 ) -> MoEProblem:
     """Random inputs for `shape` at M=m tokens: x ~ N(0,1), weights ~ N(0,1)/sqrt(fan_in)
     (quantised to fp8 when shape.dtype is "fp8_w8a8"), routing = renormalised softmax top-k
     of random logits. dtype is the activation dtype ("bf16", "fp16", "fp32"); passing the
-    shape's quantised dtype means bf16 activations."""
+    shape's quantised dtype means bf16 activations. `weights_from` reuses another problem's
+    weights (same shape and dtype): new tokens and routing without regenerating weights."""
     if m < 1:
         raise ValueError(f"m={m} must be >= 1")
     if shape.dtype is not None and dtype == shape.dtype:
@@ -647,6 +650,14 @@ def make_problem(
     probs = torch.softmax(logits.float(), dim=-1)
     tw, ids = torch.topk(probs, topk, dim=-1)
     tw = (tw / tw.sum(dim=-1, keepdim=True)).float()
+    if weights_from is not None:
+        if weights_from.shape != shape or weights_from.dtype != name:
+            raise ValueError(
+                f"weights_from has shape {weights_from.shape} / dtype {weights_from.dtype}, "
+                f"not {shape} / {name}"
+            )
+        wf = weights_from
+        return MoEProblem(shape, m, name, x, wf.w1, wf.w2, tw, ids.to(torch.int32), wf.quant)
     w1f = randn(e, 2 * n, k, scale=k**-0.5)
     w2f = randn(e, k, n, scale=n**-0.5)
     quant = None

@@ -1,0 +1,210 @@
+"""Builtin fused-MoE kernel on one GPU: ceilings, correctness, and times against the roofline.
+
+Shape: Qwen3-30B-A3B at TP=1 (E=128, N=768, K=2048, top-8), bf16 and fp8_w8a8 block [128,128],
+with the launch configs vLLM ships for the H200 (tests/data/vllm-configs/). For each M it
+times the two grouped GEMMs alone (`run_gemms`) and the whole fused call (`run_fused`), each
+as a CUDA graph of CALLS calls rotating over ROT input sets (same weights), warm-up first,
+median over replays. Roofline: bytes = expert weights the routing touches (+ scales) plus
+tokens in and out; FLOPs = 2 * M * topk * (2N*K + N*K); floor = max(bytes / copy bandwidth,
+FLOPs / matmul rate), both measured here first. Fraction = floor / measured time.
+
+Usage (from the repository root, on a GPU machine):
+    PYTHONPATH=workflow python3 benchmarks/kernel_h200.py [--out FILE] [--ms 1,16,...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import platform
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+import triton
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "workflow"))
+
+from cellbench.kernels import make_problem, run_fused, run_gemms  # noqa: E402
+from cellbench.kernels.reference import (  # noqa: E402
+    problem_error_bound,
+    relative_error,
+    torch_moe_reference,
+)
+from cellbench.shapes import MoEShape, device_name  # noqa: E402
+
+CONFIG_DIR = ROOT / "tests" / "data" / "vllm-configs"
+ROT = 4  # input sets rotated through inside one graph
+CALLS = 8  # calls captured per graph
+REPLAYS = 25
+
+
+def nearest_config(table: dict[str, dict], m: int) -> dict:
+    """vLLM's rule: the entry whose batch-size key is nearest to M."""
+    key = min(table, key=lambda k: abs(int(k) - m))
+    return table[key]
+
+
+def event_median(fn, reps: int, warmup: int = 3) -> float:
+    """Median milliseconds of fn() over reps, timed with CUDA events."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    return statistics.median(times)
+
+
+def ceilings() -> dict[str, float]:
+    """Device copy bandwidth (bytes read + written) and dense matmul rates, measured here."""
+    n = 1 << 30  # 1 GiB each way
+    bufs = [torch.randint(0, 255, (n,), dtype=torch.uint8, device="cuda") for _ in range(2)]
+    ms = event_median(lambda: bufs[1].copy_(bufs[0]), 20)
+    out = {"copy_GBps": 2 * n / ms / 1e6}
+    bufs.clear()
+    s = 8192
+    a = torch.randn(s, s, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(s, s, device="cuda", dtype=torch.bfloat16)
+    ms = event_median(lambda: a @ b, 20)
+    out["bf16_TFLOPs"] = 2 * s**3 / ms / 1e9
+    try:
+        a8 = a.to(torch.float8_e4m3fn)
+        b8 = b.to(torch.float8_e4m3fn).t().contiguous().t()
+        one = torch.ones((), device="cuda")
+        ms = event_median(lambda: torch._scaled_mm(a8, b8, one, one, out_dtype=torch.bfloat16), 20)
+        out["fp8_TFLOPs"] = 2 * s**3 / ms / 1e9
+    except Exception as e:  # noqa: BLE001 - report and fall back to the bf16 ceiling
+        print(f"# fp8 matmul ceiling not measured ({type(e).__name__}: {e}); using bf16's")
+        out["fp8_TFLOPs"] = out["bf16_TFLOPs"]
+    return out
+
+
+def graph_time_us(calls: list) -> float:
+    """Median microseconds per call of a CUDA graph replaying `calls` in order."""
+    for f in calls:  # compile, prepare, warm up outside the graph
+        f()
+    torch.cuda.synchronize()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for f in calls:
+            f()
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for f in calls:
+            f()
+    torch.cuda.synchronize()
+    return event_median(g.replay, REPLAYS) * 1e3 / len(calls)
+
+
+def roofline(shape: MoEShape, problems, ceil: dict[str, float], fp8: bool) -> dict[str, float]:
+    """Floor time (us) from bytes and FLOPs, averaged over the rotated routings."""
+    n, k, topk = shape.intermediate_size, shape.hidden_size, shape.topk
+    m = problems[0].m
+    wbytes = 1 if fp8 else 2
+    per_expert = 3 * n * k * wbytes
+    if fp8 and shape.block_shape:
+        bn, bk = shape.block_shape
+        per_expert += 4 * ((2 * n // bn) * (k // bk) + (k // bn) * (n // bk))
+    used = statistics.mean(len(torch.unique(p.topk_ids)) for p in problems)
+    nbytes = used * per_expert + 2 * m * k * 2  # weights touched + bf16 tokens in and out
+    flops = 2 * m * topk * 3 * n * k
+    rate = ceil["fp8_TFLOPs"] if fp8 else ceil["bf16_TFLOPs"]
+    t_mem = nbytes / (ceil["copy_GBps"] * 1e3)  # us
+    t_flop = flops / (rate * 1e6)  # us
+    return {"experts_used": used, "MB": nbytes / 1e6, "t_mem_us": t_mem, "t_flop_us": t_flop,
+            "floor_us": max(t_mem, t_flop)}  # fmt: skip
+
+
+def bench_dtype(label: str, shape: MoEShape, table: dict, ms: list[int], ceil: dict) -> list[dict]:
+    fp8 = shape.dtype is not None
+    base = make_problem(shape, 1, "bf16", "cuda", seed=1)
+    rows = []
+    for m in ms:
+        cfg = nearest_config(table, m)
+        probs = [make_problem(shape, m, "bf16", "cuda", seed=100 * m + r, weights_from=base)
+                 for r in range(ROT)]  # fmt: skip
+        # Correctness first, on the first input set.
+        out = torch.full_like(probs[0].hidden_states, float("nan"))
+        run_fused(probs[0], cfg, out=out)
+        torch.cuda.synchronize()
+        err = relative_error(out, torch_moe_reference(probs[0]))
+        ok = bool(torch.isfinite(out).all()) and err < problem_error_bound(probs[0])
+        seq = [probs[i % ROT] for i in range(CALLS)]
+        t_g = graph_time_us([lambda p=p, c=cfg: run_gemms(p, c) for p in seq])
+        t_f = graph_time_us([lambda p=p, c=cfg: run_fused(p, c) for p in seq])
+        rf = roofline(shape, probs, ceil, fp8)
+        row = {"dtype": label, "M": m, "config": cfg, "rel_err": err, "ok": ok,
+               "gemms_us": t_g, "fused_us": t_f, "fused_over_gemms": t_f / t_g,
+               "roof_gemms": rf["floor_us"] / t_g, "roof_fused": rf["floor_us"] / t_f,
+               "flop_frac_gemms": rf["t_flop_us"] / t_g, **rf}  # fmt: skip
+        rows.append(row)
+        print(f"  {label:9s} M={m:5d} gemms {t_g:8.1f} us  fused {t_f:8.1f} us  "
+              f"x{t_f / t_g:4.2f}  roof(gemms) {row['roof_gemms']:5.1%}  "
+              f"flops(gemms) {row['flop_frac_gemms']:5.1%}  err {err:.2e} {'ok' if ok else 'FAIL'}",
+              flush=True)  # fmt: skip
+        del probs, seq
+        torch.cuda.empty_cache()
+    del base
+    torch.cuda.empty_cache()
+    return rows
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ms", default="1,16,64,256,1024,4096")
+    ap.add_argument("--dtypes", default="bf16,fp8_block")
+    ap.add_argument("--json", help="also write all rows as JSON here")
+    args = ap.parse_args()
+    ms = [int(x) for x in args.ms.split(",")]
+    dev = device_name()
+    print(f"# kernel_h200 {dt.datetime.now(dt.UTC).isoformat(timespec='seconds')}")
+    print(f"# device {dev} ({torch.cuda.get_device_name(0)}), torch {torch.__version__}, "
+          f"triton {triton.__version__}, python {platform.python_version()}, "
+          f"CUDA {torch.version.cuda}")  # fmt: skip
+    ceil = ceilings()
+    print(f"# ceilings: copy {ceil['copy_GBps']:.0f} GB/s (read+write), bf16 matmul "
+          f"{ceil['bf16_TFLOPs']:.0f} TFLOP/s, fp8 matmul "
+          f"{ceil['fp8_TFLOPs']:.0f} TFLOP/s")  # fmt: skip
+    print(f"# graphs of {CALLS} calls over {ROT} input sets, median of {REPLAYS} replays")
+    rows = []
+    for label in args.dtypes.split(","):
+        if label == "bf16":
+            shape = MoEShape(128, 768, 2048, 8)
+        elif label == "fp8_block":
+            shape = MoEShape(128, 768, 2048, 8, "fp8_w8a8", (128, 128))
+        else:
+            raise SystemExit(f"unknown dtype label {label!r} (bf16, fp8_block)")
+        name = shape.config_file_name("NVIDIA_H200")
+        table = json.loads((CONFIG_DIR / name).read_text())
+        table.pop("triton_version", None)
+        print(f"# {label}: configs from {name}")
+        rows += bench_dtype(label, shape, table, ms, ceil)
+    print(
+        "\n| dtype | M | gemms us | fused us | fused/gemms | roofline (gemms) | "
+        "roofline (fused) | FLOP-rate frac (gemms) | rel err |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['dtype']} | {r['M']} | {r['gemms_us']:.1f} | {r['fused_us']:.1f} | "
+              f"{r['fused_over_gemms']:.2f} | {r['roof_gemms']:.1%} | {r['roof_fused']:.1%} | "
+              f"{r['flop_frac_gemms']:.1%} | {r['rel_err']:.2e}"
+              f"{'' if r['ok'] else ' FAIL'} |")  # fmt: skip
+    if args.json:
+        Path(args.json).write_text(json.dumps({"ceilings": ceil, "rows": rows}, indent=1))
+    return 0 if all(r["ok"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

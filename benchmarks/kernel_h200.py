@@ -161,11 +161,51 @@ def bench_dtype(label: str, shape: MoEShape, table: dict, ms: list[int], ceil: d
     return rows
 
 
+def _cfg(bm: int, bn: int, bk: int, gm: int, w: int, st: int) -> dict:
+    return {"BLOCK_SIZE_M": bm, "BLOCK_SIZE_N": bn, "BLOCK_SIZE_K": bk, "GROUP_SIZE_M": gm,
+            "num_warps": w, "num_stages": st}  # fmt: skip
+
+
+# A few configs around the shipped ones, to see how much a config alone moves the hard ends.
+SWEEP = {
+    1: [_cfg(16, n, k, 1, w, st) for n in (32, 64, 128) for k in (128, 256) for w in (2, 4)
+        for st in (3, 5)],
+    4096: [_cfg(128, n, 64, g, 8, st) for n in (128, 256) for g in (1, 16) for st in (3, 4)]
+    + [_cfg(64, 256, 64, 16, 8, 4), _cfg(128, 128, 128, 16, 8, 3), _cfg(256, 128, 64, 16, 8, 3)],
+}  # fmt: skip
+
+
+def sweep(label: str, shape: MoEShape, ms: list[int]) -> list[dict]:
+    """Time the two GEMMs over SWEEP's configs; report the best per M."""
+    base = make_problem(shape, 1, "bf16", "cuda", seed=1)
+    best = []
+    for m in ms:
+        probs = [make_problem(shape, m, "bf16", "cuda", seed=100 * m + r, weights_from=base)
+                 for r in range(ROT)]  # fmt: skip
+        seq = [probs[i % ROT] for i in range(CALLS)]
+        res = []
+        for cfg in SWEEP.get(m, []):
+            if shape.block_shape and shape.block_shape[1] % cfg["BLOCK_SIZE_K"]:
+                continue
+            try:
+                t = graph_time_us([lambda p=p, c=cfg: run_gemms(p, c) for p in seq])
+            except Exception as e:  # noqa: BLE001 - e.g. out of shared memory: skip that config
+                print(f"  sweep {label} M={m} {cfg}: {type(e).__name__}")
+                continue
+            res.append((t, cfg))
+        if res:
+            t, cfg = min(res, key=lambda x: x[0])
+            print(f"  sweep {label} M={m}: best of {len(res)} {t:.1f} us {cfg}", flush=True)
+            best.append({"dtype": label, "M": m, "gemms_us": t, "config": cfg})
+    return best
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ms", default="1,16,64,256,1024,4096")
     ap.add_argument("--dtypes", default="bf16,fp8_block")
     ap.add_argument("--json", help="also write all rows as JSON here")
+    ap.add_argument("--sweep", action="store_true", help="also try SWEEP's configs")
     args = ap.parse_args()
     ms = [int(x) for x in args.ms.split(",")]
     dev = device_name()
@@ -178,7 +218,8 @@ def main() -> int:
           f"{ceil['bf16_TFLOPs']:.0f} TFLOP/s, fp8 matmul "
           f"{ceil['fp8_TFLOPs']:.0f} TFLOP/s")  # fmt: skip
     print(f"# graphs of {CALLS} calls over {ROT} input sets, median of {REPLAYS} replays")
-    rows = []
+    rows: list[dict] = []
+    sweeps: list[dict] = []
     for label in args.dtypes.split(","):
         if label == "bf16":
             shape = MoEShape(128, 768, 2048, 8)
@@ -191,6 +232,8 @@ def main() -> int:
         table.pop("triton_version", None)
         print(f"# {label}: configs from {name}")
         rows += bench_dtype(label, shape, table, ms, ceil)
+        if args.sweep:
+            sweeps += sweep(label, shape, [m for m in ms if m in SWEEP])
     print(
         "\n| dtype | M | gemms us | fused us | fused/gemms | roofline (gemms) | "
         "roofline (fused) | FLOP-rate frac (gemms) | rel err |"
@@ -202,7 +245,8 @@ def main() -> int:
               f"{r['flop_frac_gemms']:.1%} | {r['rel_err']:.2e}"
               f"{'' if r['ok'] else ' FAIL'} |")  # fmt: skip
     if args.json:
-        Path(args.json).write_text(json.dumps({"ceilings": ceil, "rows": rows}, indent=1))
+        doc = {"ceilings": ceil, "rows": rows, "sweeps": sweeps}
+        Path(args.json).write_text(json.dumps(doc, indent=1))
     return 0 if all(r["ok"] for r in rows) else 1
 
 

@@ -168,7 +168,7 @@ def _cfg(bm: int, bn: int, bk: int, gm: int, w: int, st: int) -> dict:
 
 # A few configs around the shipped ones, to see how much a config alone moves the hard ends.
 SWEEP = {
-    1: [_cfg(16, n, k, 1, w, st) for n in (32, 64, 128) for k in (128, 256) for w in (2, 4)
+    1: [_cfg(16, n, k, 1, 4, st) for n in (32, 64, 128) for k in (128, 256)
         for st in (3, 5)],
     4096: [_cfg(128, n, 64, g, 8, st) for n in (128, 256) for g in (1, 16) for st in (3, 4)]
     + [_cfg(64, 256, 64, 16, 8, 4), _cfg(128, 128, 128, 16, 8, 3), _cfg(256, 128, 64, 16, 8, 3)],

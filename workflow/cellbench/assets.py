@@ -13,7 +13,8 @@ a half-built asset never looks complete.
 
 CLI::
 
-    python -m cellbench.assets model --out DIR [--seed 0] [--vocab-size 1024]
+    python -m cellbench.assets model --out DIR [--kind tiny-qwen3-moe] [--seed 0]
+                                           [--vocab-size 1024]
     python -m cellbench.assets gsm8k --out DIR [--n 50] [--n-train 20] [--seed 0]
 """
 
@@ -46,6 +47,9 @@ TINY_MODEL_SHAPE = {
     "num_key_value_heads": 1,
     "head_dim": 32,
 }
+
+# Model kinds the workflow can build (config key ``models.<name>.build``).
+MODEL_KINDS = {"tiny-qwen3-moe"}
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
@@ -346,6 +350,9 @@ def main(argv: list[str] | None = None) -> int:
     sub = p.add_subparsers(dest="what", required=True)
     pm = sub.add_parser("model", help="build the tiny Qwen3-MoE model and tokenizer")
     pm.add_argument("--out", required=True, type=Path)
+    pm.add_argument(
+        "--kind", choices=sorted(MODEL_KINDS), default="tiny-qwen3-moe", help="which model to build"
+    )
     pm.add_argument("--seed", type=int, default=0)
     pm.add_argument("--vocab-size", type=int, default=1024)
     pg = sub.add_parser("gsm8k", help="write the GSM8K-format set and lm-eval task")

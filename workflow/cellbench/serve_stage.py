@@ -1,0 +1,475 @@
+"""Serve stage: one server session for one cell and arm, the load grid, then GSM8K.
+
+For one (cell, arm) it takes a lease (port, and GPUs in the docker runtime), starts one server
+(``cellbench.server``), runs the grid in the order ``for repeat: for point: for concurrency``
+with the load generator, runs lm-eval GSM8K against the same server, stops the server and writes:
+
+* ``OUT/bench.json``   every point (keys as ``vllm bench serve`` saves them) plus provenance;
+  validated against ``workflow/schemas/bench.schema.json``, written atomically and last;
+* ``OUT/server.log``   the server's output;
+* ``OUT/lm_eval/``     lm-eval's own output (built as ``lm_eval.partial`` and renamed at the end),
+  and ``OUT/lm_eval.log``.
+
+A server that exits during start-up or mid-run, never becomes ready, or fails more than
+``--max-failed-share`` of a point's requests fails the job (exit status 1) with the tail of the
+server log in the message; the server is stopped and no ``bench.json`` is written.
+
+The first run on an image whose cache folder (``--cache-dir``, default
+``<lease-dir>/../.cache/<image digest>``) has never seen a successful run is labelled
+``cold: true``.
+
+Usage (flags the serve rule builds from the config)::
+
+    python -m cellbench.serve_stage \\
+        --runtime local|docker --cell-id IMAGE/MODEL/tpN-epM --arm untuned|tuned \\
+        --model PATH_OR_HF_ID [--served-model-name NAME] --tp N --ep M \\
+        [--image-ref REF] [--image-digest D] [--gpu-vendor amd|nvidia|none] [--gpus N] \\
+        [--total-gpus N] [--hf-cache DIR] [--cache-dir DIR] [--lease-dir DIR] \\
+        [--serve-args-json '[...]'] [--server-command-json '[...]'] \\
+        --grid-json '[{"isl":512,"osl":512}]' --concurrency 1,4 \\
+        [--prompts-per-concurrency 10] [--warmups-per-concurrency 2] [--repeats 1] \\
+        [--request-rate inf] [--seed 0] [--ignore-eos|--no-ignore-eos] [--ready-timeout 600] \\
+        [--max-failed-share 0.05] [--tuned-config-dir DIR] \\
+        [--gsm8k-task-dir DIR] [--gsm8k-fewshot 5] [--gsm8k-limit N] [--no-gsm8k] \\
+        --out-dir DIR
+
+``--server-command-json`` (local runtime) runs that command instead of ``transformers serve``;
+``{port}``, ``{host}`` and ``{model}`` in it are filled in (bring-your-own server, and tests).
+Without ``--gsm8k-task-dir`` lm-eval's own ``gsm8k`` task is used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import shutil
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from cellbench import loadgen
+from cellbench.atomicio import write_json
+from cellbench.gsm8k import run_lm_eval
+from cellbench.server import ServerError, ServerSpec, log_tail, serve
+
+SCHEMA_PATH = Path(__file__).resolve().parents[1] / "schemas" / "bench.schema.json"
+WARM_MARKER = ".cellbench-warm"
+
+
+@dataclass
+class StageConfig:
+    """Everything one serve job needs, validated before any server starts."""
+
+    runtime: str
+    cell_id: str
+    arm: str
+    model: str
+    out_dir: Path
+    grid: list[dict[str, int]]
+    concurrency: list[int]
+    served_model_name: str | None = None
+    tp: int = 1
+    ep: int = 1
+    image_ref: str | None = None
+    image_digest: str | None = None
+    gpu_vendor: str = "none"
+    gpus: int = 0
+    total_gpus: int = 0
+    hf_cache: Path | None = None
+    cache_dir: Path | None = None
+    lease_dir: Path = Path("results/.leases")
+    serve_args: list[str] = field(default_factory=list)
+    server_command: list[str] | None = None
+    prompts_per_concurrency: int = 10
+    warmups_per_concurrency: int = 2
+    repeats: int = 1
+    request_rate: float = math.inf
+    seed: int = 0
+    ignore_eos: bool = True
+    ready_timeout_s: float = 600.0
+    max_failed_share: float = 0.05
+    tuned_config_dir: Path | None = None
+    gsm8k: bool = True
+    gsm8k_task_dir: Path | None = None
+    gsm8k_fewshot: int = 5
+    gsm8k_limit: int | None = None
+    gsm8k_timeout_s: float = 6 * 3600.0
+
+    def validate(self) -> None:
+        """Raise ValueError naming the bad key and value."""
+        if self.runtime not in ("local", "docker"):
+            raise ValueError(f"--runtime must be local or docker, got {self.runtime!r}")
+        if self.arm not in ("untuned", "tuned"):
+            raise ValueError(f"--arm must be untuned or tuned, got {self.arm!r}")
+        if not self.cell_id:
+            raise ValueError("--cell-id must not be empty")
+        if not self.grid:
+            raise ValueError("--grid-json must list at least one {isl, osl} point")
+        for i, pt in enumerate(self.grid):
+            if not isinstance(pt, dict) or set(pt) != {"isl", "osl"}:
+                raise ValueError(f"--grid-json[{i}] must be an object with isl and osl: {pt!r}")
+            for k in ("isl", "osl"):
+                if not isinstance(pt[k], int) or isinstance(pt[k], bool) or pt[k] < 1:
+                    raise ValueError(f"--grid-json[{i}].{k} must be an integer >= 1: {pt[k]!r}")
+        if not self.concurrency or any(c < 1 for c in self.concurrency):
+            raise ValueError(f"--concurrency must be integers >= 1, got {self.concurrency}")
+        for name in ("prompts_per_concurrency", "repeats"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
+        if self.warmups_per_concurrency < 0:
+            raise ValueError("--warmups-per-concurrency must be >= 0")
+        if not self.request_rate > 0:
+            raise ValueError(f"--request-rate must be > 0 or inf, got {self.request_rate}")
+        if not 0.0 <= self.max_failed_share <= 1.0:
+            raise ValueError(f"--max-failed-share must be in [0, 1], got {self.max_failed_share}")
+        if self.ready_timeout_s <= 0:
+            raise ValueError(f"--ready-timeout must be > 0, got {self.ready_timeout_s}")
+        if self.tp < 1 or self.ep < 1:
+            raise ValueError(f"--tp and --ep must be >= 1, got tp={self.tp} ep={self.ep}")
+        if self.gpu_vendor not in ("amd", "nvidia", "none"):
+            raise ValueError(f"--gpu-vendor must be amd, nvidia or none, got {self.gpu_vendor!r}")
+        if self.arm == "tuned" and self.tuned_config_dir is None:
+            raise ValueError("--arm tuned needs --tuned-config-dir")
+        if self.arm == "untuned" and self.tuned_config_dir is not None:
+            raise ValueError("--tuned-config-dir is only for --arm tuned")
+        if self.tuned_config_dir is not None and not self.tuned_config_dir.is_dir():
+            raise ValueError(f"--tuned-config-dir {self.tuned_config_dir} is not a directory")
+        if self.runtime == "docker":
+            if not self.image_ref:
+                raise ValueError("--runtime docker needs --image-ref")
+            if self.server_command is not None:
+                raise ValueError("--server-command-json is for --runtime local only")
+            if self.gpus > self.total_gpus:
+                raise ValueError(f"--gpus {self.gpus} exceeds --total-gpus {self.total_gpus}")
+        if self.runtime == "local" and self.server_command is None:
+            if not Path(self.model).is_dir():
+                raise ValueError(f"--model {self.model!r}: local runtime needs a model directory")
+        if self.gsm8k and self.gsm8k_task_dir is not None:
+            if not (self.gsm8k_task_dir / "gsm8k_local.yaml").is_file():
+                raise ValueError(f"--gsm8k-task-dir {self.gsm8k_task_dir} has no gsm8k_local.yaml")
+        if self.gsm8k_fewshot < 0:
+            raise ValueError(f"--gsm8k-fewshot must be >= 0, got {self.gsm8k_fewshot}")
+        if self.gsm8k_limit is not None and self.gsm8k_limit < 1:
+            raise ValueError(f"--gsm8k-limit must be >= 1, got {self.gsm8k_limit}")
+
+    def resolved_cache_dir(self) -> Path:
+        if self.cache_dir is not None:
+            return self.cache_dir
+        key = self.image_digest or self.image_ref or "local"
+        safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", key)[-100:]
+        return self.lease_dir.parent / ".cache" / f"{self.runtime}-{safe}"
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def _validate_bench(bench: dict[str, Any]) -> None:
+    import jsonschema
+
+    jsonschema.validate(bench, json.loads(SCHEMA_PATH.read_text()))
+
+
+def _log(msg: str) -> None:
+    print(f"[serve_stage] {msg}", file=sys.stderr, flush=True)
+
+
+def run_stage(cfg: StageConfig) -> dict[str, Any]:
+    """Run one serve job (see module docstring); return what was written to bench.json."""
+    from cellbench.leases import gpu_lease
+
+    cfg.validate()
+    out = cfg.out_dir
+    out.mkdir(parents=True, exist_ok=True)
+    bench_path = out / "bench.json"
+    lm_dir, lm_partial = out / "lm_eval", out / "lm_eval.partial"
+    # Outputs of an earlier run must not survive a failure of this one.
+    bench_path.unlink(missing_ok=True)
+    for d in (lm_dir, lm_partial):
+        shutil.rmtree(d, ignore_errors=True)
+    server_log = out / "server.log"
+    server_log.write_bytes(b"")
+    cache_dir = cfg.resolved_cache_dir()
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    cold = not (cache_dir / WARM_MARKER).exists()
+    started = _now()
+    n_gpus = cfg.gpus if cfg.runtime == "docker" else 0
+
+    with gpu_lease(n_gpus, max(cfg.total_gpus, n_gpus), cfg.lease_dir) as lease:
+        spec = ServerSpec(
+            runtime=cfg.runtime,
+            model=cfg.model,
+            port=lease.port,
+            log_path=server_log,
+            served_model_name=cfg.served_model_name,
+            ready_timeout_s=cfg.ready_timeout_s,
+            serve_args=list(cfg.serve_args),
+            command=cfg.server_command,
+            image_ref=cfg.image_ref,
+            tp=cfg.tp,
+            ep=cfg.ep,
+            gpu_vendor=cfg.gpu_vendor,
+            gpu_indices=list(lease.gpu_indices),
+            tuned_config_dir=cfg.tuned_config_dir if cfg.runtime == "docker" else None,
+            cache_dir=cache_dir if cfg.runtime == "docker" else None,
+            hf_cache=cfg.hf_cache,
+            labels={"cellbench.cell": cfg.cell_id, "cellbench.arm": cfg.arm},
+        )
+        t0 = time.monotonic()
+        _log(f"starting {cfg.runtime} server for {cfg.cell_id} {cfg.arm} on port {lease.port}")
+        with serve(spec) as server:
+            ready_s = time.monotonic() - t0
+            _log(f"server ready in {ready_s:.1f} s as model id {server.model_id!r}")
+            ignore_eos = cfg.ignore_eos and loadgen.probe_ignore_eos(
+                server.base_url, server.model_id
+            )
+            if cfg.ignore_eos and not ignore_eos:
+                _log("server refuses ignore_eos: real output lengths are recorded instead")
+            tok = loadgen.load_tokenizer(cfg.model, server.base_url, server.model_id)
+            points = []
+            for rep in range(cfg.repeats):
+                for gp in cfg.grid:
+                    for conc in cfg.concurrency:
+                        ps = loadgen.PointSpec(
+                            isl=gp["isl"],
+                            osl=gp["osl"],
+                            max_concurrency=conc,
+                            num_prompts=cfg.prompts_per_concurrency * conc,
+                            num_warmups=cfg.warmups_per_concurrency * conc,
+                            request_rate=cfg.request_rate,
+                            # Fresh prompts per repeat: a prefix cache must not serve repeat 2.
+                            seed=cfg.seed + rep,
+                        )
+                        pt = loadgen.run_point(
+                            server.base_url,
+                            server.model_id,
+                            tok,
+                            ps,
+                            ignore_eos=ignore_eos,
+                            backend="vllm" if cfg.runtime == "docker" else "openai",
+                        )
+                        pt["repeat"] = rep
+                        if not server.alive():
+                            raise server.fail(f"server exited mid-run at isl={ps.isl} osl={ps.osl}")
+                        try:
+                            loadgen.check_failures(pt, cfg.max_failed_share)
+                        except loadgen.TooManyFailures as e:
+                            raise server.fail(str(e)) from e
+                        _log(
+                            f"repeat {rep} isl={ps.isl} osl={ps.osl} c={conc}: "
+                            f"{pt['completed']} ok, {pt['failed']} failed, "
+                            f"TTFT {pt['mean_ttft_ms']:.1f} ms, TPOT {pt['mean_tpot_ms']:.2f} ms"
+                        )
+                        points.append(pt)
+            if cfg.gsm8k:
+                _log("running lm-eval GSM8K")
+                run_lm_eval(
+                    server.base_url,
+                    server.model_id,
+                    lm_partial,
+                    out / "lm_eval.log",
+                    task_dir=cfg.gsm8k_task_dir,
+                    num_fewshot=cfg.gsm8k_fewshot,
+                    limit=cfg.gsm8k_limit,
+                    timeout_s=cfg.gsm8k_timeout_s,
+                )
+                if not server.alive():
+                    raise server.fail("server exited during lm-eval")
+            server_info = {
+                "launcher": cfg.runtime,
+                "model": cfg.model,
+                "model_id": server.model_id,
+                "ready_s": ready_s,
+                "command": [str(a) for a in server.describe["command"]],
+            }
+    bench = {
+        "schema_version": 1,
+        "cell": cfg.cell_id,
+        "arm": cfg.arm,
+        "runtime": cfg.runtime,
+        "image_ref": cfg.image_ref,
+        "image_digest": cfg.image_digest,
+        "cold": cold,
+        "ignore_eos": ignore_eos,
+        "ignore_eos_requested": cfg.ignore_eos,
+        "tp": cfg.tp,
+        "ep": cfg.ep,
+        "gpu_vendor": cfg.gpu_vendor,
+        "gpu_indices": list(lease.gpu_indices),
+        "tuned_config_dir": str(cfg.tuned_config_dir) if cfg.tuned_config_dir else None,
+        # transformers serve (local runtime) has no use for vLLM's tuned Triton configs.
+        "tuned_config_applied": cfg.runtime == "docker" and cfg.tuned_config_dir is not None,
+        "started": started,
+        "finished": _now(),
+        "server": server_info,
+        "gsm8k": (
+            {
+                "task_dir": str(cfg.gsm8k_task_dir) if cfg.gsm8k_task_dir else None,
+                "num_fewshot": cfg.gsm8k_fewshot,
+                "limit": cfg.gsm8k_limit,
+                "output_dir": "lm_eval",
+            }
+            if cfg.gsm8k
+            else None
+        ),
+        "points": points,
+    }
+    _validate_bench(bench)
+    if cfg.gsm8k:
+        os.replace(lm_partial, lm_dir)
+    else:
+        lm_dir.mkdir()  # the rule declares it; empty means GSM8K was switched off
+    write_json(bench_path, bench)  # last: its presence means the whole job succeeded
+    (cache_dir / WARM_MARKER).write_text(f"{_now()} {cfg.cell_id} {cfg.arm}\n")
+    return bench
+
+
+def _json_arg(text: str, flag: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{flag}: not valid JSON ({e}): {text!r}") from None
+
+
+def _int_list(text: str, flag: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"{flag}: expected comma-separated integers, got {text!r}") from None
+
+
+def parse_args(argv: list[str] | None = None) -> StageConfig:
+    """Turn the command line into a validated ``StageConfig``."""
+    p = argparse.ArgumentParser(
+        prog="python -m cellbench.serve_stage", description=__doc__.split("\n")[0]
+    )
+    a = p.add_argument
+    a("--runtime", required=True, choices=["local", "docker"])
+    a("--cell-id", required=True)
+    a("--arm", required=True, choices=["untuned", "tuned"])
+    a("--model", required=True)
+    a("--served-model-name", default=None)
+    a("--tp", type=int, default=1)
+    a("--ep", type=int, default=1)
+    a("--image-ref", default=None)
+    a("--image-digest", default=None)
+    a("--gpu-vendor", default="none", choices=["amd", "nvidia", "none"])
+    a("--gpus", type=int, default=0)
+    a("--total-gpus", type=int, default=0)
+    a("--hf-cache", type=Path, default=None)
+    a("--cache-dir", type=Path, default=None)
+    a("--lease-dir", type=Path, default=Path("results/.leases"))
+    a("--serve-args-json", default="[]")
+    a("--server-command-json", default=None)
+    a("--grid-json", required=True)
+    a("--concurrency", required=True)
+    a("--prompts-per-concurrency", type=int, default=10)
+    a("--warmups-per-concurrency", type=int, default=2)
+    a("--repeats", type=int, default=1)
+    a("--request-rate", default="inf")
+    a("--seed", type=int, default=0)
+    a("--ignore-eos", action=argparse.BooleanOptionalAction, default=True)
+    a("--ready-timeout", type=float, default=600.0)
+    a("--max-failed-share", type=float, default=0.05)
+    a("--tuned-config-dir", type=Path, default=None)
+    a("--gsm8k", action=argparse.BooleanOptionalAction, default=True)
+    a("--gsm8k-task-dir", type=Path, default=None)
+    a("--gsm8k-fewshot", type=int, default=5)
+    a("--gsm8k-limit", type=int, default=None)
+    a("--gsm8k-timeout", type=float, default=6 * 3600.0)
+    a("--out-dir", required=True, type=Path)
+    ns = p.parse_args(argv)
+    serve_args = _json_arg(ns.serve_args_json, "--serve-args-json")
+    if not isinstance(serve_args, list) or not all(isinstance(x, str) for x in serve_args):
+        raise ValueError(f"--serve-args-json must be a JSON list of strings: {serve_args!r}")
+    command = None
+    if ns.server_command_json is not None:
+        command = _json_arg(ns.server_command_json, "--server-command-json")
+        if (
+            not isinstance(command, list)
+            or not command
+            or not all(isinstance(x, str) for x in command)
+        ):
+            raise ValueError(
+                f"--server-command-json must be a non-empty list of strings: {command!r}"
+            )
+    try:
+        rate = float(ns.request_rate)
+    except ValueError:
+        raise ValueError(
+            f"--request-rate must be a number or inf, got {ns.request_rate!r}"
+        ) from None
+    cfg = StageConfig(
+        runtime=ns.runtime,
+        cell_id=ns.cell_id,
+        arm=ns.arm,
+        model=ns.model,
+        out_dir=ns.out_dir,
+        grid=_json_arg(ns.grid_json, "--grid-json"),
+        concurrency=_int_list(ns.concurrency, "--concurrency"),
+        served_model_name=ns.served_model_name,
+        tp=ns.tp,
+        ep=ns.ep,
+        image_ref=ns.image_ref,
+        image_digest=ns.image_digest,
+        gpu_vendor=ns.gpu_vendor,
+        gpus=ns.gpus,
+        total_gpus=ns.total_gpus,
+        hf_cache=ns.hf_cache,
+        cache_dir=ns.cache_dir,
+        lease_dir=ns.lease_dir,
+        serve_args=serve_args,
+        server_command=command,
+        prompts_per_concurrency=ns.prompts_per_concurrency,
+        warmups_per_concurrency=ns.warmups_per_concurrency,
+        repeats=ns.repeats,
+        request_rate=rate,
+        seed=ns.seed,
+        ignore_eos=ns.ignore_eos,
+        ready_timeout_s=ns.ready_timeout,
+        max_failed_share=ns.max_failed_share,
+        tuned_config_dir=ns.tuned_config_dir,
+        gsm8k=ns.gsm8k,
+        gsm8k_task_dir=ns.gsm8k_task_dir,
+        gsm8k_fewshot=ns.gsm8k_fewshot,
+        gsm8k_limit=ns.gsm8k_limit,
+        gsm8k_timeout_s=ns.gsm8k_timeout,
+    )
+    cfg.validate()
+    return cfg
+
+
+def _raise_on_sigterm(signum: int, frame: Any) -> None:
+    # Snakemake stops jobs with SIGTERM; turning it into an exception runs every cleanup.
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry point: 0 on success, 1 on a failed job, 2 on bad input."""
+    try:
+        cfg = parse_args(argv)
+    except ValueError as e:
+        print(f"serve_stage: bad input: {e}", file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGTERM, _raise_on_sigterm)
+    try:
+        bench = run_stage(cfg)
+    except (ServerError, loadgen.TooManyFailures, RuntimeError, OSError, TimeoutError) as e:
+        print(f"serve_stage: {cfg.cell_id} {cfg.arm} failed: {e}", file=sys.stderr)
+        tail = log_tail(cfg.out_dir / "server.log")
+        if tail and not isinstance(e, ServerError):
+            print(f"last lines of the server log:\n{tail}", file=sys.stderr)
+        return 1
+    print(f"wrote {cfg.out_dir / 'bench.json'} ({len(bench['points'])} points)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -18,7 +18,7 @@ REGISTRY="127.0.0.1:5000"
 TEST_REPO="$REGISTRY/cellbench-test"
 ROCM_VERSIONS=(7.0 7.2)
 # Bump when the base recipe below changes, so a cached base is not reused.
-RECIPE=1
+RECIPE=2
 # Debian's client matches Debian's engine; another client earlier on PATH may not.
 DOCKER=/usr/bin/docker
 
@@ -77,7 +77,7 @@ SITE="$VENV/lib/python3.11/site-packages"
 [ -d "$SITE/torch" ] && [ -d "$SITE/triton" ] || { log "no torch/triton in $SITE"; exit 1; }
 # Copied as installed: torch, triton and what they import at run time, with their metadata.
 PKGS=(torch torchgen functorch triton sympy mpmath networkx jinja2 markupsafe fsspec filelock
-      typing_extensions.py setuptools pkg_resources _distutils_hack)
+      typing_extensions.py setuptools pkg_resources _distutils_hack numpy numpy.libs)
 versions="$(cd "$SITE" && ls -d torch-*.dist-info triton-*.dist-info | tr '\n' ' ')"
 key="$(printf '%s %s' "$RECIPE" "$versions" | sha256sum | cut -c1-12)"
 BASE="cellbench-test-base:$key"

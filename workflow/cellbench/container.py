@@ -212,6 +212,7 @@ def _create(
     workdir: str | None,
     network_mode: str | None,
     log: BinaryIO,
+    mem_limit: str | None = None,
 ):
     from cellbench import images
 
@@ -233,6 +234,7 @@ def _create(
         labels={"cellbench": "1", **dict(labels)},
         working_dir=workdir,
         network_mode=network_mode,
+        mem_limit=mem_limit,
         detach=True,
         **host_config_for(gpus, shm_size),
     )
@@ -268,6 +270,7 @@ def run_step(
     shm_size: str = "16g",
     workdir: str | None = None,
     network_mode: str | None = None,
+    mem_limit: str | None = None,
     client=None,
 ) -> None:
     """Run ``command`` in ``image_ref`` to completion, streaming its output to ``log_path``.
@@ -275,6 +278,7 @@ def run_step(
     Blocks until the container exits. Raises ContainerFailed on a non-zero exit or an OOM
     kill (with the exit code and the log's last lines); ValueError on bad arguments, before
     any container exists. The container is removed on every path out, interrupts included.
+    ``mem_limit`` (e.g. "64g") caps the container's memory; past it the kernel OOM-kills it.
     """
     import docker
     import requests
@@ -299,6 +303,7 @@ def run_step(
                 workdir=workdir,
                 network_mode=network_mode,
                 log=log,
+                mem_limit=mem_limit,
             )
             pump = _LogPump(container, log, _secrets_in(env))
             try:

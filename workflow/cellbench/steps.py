@@ -10,7 +10,8 @@ Both runtimes take a lease (``cellbench.leases``) when ``--lease-dir`` is given:
 environment, and any argument equal to or containing ``@PORT@`` gets the port substituted.
 
 local: COMMAND runs as a host subprocess in its own process group (killed as a group on
-interrupt); its output goes to LOG.
+interrupt); its output goes to LOG. With ``--gpus N`` (a GPU host running steps natively) the
+leased indices are exported as HIP_VISIBLE_DEVICES (amd) or CUDA_VISIBLE_DEVICES (nvidia).
 
 docker: COMMAND runs in the image through ``cellbench.container.run_step``. Paths work as on
 the host: the working directory is mounted read-only at the same absolute path and is the
@@ -106,18 +107,15 @@ def _check(args: argparse.Namespace) -> list[str]:
         raise StepError(f"--gpus {args.gpus} / --total-gpus {args.total_gpus}: must be >= 0")
     if args.gpus > args.total_gpus:
         raise StepError(f"--gpus {args.gpus} exceeds --total-gpus {args.total_gpus}")
-    if args.runtime == "docker":
-        if not args.image_ref or "@sha256:" not in args.image_ref:
-            raise StepError(
-                f"--image-ref {args.image_ref!r}: docker steps run a pinned digest "
-                "(repo@sha256:...); run `cellbench images lock`"
-            )
-        if args.gpus and args.gpu_vendor == "none":
-            raise StepError(f"--gpus {args.gpus} with --gpu-vendor none")
-        if args.gpus and not args.lease_dir:
-            raise StepError("--gpus needs --lease-dir so concurrent jobs get disjoint GPUs")
-    elif args.gpus:
-        raise StepError(f"--gpus {args.gpus} with --runtime local: host steps get no GPUs")
+    if args.runtime == "docker" and (not args.image_ref or "@sha256:" not in args.image_ref):
+        raise StepError(
+            f"--image-ref {args.image_ref!r}: docker steps run a pinned digest "
+            "(repo@sha256:...); run `cellbench images lock`"
+        )
+    if args.gpus and args.gpu_vendor == "none":
+        raise StepError(f"--gpus {args.gpus} with --gpu-vendor none")
+    if args.gpus and not args.lease_dir:
+        raise StepError("--gpus needs --lease-dir so concurrent jobs get disjoint GPUs")
     return command
 
 
@@ -126,6 +124,18 @@ def workflow_mount() -> Mount:
     if PACKAGE_DIR.parent.name == "workflow":
         return Mount(str(PACKAGE_DIR.parent), CONTAINER_WORKFLOW, read_only=True)
     return Mount(str(PACKAGE_DIR), f"{CONTAINER_WORKFLOW}/cellbench", read_only=True)
+
+
+def host_gpu_env(vendor: str, indices: Sequence[int]) -> dict[str, str]:
+    """Variables that restrict a host process to the leased GPUs."""
+    if not indices:
+        return {}
+    value = ",".join(map(str, indices))
+    if vendor == "amd":
+        return {"HIP_VISIBLE_DEVICES": value}
+    if vendor == "nvidia":
+        return {"CUDA_VISIBLE_DEVICES": value}
+    return {}
 
 
 def _with_port(command: list[str], port: int | None) -> list[str]:
@@ -240,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.lease_dir:
                 lease = stack.enter_context(
                     gpu_lease(
-                        args.gpus if args.runtime == "docker" else 0,
+                        args.gpus,
                         args.total_gpus,
                         args.lease_dir,
                         port_base=args.port_base,
@@ -250,8 +260,9 @@ def main(argv: list[str] | None = None) -> int:
             command = _with_port(command, port)
             if args.runtime == "local":
                 env = {**os.environ, **extra_env}
-                if port is not None:
-                    env["CELLBENCH_PORT"] = str(port)
+                if lease is not None:
+                    env.update(host_gpu_env(args.gpu_vendor, lease.gpu_indices))
+                    env["CELLBENCH_PORT"] = str(lease.port)
                 return run_local(command, env, log_path)
             env = {k: os.environ[k] for k in args.pass_env if os.environ.get(k)}
             env.update(extra_env)

@@ -419,7 +419,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = _load_config(args.configfile)
         lock_path = Path(args.lock or cfg.get("image_lock", "config/images.lock.yaml"))
-        load_lock(lock_path)  # a malformed lock fails before the engine is contacted
+        load_lock(lock_path)  # bad input fails before the engine is contacted
+        if args.cmd == "bump" and args.name not in cfg["images"]:
+            known = ", ".join(sorted(cfg["images"]))
+            raise ImageError(f"image {args.name!r} is not defined under images (known: {known})")
         client = docker_client()
         if args.cmd == "lock":
             return cmd_lock(cfg, lock_path, client, out)

@@ -97,9 +97,10 @@ def run_lm_eval(
         limit=limit,
         max_gen_toks=max_gen_toks,
     )
-    env = dict(
-        os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="false"
-    )
+    env = dict(os.environ, TOKENIZERS_PARALLELISM="false")
+    if task_dir is not None:
+        # The local task needs nothing from the hub; lm-eval's own gsm8k may need its dataset.
+        env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
         log.write(f"# cellbench: {' '.join(cmd)}\n".encode())

@@ -79,7 +79,15 @@ class LocalTokenizer:
         self._tok = HFTokenizer.from_file(str(path))
         special = {t.content for t in self._tok.get_added_tokens_decoder().values() if t.special}
         vocab = self._tok.get_vocab(with_added_tokens=True)
-        self._ids = sorted(i for t, i in vocab.items() if t not in special)
+        ids = sorted(i for t, i in vocab.items() if t not in special)
+        # Prefer " word" tokens that round-trip alone: joined, they split back at the spaces
+        # into the same ids, so random prompts have their intended length at the first try.
+        stable = []
+        for i in ids:
+            text = self._tok.decode([i])
+            if len(text) > 1 and text[0] == " " and text[1:].isalnum() and self.encode(text) == [i]:
+                stable.append(i)
+        self._ids = stable if len(stable) >= 50 else ids
 
     def encode(self, text: str) -> list[int]:
         return self._tok.encode(text, add_special_tokens=False).ids

@@ -31,6 +31,7 @@ Usage (flags the serve rule builds from the config)::
         [--request-rate inf] [--seed 0] [--ignore-eos|--no-ignore-eos] [--ready-timeout 600] \\
         [--max-failed-share 0.05] [--tuned-config-dir DIR] \\
         [--gsm8k-task-dir DIR] [--gsm8k-fewshot 5] [--gsm8k-limit N] [--no-gsm8k] \\
+        [--gsm8k-max-gen-toks 256] [--gsm8k-timeout SECONDS] \\
         --out-dir DIR
 
 ``--server-command-json`` (local runtime) runs that command instead of ``transformers serve``;
@@ -101,6 +102,7 @@ class StageConfig:
     gsm8k_fewshot: int = 5
     gsm8k_limit: int | None = None
     gsm8k_timeout_s: float = 6 * 3600.0
+    gsm8k_max_gen_toks: int = 256
 
     def validate(self) -> None:
         """Raise ValueError naming the bad key and value."""
@@ -156,6 +158,8 @@ class StageConfig:
                 raise ValueError(f"--gsm8k-task-dir {self.gsm8k_task_dir} has no gsm8k_local.yaml")
         if self.gsm8k_fewshot < 0:
             raise ValueError(f"--gsm8k-fewshot must be >= 0, got {self.gsm8k_fewshot}")
+        if self.gsm8k_max_gen_toks < 1:
+            raise ValueError(f"--gsm8k-max-gen-toks must be >= 1, got {self.gsm8k_max_gen_toks}")
         if self.gsm8k_limit is not None and self.gsm8k_limit < 1:
             raise ValueError(f"--gsm8k-limit must be >= 1, got {self.gsm8k_limit}")
 
@@ -279,6 +283,7 @@ def run_stage(cfg: StageConfig) -> dict[str, Any]:
                     num_fewshot=cfg.gsm8k_fewshot,
                     limit=cfg.gsm8k_limit,
                     timeout_s=cfg.gsm8k_timeout_s,
+                    max_gen_toks=cfg.gsm8k_max_gen_toks,
                 )
                 if not server.alive():
                     raise server.fail("server exited during lm-eval")
@@ -384,6 +389,7 @@ def parse_args(argv: list[str] | None = None) -> StageConfig:
     a("--gsm8k-fewshot", type=int, default=5)
     a("--gsm8k-limit", type=int, default=None)
     a("--gsm8k-timeout", type=float, default=6 * 3600.0)
+    a("--gsm8k-max-gen-toks", type=int, default=256)
     a("--out-dir", required=True, type=Path)
     ns = p.parse_args(argv)
     serve_args = _json_arg(ns.serve_args_json, "--serve-args-json")
@@ -441,6 +447,7 @@ def parse_args(argv: list[str] | None = None) -> StageConfig:
         gsm8k_fewshot=ns.gsm8k_fewshot,
         gsm8k_limit=ns.gsm8k_limit,
         gsm8k_timeout_s=ns.gsm8k_timeout,
+        gsm8k_max_gen_toks=ns.gsm8k_max_gen_toks,
     )
     cfg.validate()
     return cfg

@@ -32,6 +32,7 @@ from typing import Any
 
 import requests
 
+LOCAL_CB_ARGS = ["--cb-num-blocks", "512", "--cb-block-size", "32", "--cb-max-batch-tokens", "2048"]
 CONTAINER_MODEL_DIR = "/cellbench/model"
 CONTAINER_TUNED_DIR = "/cellbench/tuned-configs"
 CONTAINER_CACHE_DIR = "/root/.cache"
@@ -138,6 +139,11 @@ def local_command(spec: ServerSpec) -> list[str]:
     """The local launcher's command line."""
     if spec.command is not None:
         return [a.format(port=spec.port, model=spec.model, host=spec.host) for a in spec.command]
+    extra = list(spec.serve_args)
+    if not any(a.startswith("--cb-") for a in extra):
+        # Left to itself, continuous batching sizes its KV cache from free memory and spends
+        # tens of seconds on the first request; a small fixed cache answers at once.
+        extra = LOCAL_CB_ARGS + extra
     exe = Path(sys.executable).with_name("transformers")
     head = [str(exe)] if exe.exists() else [sys.executable, "-m", "transformers.cli.transformers"]
     return head + [
@@ -150,7 +156,7 @@ def local_command(spec: ServerSpec) -> list[str]:
         "--device",
         "cpu",
         "--continuous-batching",
-        *spec.serve_args,
+        *extra,
     ]
 
 

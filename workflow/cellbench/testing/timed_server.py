@@ -14,7 +14,8 @@ Fault injection (to exercise callers' error paths with a real process):
 first one always succeeds); ``--exit-after N`` kills the process when completion request N+1
 arrives; ``--never-ready`` keeps ``/health`` at 503; ``--exit-at-start`` exits with status 3
 during start-up; ``--reject-ignore-eos`` answers 422 to ``ignore_eos`` as ``transformers serve``
-does; ``--style transformers`` puts ``usage`` on the last token chunk and omits ``[DONE]``.
+does; ``--style transformers`` puts ``usage`` on the last token chunk and omits ``[DONE]``;
+``--completion-text T`` answers non-streamed requests with ``T`` (e.g. a GSM8K answer).
 
     python -m cellbench.testing.timed_server --port P --ttft-ms X --itl-ms Y
 """
@@ -23,9 +24,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import math
 import os
+import socket
+import subprocess
 import sys
 import time
 import uuid
@@ -51,6 +55,7 @@ class TimedServerConfig:
     ready_delay_s: float = 0.0
     reject_ignore_eos: bool = False
     style: str = "vllm"  # or "transformers"
+    completion_text: str | None = None  # fixed answer text instead of "w0 w7 ..." tokens
 
 
 @dataclass
@@ -158,6 +163,8 @@ async def _completions(request: web.Request) -> web.StreamResponse:
     if not body.get("stream", False):
         await wait_until(n_out - 1)
         text = _decode([(7 * k) % cfg.vocab_size for k in range(n_out)])
+        if cfg.completion_text is not None:
+            text = cfg.completion_text
         return web.json_response(
             {
                 "id": rid,
@@ -205,6 +212,48 @@ async def _completions(request: web.Request) -> web.StreamResponse:
     return resp
 
 
+def free_port() -> int:
+    """A TCP port that was free a moment ago (the OS picks it)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def launch(*args: str, port: int | None = None, wait_ready: bool = True, timeout_s: float = 20.0):
+    """Run the timed server as a subprocess; yield ``(base_url, process)``; stop it after.
+
+    ``args`` are extra command-line flags (e.g. ``"--ttft-ms", "100"``).
+    """
+    import requests
+
+    port = port or free_port()
+    cmd = [sys.executable, "-m", "cellbench.testing.timed_server", "--port", str(port), *args]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + timeout_s
+        while wait_ready:
+            if proc.poll() is not None:
+                raise RuntimeError(f"timed server exited with {proc.returncode}: {cmd}")
+            try:
+                if requests.get(f"{base}/health", timeout=1).status_code == 200:
+                    break
+            except requests.RequestException:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"timed server not ready within {timeout_s} s: {cmd}")
+            time.sleep(0.05)
+        yield base, proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 def make_app(cfg: TimedServerConfig) -> web.Application:
     """Build the aiohttp application for ``cfg``."""
     app = web.Application(client_max_size=64 * 1024 * 1024)
@@ -236,6 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--exit-at-start", action="store_true")
     p.add_argument("--reject-ignore-eos", action="store_true")
     p.add_argument("--style", choices=["vllm", "transformers"], default="vllm")
+    p.add_argument("--completion-text", default=None, help="fixed non-streamed answer text")
     a = p.parse_args(argv)
     if not 0.0 <= a.fail_share <= 1.0:
         p.error(f"--fail-share must be within [0, 1], got {a.fail_share}")
@@ -257,6 +307,7 @@ def main(argv: list[str] | None = None) -> int:
         ready_delay_s=a.ready_delay_s,
         reject_ignore_eos=a.reject_ignore_eos,
         style=a.style,
+        completion_text=a.completion_text,
     )
     web.run_app(make_app(cfg), host=a.host, port=a.port, print=None, access_log=None, backlog=4096)
     return 0

@@ -78,6 +78,8 @@ def align_reference(ids: list[int], block_m: int, num_experts: int) -> tuple[lis
         (100, 16, 4, 32, torch.int32),  # several histogram chunks
         (70, 64, 8, 16, torch.int64),
         (9, 3, 3, 1, torch.int32),  # every expert used, block of one
+        (16, 128, 8, 16, torch.int32),  # 128 pairs: the largest single-program case
+        (43, 16, 3, 64, torch.int32),  # 129 pairs: the smallest multi-program case
     ],
 )
 def test_align_matches_python_reference(m, num_experts, topk, block_m, id_dtype) -> None:
@@ -189,7 +191,8 @@ def test_fp8_gemm_with_torch_quantised_activations(block) -> None:
 @pytest.mark.parametrize("block", [None, (32, 32)], ids=["per-tensor", "block32"])
 def test_fp8_quant_kernels(block) -> None:
     seed = fresh_seed()
-    x = torch.randn(6, 64, generator=torch.Generator().manual_seed(seed)).to(DEVICE)
+    # 96 columns: three groups of 32, so a program's group tile is partly masked.
+    x = torch.randn(6, 96, generator=torch.Generator().manual_seed(seed)).to(DEVICE)
     q, s = _quantise_rows(x, QuantArgs("fp8_w8a8", x, x, block))
     _, want_s = _torch_quant(x, block[1] if block else None)
     # The scales involve no fp8 rounding: they must agree to float32 precision everywhere.
@@ -201,6 +204,19 @@ def test_fp8_quant_kernels(block) -> None:
         )
     s_full = s if block is None else s.repeat_interleave(block[1], 1)
     torch.testing.assert_close(q.float(), (x / s_full).to(fp8_dtype()).float(), rtol=0, atol=0)
+
+
+def test_silu_mul_group_quant_scales() -> None:
+    """The fused SiLU-and-mul + per-group quantisation: scales are exact fp32 arithmetic."""
+    from cellbench.kernels.fused_moe import _silu_mul
+
+    seed = fresh_seed()
+    c1 = torch.randn(5, 2 * 96, generator=torch.Generator().manual_seed(seed)).to(DEVICE)
+    q, s = _silu_mul(c1, torch.float32, QuantArgs("fp8_w8a8", c1, c1, (32, 32)))
+    y = torch.nn.functional.silu(c1[:, :96]) * c1[:, 96:]
+    want = y.reshape(5, 3, 32).abs().amax(-1) / torch.finfo(fp8_dtype()).max
+    assert q.shape == (5, 96) and q.dtype == fp8_dtype()
+    torch.testing.assert_close(s, want, rtol=1e-5, atol=0)
 
 
 @pytest.mark.skipif(interpreter_active(), reason="fp8 conversion is wrong under the interpreter")

@@ -9,7 +9,8 @@ BLOCK_SIZE_M, so every GEMM block of BLOCK_SIZE_M rows belongs to one expert. Ou
 - num_tokens_post_padded (int32, 1): the padded total actually used
 
 Within one expert the pairs keep their flat order (deterministic). Three launches: a per-chunk
-histogram, a single-program prefix sum (which also writes pads and expert ids), and a scatter.
+histogram, a single-program prefix sum (which also writes pads and expert ids), and a scatter;
+up to 128 pairs (M <= 16 at top-8) one program does it all in a single launch.
 """
 
 from __future__ import annotations
@@ -33,6 +34,72 @@ def max_padded_tokens(numel: int, num_experts: int, block_m: int) -> int:
         # At most `numel` experts are used, each padded to at most block_m per pair.
         bound = min(bound, numel * block_m)
     return bound
+
+
+@triton.jit
+def _pads_and_experts(
+    sorted_ptr,
+    expert_ids_ptr,
+    pad_start,
+    ends,
+    total,
+    e_ok,
+    numel,
+    num_blocks,
+    BLOCK_M: tl.constexpr,
+    BLOCKS: tl.constexpr,
+):
+    """Sentinels in each expert's padding slots [pad_start, end), and each block's expert."""
+    cols = tl.arange(0, 16)
+    for c0 in range(0, BLOCK_M, 16):
+        idx = pad_start[:, None] + c0 + cols[None, :]
+        tl.store(sorted_ptr + idx, numel, mask=e_ok[:, None] & (idx < ends[:, None]))
+    # A block's expert is the number of experts that end at or before the block's first row.
+    blk = tl.arange(0, BLOCKS)
+    for b0 in range(0, num_blocks, BLOCKS):
+        b = b0 + blk
+        first_row = b * BLOCK_M
+        before = (ends[None, :] <= first_row[:, None]) & e_ok[None, :]
+        eid = tl.sum(before.to(tl.int32), axis=1)
+        eid = tl.where(first_row < total, eid, -1)
+        tl.store(expert_ids_ptr + b, eid, mask=b < num_blocks)
+
+
+@triton.jit
+def _align_small_kernel(
+    ids_ptr,
+    sorted_ptr,
+    expert_ids_ptr,
+    total_ptr,
+    numel,
+    E,
+    num_blocks,
+    BLOCK_M: tl.constexpr,
+    E_P: tl.constexpr,
+    CHUNK: tl.constexpr,
+    BLOCKS: tl.constexpr,
+):
+    """The whole alignment in one program, for at most CHUNK pairs (one launch, not three)."""
+    local = tl.arange(0, CHUNK)
+    valid = local < numel
+    ids = tl.load(ids_ptr + local, mask=valid, other=-1).to(tl.int32)
+    experts = tl.arange(0, E_P)
+    e_ok = experts < E
+    onehot = (ids[:, None] == experts[None, :]).to(tl.int32)
+    counts = tl.sum(onehot, axis=0)
+    padded = (counts + BLOCK_M - 1) // BLOCK_M * BLOCK_M
+    ends = tl.cumsum(padded, axis=0)
+    starts = ends - padded
+    total = tl.sum(padded, axis=0)
+    tl.store(total_ptr, total)
+    same = (ids[:, None] == ids[None, :]) & (local[None, :] < local[:, None])
+    rank = tl.sum(same.to(tl.int32), axis=1)
+    base = tl.sum(onehot * starts[None, :], axis=1)
+    tl.store(sorted_ptr + base + rank, local, mask=valid)
+    _pads_and_experts(
+        sorted_ptr, expert_ids_ptr, starts + counts, ends, total, e_ok, numel, num_blocks,
+        BLOCK_M, BLOCKS,
+    )  # fmt: skip
 
 
 @triton.jit
@@ -83,21 +150,10 @@ def _prefix_kernel(
         excl = tl.cumsum(tile, axis=0) - tile + run[None, :]
         tl.store(offsets_ptr + (r0 + rows)[:, None] * E + experts[None, :], excl, mask=m)
         run += tl.sum(tile, axis=0)
-    # Sentinels in each expert's padding slots [start + count, end).
-    pad_start = starts + counts
-    cols = tl.arange(0, 16)
-    for c0 in range(0, BLOCK_M, 16):
-        idx = pad_start[:, None] + c0 + cols[None, :]
-        tl.store(sorted_ptr + idx, numel, mask=e_ok[:, None] & (idx < ends[:, None]))
-    # Expert of each block: the number of experts that end at or before the block's start.
-    blk = tl.arange(0, BLOCKS)
-    for b0 in range(0, num_blocks, BLOCKS):
-        b = b0 + blk
-        first_row = b * BLOCK_M
-        before = (ends[None, :] <= first_row[:, None]) & e_ok[None, :]
-        eid = tl.sum(before.to(tl.int32), axis=1)
-        eid = tl.where(first_row < total, eid, -1)
-        tl.store(expert_ids_ptr + b, eid, mask=b < num_blocks)
+    _pads_and_experts(
+        sorted_ptr, expert_ids_ptr, starts + counts, ends, total, e_ok, numel, num_blocks,
+        BLOCK_M, BLOCKS,
+    )  # fmt: skip
 
 
 @triton.jit
@@ -137,9 +193,15 @@ def moe_align_block_size(
     sorted_ids = torch.empty(max_padded, dtype=torch.int32, device=dev)
     expert_ids = torch.empty(num_blocks, dtype=torch.int32, device=dev)
     total = torch.empty(1, dtype=torch.int32, device=dev)
+
+    if numel <= _CHUNK:
+        _align_small_kernel[(1,)](
+            ids, sorted_ids, expert_ids, total, numel, num_experts, num_blocks,
+            BLOCK_M=block_m, E_P=e_p, CHUNK=_CHUNK, BLOCKS=_BLOCKS,
+        )  # fmt: skip
+        return sorted_ids, expert_ids, total
     hist = torch.empty((num_chunks, num_experts), dtype=torch.int32, device=dev)
     offsets = torch.empty((num_chunks, num_experts), dtype=torch.int32, device=dev)
-
     _hist_kernel[(num_chunks,)](ids, hist, numel, num_experts, CHUNK=_CHUNK, E_P=e_p)
     _prefix_kernel[(1,)](
         hist,

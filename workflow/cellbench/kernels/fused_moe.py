@@ -178,56 +178,55 @@ def _moe_gemm_kernel(
 def _silu_mul_kernel(
     in_ptr,
     out_ptr,
-    scale_ptr,
     amax_ptr,
     N,
     stride_in,
     stride_out,
-    stride_sm,
-    FP8_MAX: tl.constexpr,
-    QUANT: tl.constexpr,
+    TRACK_AMAX: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
-    """out = silu(gate) * up per pair row; QUANT=2 also quantises each BLOCK-wide group to fp8
-    (BLOCK is then the group size), QUANT=1 records the tensor's amax for a later quantise."""
+    """out = silu(gate) * up per pair row (gate = first N columns, up = next N); with
+    TRACK_AMAX also folds the block's max |out| into *amax_ptr (for per-tensor fp8)."""
     row = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     ok = cols < N
     g = tl.load(in_ptr + row * stride_in + cols, mask=ok, other=0.0).to(tl.float32)
     u = tl.load(in_ptr + row * stride_in + N + cols, mask=ok, other=0.0).to(tl.float32)
     y = g / (1.0 + tl.exp(-g)) * u
-    if QUANT == 2:
-        s = tl.maximum(tl.max(tl.abs(y), axis=0), 1e-10) / FP8_MAX
-        q = tl.clamp(y / s, -FP8_MAX, FP8_MAX)
-        tl.store(out_ptr + row * stride_out + cols, q.to(out_ptr.dtype.element_ty), mask=ok)
-        tl.store(scale_ptr + row * stride_sm + tl.program_id(1), s)
-    else:
-        tl.store(out_ptr + row * stride_out + cols, y.to(out_ptr.dtype.element_ty), mask=ok)
-        if QUANT == 1:
-            tl.atomic_max(amax_ptr, tl.max(tl.abs(y), axis=0))
+    tl.store(out_ptr + row * stride_out + cols, y.to(out_ptr.dtype.element_ty), mask=ok)
+    if TRACK_AMAX:
+        tl.atomic_max(amax_ptr, tl.max(tl.abs(y), axis=0))
 
 
 @triton.jit
 def _group_quant_kernel(
-    x_ptr,
+    in_ptr,
     q_ptr,
     s_ptr,
-    K,
-    stride_x,
+    n_cols,
+    stride_in,
     stride_q,
     stride_sm,
+    SILU_MUL: tl.constexpr,
     FP8_MAX: tl.constexpr,
     GROUP: tl.constexpr,
+    GROUPS: tl.constexpr,
 ):
-    """Dynamic fp8 quantisation per row and GROUP-wide column group (one group per program)."""
+    """Dynamic fp8 quantisation per row and GROUP-wide column group, GROUPS groups per
+    program; with SILU_MUL the input is GEMM 1's (gate | up) row and silu(gate) * up is
+    quantised (activation and quantisation in one pass)."""
     row = tl.program_id(0).to(tl.int64)
-    cols = tl.program_id(1) * GROUP + tl.arange(0, GROUP)
-    ok = cols < K
-    x = tl.load(x_ptr + row * stride_x + cols, mask=ok, other=0.0).to(tl.float32)
-    s = tl.maximum(tl.max(tl.abs(x), axis=0), 1e-10) / FP8_MAX
-    q = tl.clamp(x / s, -FP8_MAX, FP8_MAX)
+    grp = tl.program_id(1) * GROUPS + tl.arange(0, GROUPS)
+    cols = grp[:, None] * GROUP + tl.arange(0, GROUP)[None, :]
+    ok = cols < n_cols
+    x = tl.load(in_ptr + row * stride_in + cols, mask=ok, other=0.0).to(tl.float32)
+    if SILU_MUL:
+        u = tl.load(in_ptr + row * stride_in + n_cols + cols, mask=ok, other=0.0).to(tl.float32)
+        x = x / (1.0 + tl.exp(-x)) * u
+    s = tl.maximum(tl.max(tl.abs(x), axis=1), 1e-10) / FP8_MAX
+    q = tl.clamp(x / s[:, None], -FP8_MAX, FP8_MAX)
     tl.store(q_ptr + row * stride_q + cols, q.to(q_ptr.dtype.element_ty), mask=ok)
-    tl.store(s_ptr + row * stride_sm + tl.program_id(1), s)
+    tl.store(s_ptr + row * stride_sm + grp, s, mask=grp * GROUP < n_cols)
 
 
 @triton.jit
@@ -441,27 +440,45 @@ def _gemm(
     )
 
 
-def _quantise_rows(x: torch.Tensor, quant: QuantArgs) -> tuple[torch.Tensor, torch.Tensor]:
-    """Dynamic fp8 quantisation of a (rows, K) activation: per token-group or per tensor."""
+def _group_quant(
+    x: torch.Tensor, n_cols: int, group: int, silu_mul: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-row, per-group fp8 quantisation of x[:, :n_cols] (or of silu(gate) * up)."""
     f8 = fp8_dtype()
-    fmax = float(torch.finfo(f8).max)
-    rows, k = x.shape
-    q = torch.empty((rows, k), dtype=f8, device=x.device)
-    if quant.block_shape is not None:
-        g = quant.block_shape[1]
-        s = torch.empty((rows, k // g), dtype=torch.float32, device=x.device)
-        _group_quant_kernel[(rows, k // g)](
-            x, q, s, k, x.stride(0), q.stride(0), s.stride(0), FP8_MAX=fmax, GROUP=g
-        )
-        return q, s
-    x = x.contiguous()
-    amax = torch.zeros(1, dtype=torch.float32, device=x.device)
+    rows = x.shape[0]
+    ngroups = n_cols // group
+    q = torch.empty((rows, n_cols), dtype=f8, device=x.device)
+    s = torch.empty((rows, ngroups), dtype=torch.float32, device=x.device)
+    # Up to 1024 columns per program: one program per row at the usual sizes.
+    per_prog = max(1, min(triton.next_power_of_2(ngroups), max(1, 1024 // group)))
+    _group_quant_kernel[(rows, triton.cdiv(ngroups, per_prog))](
+        x, q, s, n_cols, x.stride(0), q.stride(0), s.stride(0),
+        SILU_MUL=silu_mul, FP8_MAX=float(torch.finfo(f8).max), GROUP=group, GROUPS=per_prog,
+    )  # fmt: skip
+    return q, s
+
+
+def _tensor_quant(x: torch.Tensor, amax: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Quantise a contiguous tensor to fp8 with the scale amax / fp8 max."""
+    f8 = fp8_dtype()
+    q = torch.empty(x.shape, dtype=f8, device=x.device)
     s = torch.empty(1, dtype=torch.float32, device=x.device)
     blk = 1024
-    grid = (triton.cdiv(x.numel(), blk),)
-    _amax_kernel[grid](x, amax, x.numel(), BLOCK=blk)
-    _tensor_quant_kernel[grid](x, q, amax, s, x.numel(), FP8_MAX=fmax, BLOCK=blk)
+    _tensor_quant_kernel[(triton.cdiv(x.numel(), blk),)](
+        x, q, amax, s, x.numel(), FP8_MAX=float(torch.finfo(f8).max), BLOCK=blk
+    )
     return q, s
+
+
+def _quantise_rows(x: torch.Tensor, quant: QuantArgs) -> tuple[torch.Tensor, torch.Tensor]:
+    """Dynamic fp8 quantisation of a (rows, K) activation: per token-group or per tensor."""
+    if quant.block_shape is not None:
+        return _group_quant(x, x.shape[1], quant.block_shape[1], silu_mul=False)
+    x = x.contiguous()
+    amax = torch.zeros(1, dtype=torch.float32, device=x.device)
+    blk = 1024
+    _amax_kernel[(triton.cdiv(x.numel(), blk),)](x, amax, x.numel(), BLOCK=blk)
+    return _tensor_quant(x, amax)
 
 
 def _silu_mul(
@@ -470,42 +487,18 @@ def _silu_mul(
     """SiLU-and-mul of the GEMM 1 output (pairs, 2N) -> (pairs, N), fp8 when quantised."""
     pairs, n2 = c1.shape
     n = n2 // 2
-    dev = c1.device
     if quant is not None and quant.block_shape is not None:
-        f8 = fp8_dtype()
-        g = quant.block_shape[1]
-        c2 = torch.empty((pairs, n), dtype=f8, device=dev)
-        s = torch.empty((pairs, n // g), dtype=torch.float32, device=dev)
-        _silu_mul_kernel[(pairs, n // g)](
-            c1, c2, s, s, n, c1.stride(0), c2.stride(0), s.stride(0),
-            FP8_MAX=float(torch.finfo(f8).max), QUANT=_Q_BLOCK, BLOCK=g,
-        )  # fmt: skip
-        return c2, s
+        return _group_quant(c1, n, quant.block_shape[1], silu_mul=True)
     blk = min(1024, triton.next_power_of_2(n))
     grid = (pairs, triton.cdiv(n, blk))
-    if quant is None:
-        c2 = torch.empty((pairs, n), dtype=out_dtype, device=dev)
-        _silu_mul_kernel[grid](
-            c1, c2, c2, c2, n, c1.stride(0), c2.stride(0), 0,
-            FP8_MAX=1.0, QUANT=_Q_NONE, BLOCK=blk,
-        )  # fmt: skip
-        return c2, None
-    # Per-tensor: activation in the compute dtype plus its amax, then one quantise pass.
-    f8 = fp8_dtype()
-    fmax = float(torch.finfo(f8).max)
-    y = torch.empty((pairs, n), dtype=out_dtype, device=dev)
-    amax = torch.zeros(1, dtype=torch.float32, device=dev)
-    _silu_mul_kernel[grid](
-        c1, y, amax, amax, n, c1.stride(0), y.stride(0), 0,
-        FP8_MAX=fmax, QUANT=_Q_TENSOR, BLOCK=blk,
-    )  # fmt: skip
-    c2 = torch.empty((pairs, n), dtype=f8, device=dev)
-    s = torch.empty(1, dtype=torch.float32, device=dev)
-    qblk = 1024
-    _tensor_quant_kernel[(triton.cdiv(y.numel(), qblk),)](
-        y, c2, amax, s, y.numel(), FP8_MAX=fmax, BLOCK=qblk
-    )
-    return c2, s
+    y = torch.empty((pairs, n), dtype=out_dtype, device=c1.device)
+    track = quant is not None
+    amax = torch.zeros(1, dtype=torch.float32, device=c1.device) if track else y
+    _silu_mul_kernel[grid](c1, y, amax, n, c1.stride(0), y.stride(0), TRACK_AMAX=track, BLOCK=blk)
+    if not track:
+        return y, None
+    # Per-tensor: the scale needs the whole tensor's amax, hence a second pass.
+    return _tensor_quant(y, amax)
 
 
 def _sum_topk(

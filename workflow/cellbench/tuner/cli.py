@@ -80,6 +80,12 @@ def _parser() -> argparse.ArgumentParser:
         help="activation/compute dtype (default bf16 on GPU, fp32 under the CPU interpreter)",
     )
     p.add_argument("--compile-workers", type=int, help="GPU only: compile processes per GPU")
+    p.add_argument(
+        "--time-budget-s",
+        type=float,
+        help="benchmarks only: stop after this many seconds; later batch sizes are left out "
+        "and summary.json says complete=false",
+    )
     p.add_argument("--out", required=True, help="output folder")
     return p
 
@@ -101,6 +107,7 @@ class Plan:
     out: Path
     compile_workers: int
     argv: list[str]
+    time_budget_s: float | None = None
 
 
 def _validate(args: argparse.Namespace, argv: list[str]) -> Plan:
@@ -173,6 +180,7 @@ def _validate(args: argparse.Namespace, argv: list[str]) -> Plan:
         out=Path(args.out),
         compile_workers=workers if on_gpu else 0,
         argv=argv,
+        time_budget_s=args.time_budget_s,
     )
 
 
@@ -186,6 +194,7 @@ def _options(plan: Plan):
             seed=plan.seed,
             on_gpu=True,
             compile_workers=plan.compile_workers,
+            time_budget_s=plan.time_budget_s,
         )
     # interpreter: few repeats, two input sets, the whole tiny space
     return TuneOptions(
@@ -199,6 +208,7 @@ def _options(plan: Plan):
         finalists=3,
         warm_start=3,
         abandon_factor=3.0,
+        time_budget_s=plan.time_budget_s,
     )
 
 
@@ -206,7 +216,7 @@ def _space(plan: Plan):
     from . import spaces
 
     if plan.platform == "cpu":
-        return "tiny", spaces.tiny_space()
+        return "tiny", spaces.tiny_space(plan.shape.block_shape)
     if plan.platform == "rocm":
         import torch
 
@@ -343,6 +353,7 @@ def _run_device(plan: Plan, batch_sizes: list[int], device_index: int) -> dict[s
             "input_sets_rotated": opts.rotate,
         },
         "resumed_log_records": log.resumed,
+        "skipped_batch_sizes": tuner.skipped,
         "device_index": device_index,
     }
 
@@ -390,6 +401,7 @@ def _run_all(plan: Plan) -> dict[str, Any]:
         for k in ("space", "limits", "ceilings", "timing"):
             merged.setdefault(k, r[k])
         merged["resumed_log_records"] = r["resumed_log_records"]
+        merged.setdefault("skipped_batch_sizes", []).extend(r["skipped_batch_sizes"])
     return merged
 
 
@@ -518,6 +530,8 @@ def run(plan: Plan) -> dict[str, Any]:
         "torch_version": torch.__version__,
         "python_version": platform.python_version(),
         "batch_sizes": plan.batch_sizes,
+        "complete": not res.get("skipped_batch_sizes"),
+        "skipped_batch_sizes": res.get("skipped_batch_sizes", []),
         "entries": entries,
         "counts": {k: st.get(k, 0) for k in ("timed", "reused", "pruned", "failed")},
         "seconds": {

@@ -32,6 +32,7 @@ def _init(backend_name: str, shape_dict: dict[str, Any], act_dtype: str, device_
     from ..shapes import MoEShape
     from .backends import make_backend
 
+    torch.set_num_threads(1)  # many workers share the cores
     torch.cuda.set_device(device_index)
     shape = MoEShape.from_dict(shape_dict)
     _W["backend"] = make_backend(backend_name, shape, act_dtype, f"cuda:{device_index}")

@@ -29,7 +29,11 @@ from . import spaces
 from .artifacts import TuningLog
 from .timing import Timing, time_calls, time_side_by_side
 
-__all__ = ["TuneOptions", "Entry", "Stats", "Tuner"]
+__all__ = ["TuneOptions", "Entry", "Stats", "Tuner", "BudgetExceeded"]
+
+
+class BudgetExceeded(RuntimeError):
+    """The run's time budget ran out (only with TuneOptions.time_budget_s)."""
 
 
 @dataclass
@@ -46,11 +50,12 @@ class TuneOptions:
     halving_repeats: tuple[int, ...] = (3, 7, 15)
     eta: int = 3  # successive halving keeps 1/eta each round
     finalists: int = 4
-    default_budget: int = 300  # random subset size in default mode (GPU)
+    default_budget: int = 150  # random subset size in default mode (GPU)
     warm_start: int = 4  # finalists of the previous batch size to seed the next
     abandon_factor: float = 1.5  # stop timing a config whose first replay is this much slower
     check_correctness: bool = True
     compile_workers: int = 0  # >0: warm up (compile) candidates in worker processes
+    time_budget_s: float | None = None  # stop (leaving later batch sizes untuned) past this
 
 
 @dataclass
@@ -152,6 +157,12 @@ class Tuner:
         self.order = list(range(len(self.space)))
         rng.shuffle(self.order)  # one random order for all batch sizes
         self.finalists_prev: list[str] = []
+        self.t_start = time.perf_counter()
+        self.skipped: list[int] = []
+
+    def _over_budget(self) -> bool:
+        b = self.opt.time_budget_s
+        return b is not None and time.perf_counter() - self.t_start > b
 
     # -- one candidate ----------------------------------------------------------------------
     def _check(self, m: int, cfg: dict[str, int], key: str, problems: list[Any], ref: Any):
@@ -290,7 +301,11 @@ class Tuner:
         for i, (key, cfg) in enumerate(cands):
             if key in self.failed:
                 continue
+            if self._over_budget():
+                raise BudgetExceeded(f"time budget {self.opt.time_budget_s} s spent at M={m}")
             if m == self.first_m and self.opt.check_correctness:
+                if self.pool is not None:  # let the workers compile it, not this process
+                    self.pool.wait(m, cfg)
                 ok, _ = self._check(m, cfg, key, problems, ref)
                 if not ok:
                     continue
@@ -426,5 +441,18 @@ class Tuner:
         return entry
 
     def tune(self, batch_sizes: Sequence[int]) -> dict[int, Entry]:
-        """Tune every batch size in increasing order (warm starts go from small to large)."""
-        return {m: self.tune_one(m) for m in sorted(batch_sizes)}
+        """Tune every batch size in increasing order (warm starts go from small to large).
+
+        With a time budget, batch sizes not finished in time are left out and listed in
+        `self.skipped`.
+        """
+        out: dict[int, Entry] = {}
+        ms = sorted(batch_sizes)
+        for i, m in enumerate(ms):
+            try:
+                out[m] = self.tune_one(m)
+            except BudgetExceeded as e:
+                self.skipped = ms[i:]
+                self.progress(f"[tune] {e}; not tuned: {self.skipped}")
+                break
+        return out

@@ -132,9 +132,13 @@ def rocm_space(
     return configs
 
 
-def tiny_space() -> list[Config]:
-    """The CPU/interpreter space (16 configs)."""
-    return expand(TINY_SPACE)
+def tiny_space(block_shape: tuple[int, int] | None = None) -> list[Config]:
+    """The CPU/interpreter space (16 configs; block quantisation keeps BLOCK_SIZE_K dividing
+    block_k, which the kernel requires)."""
+    configs = expand(TINY_SPACE)
+    if block_shape is not None:
+        configs = [c for c in configs if block_shape[1] % c["BLOCK_SIZE_K"] == 0]
+    return configs
 
 
 def space_for(kind: str, *, fp16: bool = False, block_shape: tuple[int, int] | None = None):
@@ -144,7 +148,7 @@ def space_for(kind: str, *, fp16: bool = False, block_shape: tuple[int, int] | N
     if kind == "rocm":
         return rocm_space(fp16, True, block_shape)
     if kind == "tiny":
-        return tiny_space()
+        return tiny_space(block_shape)
     raise ValueError(f"space kind={kind!r}: expected 'cuda', 'rocm' or 'tiny'")
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 import subprocess
 
 import pytest
@@ -213,3 +214,78 @@ def test_error_classes_from_engine_messages():
     }
     for message, expected in cases.items():
         assert expected in str(images._classify("x:y", message))
+
+
+# --- the workflow after a bump -------------------------------------------------------------
+
+SNAKEFILE = REPO_ROOT / "Snakefile"
+JOB_RE = re.compile(r"^(?:local)?rule (\S+):$")
+
+
+def _snakemake(workdir, cfg, *argv):
+    r = subprocess.run(
+        [PYTHON, "-m", "snakemake", "-s", str(SNAKEFILE), "-d", str(workdir),
+         "--configfile", str(cfg), *argv],
+        capture_output=True, text=True, cwd=workdir, timeout=300,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return r.stdout + r.stderr
+
+
+def _planned(workdir, cfg) -> set[tuple[str, str]]:
+    """(rule, outputs) of every job a dry run plans."""
+    jobs, rule = set(), None
+    for line in _snakemake(workdir, cfg, "-n").splitlines():
+        m = JOB_RE.match(line)
+        if m:
+            rule = m.group(1)
+            jobs.add((rule, ""))
+        elif rule and line.strip().startswith("output: "):
+            jobs.discard((rule, ""))
+            jobs.add((rule, line.strip().removeprefix("output: ")))
+            rule = None
+    return jobs
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+@pytest.mark.skipif(not SNAKEFILE.exists(), reason="the workflow's Snakefile is not there yet")
+def test_bump_reruns_exactly_that_images_jobs(docker_client, registry, tmp_path):  # noqa: F811
+    tags = {"rocm7.0": fresh_tag(docker_client, "7.0"), "rocm7.2": fresh_tag(docker_client, "7.2")}
+    lock = tmp_path / "images.lock.yaml"
+    cfg = write_test_config(tmp_path / "cfg.yaml", tags, lock=lock)
+    assert _cli(cfg, lock, "lock").returncode == 0
+    full = _planned(tmp_path, cfg)
+    assert any("/rocm7.0/" in out for _, out in full) and any("/rocm7.2/" in o for _, o in full)
+
+    # Stand-ins for a finished run: every output present, then `--touch` records each job's
+    # metadata (params included: the pinned digest) as if it had run.
+    summary = _snakemake(tmp_path, cfg, "--summary").splitlines()
+    for line in summary[
+        summary.index(next(x for x in summary if x.startswith("output_file"))) + 1 :
+    ]:
+        path = tmp_path / line.split("\t")[0]
+        if "." in path.name:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.touch()
+        else:  # directory() outputs (the tuned configs folder) carry no suffix
+            path.mkdir(parents=True, exist_ok=True)
+    _snakemake(tmp_path, cfg, "--touch", "--forceall", "--cores", "1")
+    assert _planned(tmp_path, cfg) == set()
+
+    old = images.pinned_digest(images.load_lock(lock), "rocm7.2")
+    new = move_tag(docker_client, tags["rocm7.2"])
+    assert _planned(tmp_path, cfg) == set()  # a moved tag is not followed by itself
+    assert _cli(cfg, lock, "bump", "rocm7.2").returncode == 0
+
+    after = _planned(tmp_path, cfg)
+    expected = {job for job in full if "/rocm7.2/" in job[1]}
+    expected |= {job for job in full if job[0] in ("report", "all")}
+    assert after == expected
+    assert not any("rocm7.0" in out for _, out in after)
+    # The jobs run the new pin, by digest.
+    plan = _snakemake(tmp_path, cfg, "-n", "-p").splitlines()
+    shell = "\n".join(x for x in plan if "reason:" not in x)  # reasons quote the old params
+    refs = set(re.findall(r"--image-ref (\S+)", shell))
+    assert refs == {images.ImageRef.parse(tags["rocm7.2"]).with_digest(new)}
+    assert old != new

@@ -163,6 +163,7 @@ def image(docker_client, registry):  # noqa: F811
 
 
 @pytest.mark.docker
+@pytest.mark.slow
 def test_tuner_runs_in_the_pinned_image(docker_client, image, tmp_path):  # noqa: F811
     """A real pipeline step in the container: the tuner on the embedded default's tiny shape."""
     tiny_model_config(tmp_path / "results" / "model")

@@ -30,13 +30,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
-import aiohttp
 import numpy as np
 import requests
 
-AIOHTTP_TIMEOUT = aiohttp.ClientTimeout(total=6 * 60 * 60)
-_JSON_HEADERS = {"Content-Type": "application/json"}
+REQUEST_TIMEOUT_S = 6 * 60 * 60.0  # as vllm bench serve's aiohttp timeout
 
 # Keys of one measured point, in the order vLLM saves them.
 METRIC_NAMES = ("ttft", "tpot", "itl", "e2el")
@@ -189,55 +188,247 @@ class RequestResult:
     start: float = 0.0
 
 
-async def _one_request(
-    session: aiohttp.ClientSession,
-    url: str,
-    payload: bytes,
-    prompt_len: int,
-) -> RequestResult:
-    out = RequestResult(prompt_len=prompt_len)
-    st = time.perf_counter()
-    out.start = st
-    most_recent = st
-    got_first = False
-    text_parts: list[str] = []
-    try:
-        async with session.post(url, data=payload, headers=_JSON_HEADERS) as resp:
-            if resp.status != 200:
-                body = (await resp.text())[:300]
-                out.error = f"HTTP {resp.status}: {body}"
-                return out
-            async for raw in resp.content:
-                line = raw.strip()
-                if not line or line.startswith(b":"):
-                    continue  # blank separators and SSE comments
-                if line.startswith(b"data:"):
-                    line = line[5:].strip()
-                if line == b"[DONE]":
-                    continue
-                data = json.loads(line)
-                if choices := data.get("choices"):
-                    ts = time.perf_counter()
-                    if not got_first:
-                        got_first = True
-                        out.ttft = ts - st
-                        out.response_id = data.get("id")
-                    else:
-                        out.itl.append(ts - most_recent)
-                    most_recent = ts
-                    text_parts.append(choices[0].get("text") or "")
-                if usage := data.get("usage"):
-                    out.output_tokens = usage.get("completion_tokens")
-            if got_first:
-                out.success = True
-                out.latency = most_recent - st
+class _SSEResponse(asyncio.Protocol):
+    """One keep-alive HTTP/1.1 connection that parses a streamed completion as bytes arrive.
+
+    Timestamps are taken in ``data_received``, the moment the event loop reads the socket, and
+    each SSE event is handled right there: no per-chunk task switch, so many concurrent streams
+    add little lag to the times recorded. Handles chunked and Content-Length bodies and streams
+    that end without ``data: [DONE]``.
+    """
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.reusable = True
+        self._reset(None)
+
+    def _reset(self, out: RequestResult | None) -> None:
+        self.out = out
+        self.done: asyncio.Future | None = None
+        self._head = bytearray()
+        self._in_body = False
+        self._status = 0
+        self._chunked = False
+        self._remaining: int | None = None  # Content-Length left, or chunk bytes left
+        self._chunk_state = "size"  # size | data | crlf | trailer
+        self._raw = bytearray()  # undecoded transfer-encoding bytes
+        self._line = bytearray()  # partial SSE line
+        self._body_err = bytearray()
+        self._got_first = False
+        self._last = 0.0
+        self._text: list[str] = []
+
+    # -- asyncio.Protocol
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.reusable = False
+        if self.out is not None and self.done is not None and not self.done.done():
+            if self._in_body and not self._chunked and self._remaining is None:
+                self._finish()  # body delimited by the connection closing
             else:
-                out.error = "stream ended without any chunk carrying choices"
-    except Exception as e:  # noqa: BLE001 - every failure is recorded, not raised
-        out.error = f"{type(e).__name__}: {e}"
-        out.success = False
-    out.generated_text = "".join(text_parts)
-    return out
+                self._fail(f"connection lost: {exc or 'closed by server'}")
+
+    def data_received(self, data: bytes) -> None:
+        ts = time.perf_counter()
+        if self.out is None:
+            self.reusable = False  # bytes nobody asked for: do not trust this connection
+            return
+        if not self._in_body:
+            self._head += data
+            end = self._head.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            head = bytes(self._head[:end]).decode("latin-1").split("\r\n")
+            data = bytes(self._head[end + 4 :])
+            try:
+                self._status = int(head[0].split()[1])
+            except (IndexError, ValueError):
+                self._fail(f"bad HTTP status line: {head[0][:100]!r}")
+                return
+            hdrs = {}
+            for h in head[1:]:
+                k, _, v = h.partition(":")
+                hdrs[k.strip().lower()] = v.strip().lower()
+            self._chunked = "chunked" in hdrs.get("transfer-encoding", "")
+            if not self._chunked and "content-length" in hdrs:
+                self._remaining = int(hdrs["content-length"])
+            if hdrs.get("connection") == "close":
+                self.reusable = False
+            self._in_body = True
+        if data:
+            self._body(data, ts)
+        if not self._chunked and self._remaining == 0:
+            self._finish()
+
+    # -- body decoding
+    def _body(self, data: bytes, ts: float) -> None:
+        if not self._chunked:
+            if self._remaining is not None:
+                data = data[: self._remaining]
+                self._remaining -= len(data)
+            self._payload(data, ts)
+            return
+        self._raw += data
+        while self._raw:
+            if self._chunk_state == "size":
+                nl = self._raw.find(b"\r\n")
+                if nl < 0:
+                    return
+                size = int(bytes(self._raw[:nl]).split(b";")[0], 16)
+                del self._raw[: nl + 2]
+                if size == 0:
+                    self._chunk_state = "trailer"
+                else:
+                    self._remaining, self._chunk_state = size, "data"
+            elif self._chunk_state == "data":
+                take = bytes(self._raw[: self._remaining])
+                del self._raw[: len(take)]
+                self._remaining -= len(take)
+                self._payload(take, ts)
+                if self._remaining == 0:
+                    self._chunk_state = "crlf"
+            elif self._chunk_state == "crlf":
+                if len(self._raw) < 2:
+                    return
+                del self._raw[:2]
+                self._chunk_state = "size"
+            else:  # trailer: ends with an empty line
+                if self._raw.startswith(b"\r\n"):
+                    del self._raw[:2]
+                    self._finish()
+                    return
+                nl = self._raw.find(b"\r\n")
+                if nl < 0:
+                    return
+                del self._raw[: nl + 2]
+
+    def _payload(self, data: bytes, ts: float) -> None:
+        if self._status != 200:
+            self._body_err += data
+            return
+        self._line += data
+        while True:
+            nl = self._line.find(b"\n")
+            if nl < 0:
+                return
+            line = bytes(self._line[:nl]).strip()
+            del self._line[: nl + 1]
+            self._event(line, ts)
+
+    def _event(self, line: bytes, ts: float) -> None:
+        # Same rules as vllm bench serve: skip blanks and SSE comments, "[DONE]" is optional.
+        if not line or line.startswith(b":"):
+            return
+        if line.startswith(b"data:"):
+            line = line[5:].strip()
+        if line == b"[DONE]":
+            return
+        out = self.out
+        assert out is not None
+        try:
+            data = json.loads(line)
+        except ValueError:
+            out.error = f"unparsable stream line: {line[:100]!r}"
+            return
+        if choices := data.get("choices"):
+            if not self._got_first:
+                self._got_first = True
+                out.ttft = ts - out.start
+                out.response_id = data.get("id")
+            else:
+                out.itl.append(ts - self._last)
+            self._last = ts
+            self._text.append(choices[0].get("text") or "")
+        if usage := data.get("usage"):
+            out.output_tokens = usage.get("completion_tokens")
+
+    def _finish(self) -> None:
+        out = self.out
+        if out is None or self.done is None or self.done.done():
+            return
+        if self._line.strip():
+            self._event(bytes(self._line).strip(), self._last or time.perf_counter())
+        if self._status != 200:
+            body = bytes(self._body_err[:300]).decode(errors="replace")
+            out.error = f"HTTP {self._status}: {body}"
+        elif self._got_first and not out.error:
+            out.success = True
+            out.latency = self._last - out.start
+        elif not out.error:
+            out.error = "stream ended without any chunk carrying choices"
+        out.generated_text = "".join(self._text)
+        self.done.set_result(out)
+
+    def _fail(self, msg: str) -> None:
+        self.reusable = False
+        if self.out is not None and self.done is not None and not self.done.done():
+            self.out.error = msg
+            self.out.success = False
+            self.done.set_result(self.out)
+
+    # -- one request on this connection
+    def send(self, head: bytes, body: bytes, out: RequestResult) -> asyncio.Future:
+        self._reset(out)
+        self.done = asyncio.get_running_loop().create_future()
+        assert self.transport is not None
+        self.transport.write(head + body)
+        return self.done
+
+
+class _Client:
+    """A pool of keep-alive connections to one ``http://host:port``."""
+
+    def __init__(self, base_url: str, timeout_s: float = REQUEST_TIMEOUT_S):
+        u = urlsplit(base_url)
+        if u.scheme != "http" or not u.hostname:
+            raise ValueError(f"load generator needs an http://host:port base URL, got {base_url!r}")
+        self.host, self.port = u.hostname, u.port or 80
+        self.path = (u.path.rstrip("/") or "") + "/v1/completions"
+        self.timeout_s = timeout_s
+        self._idle: list[_SSEResponse] = []
+
+    def head(self, n: int) -> bytes:
+        return (
+            f"POST {self.path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n"
+            "Content-Type: application/json\r\nAccept: text/event-stream\r\n"
+            f"Connection: keep-alive\r\nContent-Length: {n}\r\n\r\n"
+        ).encode()
+
+    async def request(self, payload: bytes, prompt_len: int) -> RequestResult:
+        out = RequestResult(prompt_len=prompt_len)
+        out.start = time.perf_counter()  # before any connect, as vllm bench serve does
+        conn = None
+        try:
+            while self._idle:
+                c = self._idle.pop()
+                if c.reusable and c.transport is not None and not c.transport.is_closing():
+                    conn = c
+                    break
+            if conn is None:
+                loop = asyncio.get_running_loop()
+                _, conn = await loop.create_connection(_SSEResponse, self.host, self.port)
+            fut = conn.send(self.head(len(payload)), payload, out)
+            await asyncio.wait_for(fut, self.timeout_s)
+        except Exception as e:  # noqa: BLE001 - every failure is recorded, not raised
+            out.success = False
+            out.error = out.error or f"{type(e).__name__}: {e}"
+            if conn is not None:
+                conn.reusable = False
+        if conn is not None:
+            conn.out = None
+            if conn.reusable and out.success:
+                self._idle.append(conn)
+            elif conn.transport is not None:
+                conn.transport.close()
+        return out
+
+    def close(self) -> None:
+        for c in self._idle:
+            if c.transport is not None:
+                c.transport.close()
+        self._idle.clear()
 
 
 def _request_times(n: int, rate: float, rng: np.random.Generator) -> list[float]:
@@ -250,8 +441,7 @@ def _request_times(n: int, rate: float, rng: np.random.Generator) -> list[float]
 
 
 async def _run_batch(
-    session: aiohttp.ClientSession,
-    url: str,
+    client: _Client,
     payloads: list[tuple[bytes, int]],
     max_concurrency: int,
     request_rate: float,
@@ -267,7 +457,7 @@ async def _run_batch(
         if delay > 0:
             await asyncio.sleep(delay)
         async with sem:
-            return await _one_request(session, url, payloads[i][0], payloads[i][1])
+            return await client.request(payloads[i][0], payloads[i][1])
 
     start = time.perf_counter()
     results = await asyncio.gather(*(limited(i) for i in range(len(payloads))))
@@ -284,18 +474,15 @@ async def _run_with_warmup(
 ) -> tuple[list[RequestResult], float, float]:
     """Warm-ups then the measured batch on one session, so measured requests reuse open
     connections (a burst of TCP handshakes would otherwise land in the first TTFTs)."""
-    url = base_url.rstrip("/") + "/v1/completions"
-    connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, force_close=False)
-    async with aiohttp.ClientSession(
-        connector=connector, timeout=AIOHTTP_TIMEOUT, read_bufsize=1 << 20
-    ) as session:
+    client = _Client(base_url)
+    try:
         if warmups:
-            await _run_batch(session, url, warmups, max_concurrency, float("inf"), seed)
+            await _run_batch(client, warmups, max_concurrency, float("inf"), seed)
         cpu0 = time.process_time()
-        results, duration = await _run_batch(
-            session, url, payloads, max_concurrency, request_rate, seed
-        )
+        results, duration = await _run_batch(client, payloads, max_concurrency, request_rate, seed)
         cpu = time.process_time() - cpu0
+    finally:
+        client.close()
     return results, duration, cpu
 
 

@@ -1,0 +1,165 @@
+"""Load generator against the timed server (a real HTTP server in a subprocess).
+
+Truth for the accuracy test is what the server actually did, read back from its /stats: the
+time it wrote each request's first and last token. Server and client share the host's monotonic
+clock (``time.perf_counter``), so TTFT truth is (server's first write - client's request start)
+and TPOT truth is (last write - first write) / (tokens - 1). The client's error is therefore only
+how late it notices chunks, which is what this load generator must keep small.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import requests
+from cellbench import loadgen
+from cellbench.testing.timed_server import launch
+
+TTFT_MS, ITL_MS, OSL = 200.0, 50.0, 16
+
+
+def _truth(base: str, results: list[loadgen.RequestResult]) -> tuple[float, float]:
+    stats = requests.get(f"{base}/stats", timeout=10).json()["requests"]
+    ttft, tpot = [], []
+    for r in results:
+        s = stats[r.response_id]
+        ttft.append((s["first"] - r.start) * 1000.0)
+        tpot.append((s["last"] - s["first"]) / (s["n"] - 1) * 1000.0)
+    return float(np.mean(ttft)), float(np.mean(tpot))
+
+
+@pytest.fixture(scope="module")
+def timed():
+    with launch("--ttft-ms", str(TTFT_MS), "--itl-ms", str(ITL_MS)) as (base, _):
+        yield base
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("conc,prompts", [(1, 4), (32, 64), (256, 512)])
+def test_ttft_tpot_match_truth(timed, conc, prompts):
+    tok = loadgen.ServerTokenizer(timed, "timed-model")
+    spec = loadgen.PointSpec(
+        isl=16, osl=OSL, max_concurrency=conc, num_prompts=prompts, num_warmups=conc
+    )
+    pt = loadgen.run_point(timed, "timed-model", tok, spec, ignore_eos=True, keep_results=True)
+    assert pt["completed"] == prompts and pt["failed"] == 0
+    true_ttft, true_tpot = _truth(timed, pt["_results"])
+    for name, got, want in (
+        ("ttft", pt["mean_ttft_ms"], true_ttft),
+        ("tpot", pt["mean_tpot_ms"], true_tpot),
+    ):
+        tol = max(0.02 * want, 0.5)
+        assert abs(got - want) <= tol, f"c={conc} {name}: measured {got:.3f} truth {want:.3f}"
+    # Every request produced exactly OSL tokens (ignore_eos honoured), read from usage.
+    assert pt["total_output_tokens"] == prompts * OSL
+    assert pt["total_input_tokens"] == prompts * 16
+    # The server's own timing stays near its configuration, so the truth above is meaningful.
+    assert true_tpot == pytest.approx(ITL_MS, rel=0.2)
+
+
+def test_keys_and_warmups_excluded(timed):
+    tok = loadgen.ServerTokenizer(timed, "timed-model")
+    before = requests.get(f"{timed}/stats", timeout=10).json()["n_completions"]
+    spec = loadgen.PointSpec(isl=8, osl=3, max_concurrency=2, num_prompts=6, num_warmups=4)
+    pt = loadgen.run_point(timed, "timed-model", tok, spec, ignore_eos=True, keep_results=True)
+    after = requests.get(f"{timed}/stats", timeout=10).json()["n_completions"]
+    assert after - before == 10  # 4 warm-ups + 6 measured reached the server ...
+    assert pt["completed"] + pt["failed"] == 6  # ... but only the 6 are in the result
+    assert len(pt.pop("_results")) == 6
+    for key in loadgen.POINT_KEYS + (
+        "date",
+        "backend",
+        "model_id",
+        "num_prompts",
+        "request_rate",
+        "max_concurrency",
+    ):
+        assert key in pt, key
+    assert pt["request_rate"] == "inf" and pt["max_concurrency"] == 2
+    json.dumps(pt)  # serialisable as is
+    # ITL is chunk gaps: OSL-1 per request.
+    assert pt["mean_itl_ms"] > 0 and pt["client_cpu_ms_per_request"] > 0
+
+
+def test_prompts_have_exact_length(timed):
+    tok = loadgen.ServerTokenizer(timed, "timed-model")
+    for p in loadgen.make_prompts(tok, 5, 37, seed=3):
+        assert len(tok.encode(p.text)) == 37 == p.prompt_len
+    a = loadgen.make_prompts(tok, 3, 10, seed=1)
+    b = loadgen.make_prompts(tok, 3, 10, seed=1)
+    assert [p.text for p in a] == [p.text for p in b]
+
+
+def test_failed_requests_counted_and_threshold():
+    with launch("--ttft-ms", "5", "--itl-ms", "1", "--fail-share", "0.25") as (base, _):
+        tok = loadgen.ServerTokenizer(base, "timed-model")
+        spec = loadgen.PointSpec(isl=4, osl=4, max_concurrency=4, num_prompts=40, num_warmups=0)
+        pt = loadgen.run_point(base, "timed-model", tok, spec, ignore_eos=True)
+        server_failed = requests.get(f"{base}/stats", timeout=10).json()["n_failed"]
+    assert pt["failed"] == server_failed == 10
+    assert pt["completed"] == 30
+    assert pt["total_output_tokens"] == 30 * 4  # failures contribute nothing
+    assert any("HTTP 500" in e for e in pt["errors"])
+    loadgen.check_failures(pt, 0.25)  # exactly at the threshold passes
+    with pytest.raises(loadgen.TooManyFailures, match="10 of 40 requests failed"):
+        loadgen.check_failures(pt, 0.2)
+
+
+def test_stream_without_done_and_no_ignore_eos():
+    # transformers-serve style: usage on the last token chunk, no [DONE], 422 on ignore_eos,
+    # and an EOS after 5 tokens: the real output length is recorded, not max_tokens.
+    args = ("--style", "transformers", "--reject-ignore-eos", "--eos-after", "5")
+    with launch("--ttft-ms", "20", "--itl-ms", "5", *args) as (base, _):
+        assert loadgen.probe_ignore_eos(base, "timed-model") is False
+        tok = loadgen.ServerTokenizer(base, "timed-model")
+        spec = loadgen.PointSpec(isl=4, osl=12, max_concurrency=2, num_prompts=4, num_warmups=0)
+        pt = loadgen.run_point(base, "timed-model", tok, spec, ignore_eos=False)
+        bad = loadgen.run_point(base, "timed-model", tok, spec, ignore_eos=True)
+    assert pt["failed"] == 0 and pt["total_output_tokens"] == 4 * 5
+    assert pt["mean_tpot_ms"] == pytest.approx(5.0, abs=2.0)
+    assert bad["failed"] == 4 and "HTTP 422" in bad["errors"][0]
+
+
+def test_server_gone_counts_failures():
+    with launch("--ttft-ms", "5", "--itl-ms", "1", "--exit-after", "3") as (base, _):
+        tok = loadgen.ServerTokenizer(base, "timed-model")
+        spec = loadgen.PointSpec(isl=4, osl=3, max_concurrency=1, num_prompts=6, num_warmups=0)
+        pt = loadgen.run_point(base, "timed-model", tok, spec, ignore_eos=True)
+    # Completion requests 0-2 are served; request 3 kills the server, the rest find it gone.
+    assert pt["completed"] == 3
+    assert pt["failed"] == 3
+
+
+def test_compute_metrics_definitions():
+    # Two hand-built results: the formulas of vllm bench serve, checked by hand.
+    ok = loadgen.RequestResult(
+        success=True, prompt_len=10, ttft=0.1, itl=[0.02, 0.03], latency=0.15, output_tokens=3
+    )
+    ok2 = loadgen.RequestResult(
+        success=True, prompt_len=10, ttft=0.3, itl=[], latency=0.3, output_tokens=1
+    )
+    bad = loadgen.RequestResult(success=False, prompt_len=10, error="x")
+    m = loadgen.compute_metrics([ok, ok2, bad], duration=2.0)
+    assert m["completed"] == 2 and m["failed"] == 1
+    assert m["total_input_tokens"] == 20 and m["total_output_tokens"] == 4
+    assert m["request_throughput"] == pytest.approx(1.0)
+    assert m["output_throughput"] == pytest.approx(2.0)
+    assert m["total_token_throughput"] == pytest.approx(12.0)
+    assert m["mean_ttft_ms"] == pytest.approx(200.0)
+    # TPOT only from requests with more than one token: (0.15 - 0.1) / 2.
+    assert m["mean_tpot_ms"] == pytest.approx(25.0)
+    assert m["mean_itl_ms"] == pytest.approx(25.0)
+    assert m["p99_e2el_ms"] == pytest.approx(np.percentile([150.0, 300.0], 99))
+
+
+def test_bad_point_rejected_before_any_request():
+    with pytest.raises(ValueError, match="max_concurrency"):
+        loadgen.run_point(
+            "http://127.0.0.1:9",
+            "m",
+            None,  # type: ignore[arg-type]
+            loadgen.PointSpec(isl=4, osl=4, max_concurrency=0, num_prompts=1, num_warmups=0),
+            ignore_eos=True,
+        )

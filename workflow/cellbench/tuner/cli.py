@@ -142,6 +142,15 @@ def _validate(args: argparse.Namespace, argv: list[str]) -> Plan:
                 f"--block-shape={bn},{bk} does not divide the weights (2N={2 * n}, K={k}, N={n})"
             )
 
+    if args.backend == "vllm":
+        import importlib.util
+
+        if importlib.util.find_spec("vllm") is None:
+            raise UsageError(
+                "--backend vllm needs vLLM installed where the tuner runs (no module 'vllm'); "
+                "use --backend builtin"
+            )
+
     import torch
 
     on_gpu = torch.cuda.is_available()

@@ -1,0 +1,171 @@
+"""Tuner parts without a tuning run: search spaces, pruning reasons, roofline arithmetic,
+timing statistics, the vLLM JSON writer and the tuning log's handling of a torn last line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from cellbench.tuner import artifacts, roofline, spaces
+from cellbench.tuner.timing import CPU_METHOD, relative_spread, time_calls
+
+H200 = spaces.HardwareLimits(232_448, "cuda", "3.6.0")
+REF = Path(__file__).parent / "data" / "vllm-configs"
+
+
+def test_space_sizes_match_vllm_counts() -> None:
+    assert len(spaces.cuda_space()) == 1920
+    assert len(spaces.cuda_space((128, 128))) == 640
+    assert len(spaces.rocm_space(fp16=True, has_mfma=True)) == 40_000
+    assert len(spaces.rocm_space(fp16=False)) == 8_000
+    assert len(spaces.tiny_space()) == 16
+    # every config is unique
+    keys = {spaces.config_key(c) for c in spaces.cuda_space()}
+    assert len(keys) == 1920
+
+
+def test_config_key_is_order_independent() -> None:
+    a = {
+        "num_warps": 4,
+        "BLOCK_SIZE_M": 16,
+        "BLOCK_SIZE_N": 32,
+        "BLOCK_SIZE_K": 64,
+        "GROUP_SIZE_M": 1,
+        "num_stages": 2,
+    }
+    b = dict(sorted(a.items()))
+    assert spaces.config_key(a) == spaces.config_key(b)
+    assert list(json.loads(spaces.config_key(a)))[:2] == ["BLOCK_SIZE_M", "BLOCK_SIZE_N"]
+
+
+def _cfg(bm, bn, bk, w=4, g=1, s=2):
+    return {
+        "BLOCK_SIZE_M": bm,
+        "BLOCK_SIZE_N": bn,
+        "BLOCK_SIZE_K": bk,
+        "GROUP_SIZE_M": g,
+        "num_warps": w,
+        "num_stages": s,
+    }
+
+
+def _why(cfg, m=4096, n=768, k=2048, ob=2, limits=H200):
+    return spaces.prune_reason(cfg, m=m, n=n, k=k, operand_bytes=ob, limits=limits)
+
+
+def test_pruning_reasons() -> None:
+    assert _why(_cfg(64, 128, 64, s=3)) is None
+    # shared memory: (5-1) * (256*256 + 256*256) * 2 bytes
+    r = _why(_cfg(256, 256, 256, w=8, s=5))
+    assert r is not None and "shared memory" in r and str(4 * 2 * 65536 * 2) in r
+    # the same tiles fit with fp8 operands at fewer stages
+    assert _why(_cfg(128, 128, 128, w=8, s=3), ob=1) is None
+    # rows per expert: M=1 leaves at most one row per expert
+    r = _why(_cfg(64, 64, 64), m=1)
+    assert r is not None and "rows per expert" in r and "M=1" in r
+    assert _why(_cfg(16, 64, 64), m=1) is None
+    # block sizes beyond the problem's dims
+    r = _why(_cfg(16, 256, 64), m=16, n=32, k=64)
+    assert r is not None and "BLOCK_SIZE_N=256" in r
+    r = _why(_cfg(16, 64, 128), m=16, n=32, k=64)
+    assert r is not None and "BLOCK_SIZE_K=128" in r
+    # registers: a 256x256 fp32 accumulator over 4 warps is 512 registers a thread
+    r = _why(_cfg(256, 256, 64, w=4, s=2))
+    assert r is not None and "registers" in r and "512" in r
+    # Triton 3.6's known failure, only for that version on CUDA
+    r = _why(_cfg(256, 64, 64, w=4, s=2))
+    assert r is not None and "Triton 3.6" in r
+    other = spaces.HardwareLimits(232_448, "cuda", "3.5.1")
+    assert _why(_cfg(256, 64, 64, w=4, s=2), limits=other) is None
+    # the CPU interpreter has no shared-memory or register limits
+    cpu = spaces.HardwareLimits(None, "cpu", "3.6.0")
+    assert _why(_cfg(256, 256, 256, w=8, s=5), limits=cpu) is None
+
+
+def test_prune_counts_for_qwen3_on_h200() -> None:
+    kept, dropped = spaces.prune(
+        spaces.cuda_space(), m=4096, n=768, k=2048, operand_bytes=2, limits=H200
+    )
+    assert len(kept) + len(dropped) == 1920
+    assert all(why for _, why in dropped)
+    # the smem bound is a lower bound: it prunes fewer than the 588 measured to exceed it
+    smem = [c for c, why in dropped if why.startswith("shared memory")]
+    assert 0 < len(smem) <= 588
+
+
+def test_roofline_hand_checked() -> None:
+    # m=2 tokens, top-2, N=4, K=8, 3 experts touched, bf16 (2-byte) everything
+    kw = dict(m=2, n=4, k=8, topk=2, experts_touched=3, weight_bytes=2, act_bytes=2, out_bytes=2)
+    w = roofline.fused_work(**kw)
+    assert w.flops == 2 * 2 * 2 * (2 * 4 * 8 + 4 * 8) == 768
+    # weights 3 * (2N*K + K*N) * 2 = 576, input 2*8*2 = 32, output 32
+    assert w.bytes == 576 + 32 + 32
+    g1, g2 = roofline.gemm_works(**kw)
+    assert g1.flops + g2.flops == w.flops
+    # GEMM1: w1 of 3 experts (3*64*2=384) + x (32) + out (4 rows x 8 x 2 = 64)
+    assert g1.bytes == 384 + 32 + 64
+    # GEMM2: w2 (3*32*2=192) + in (4 rows x 4 x 2 = 32) + out (4 x 8 x 2 = 64)
+    assert g2.bytes == 192 + 32 + 64
+    ceil = roofline.Ceilings(copy_bytes_per_s=640e6, matmul_flops_per_s=768e6)
+    f = roofline.fractions(w, 2.0, ceil)  # 2 us: floor is max(640/640e6, 768/768e6) = 1 us
+    assert f["roofline_us"] == pytest.approx(1.0)
+    assert f["roofline_fraction"] == pytest.approx(0.5)
+    assert f["bw_fraction"] == pytest.approx(0.5)
+    # block scales: (2N/bn)*(K/bk) + (K/bn)*(N/bk) fp32 per expert
+    wb = roofline.fused_work(**kw, block_shape=(4, 4))
+    assert wb.bytes - w.bytes == 3 * ((8 // 4) * (8 // 4) + (8 // 4) * (4 // 4)) * 4
+    assert roofline.fractions(w, 2.0, roofline.Ceilings(None, None))["roofline_fraction"] is None
+
+
+def test_relative_spread_and_cpu_timing() -> None:
+    assert relative_spread([1.0, 1.0]) == 0.0
+    assert relative_spread([9.0, 10.0, 10.0, 10.0, 11.0]) == pytest.approx(0.0)
+    assert relative_spread([8.0, 9.0, 10.0, 11.0, 12.0]) == pytest.approx(0.1)
+    calls = []
+    t = time_calls([lambda: calls.append(1)], on_gpu=False, repeats=5)
+    assert t.method == CPU_METHOD and len(t.samples_us) == 5 and t.median_us > 0
+    assert len(calls) == 6  # one warm-up, five timed
+    with pytest.raises(ValueError, match="repeats"):
+        time_calls([lambda: None], on_gpu=False, repeats=0)
+
+
+def test_vllm_json_matches_reference_format(tmp_path: Path) -> None:
+    ref = json.loads((REF / "E=128,N=768,device_name=NVIDIA_H200.json").read_text())
+    entries = {int(k): v for k, v in ref.items() if k != "triton_version"}
+    text = artifacts.vllm_config_json(entries, "3.6.0", rocm=False)
+    got = json.loads(text)
+    assert got.pop("triton_version") == "3.6.0"
+    assert got == ref
+    rocm_ref = json.loads(
+        (
+            REF
+            / "E=64,N=768,device_name=AMD_Radeon_R9700,dtype=fp8_w8a8,block_shape=[128,128].json"
+        ).read_text()
+    )
+    entries = {int(k): v for k, v in rocm_ref.items() if k != "triton_version"}
+    got = json.loads(artifacts.vllm_config_json(entries, rocm_ref["triton_version"], rocm=True))
+    assert got == rocm_ref
+    assert list(got)[0] == "triton_version"
+
+
+def test_tuning_log_skips_torn_line(tmp_path: Path) -> None:
+    log = artifacts.TuningLog(tmp_path / "log.jsonl")
+    rec = {
+        "m": 4,
+        "key": "k1",
+        "config": {},
+        "stage": "halving-0",
+        "status": "timed",
+        "time_us": 12.5,
+        "samples_us": [12.5],
+    }
+    log.append(rec)
+    log.append({**rec, "key": "k2", "status": "failed", "reason": "boom"})
+    with open(tmp_path / "log.jsonl", "a") as f:
+        f.write('{"m": 4, "key": "k3", "sta')  # a killed writer's partial line
+    again = artifacts.TuningLog(tmp_path / "log.jsonl")
+    assert again.resumed == 2
+    assert again.lookup(4, "k1", "halving-0")["time_us"] == 12.5
+    assert again.lookup(4, "k3", "halving-0") is None
+    assert again.failed_keys() == {"k2"}

@@ -137,6 +137,8 @@ async def _completions(request: web.Request) -> web.StreamResponse:
     if cfg.reject_ignore_eos and ("ignore_eos" in body or "min_tokens" in body):
         return _json_error(422, "Unexpected fields in the request: {'ignore_eos'}")
     prompt = body.get("prompt", "")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+        prompt = prompt[0]  # a batch of one, as some clients send
     if not isinstance(prompt, str):
         return _json_error(422, "prompt must be a string")
     if cfg.fail_share > 0 and _should_fail(i, cfg.fail_share):

@@ -33,9 +33,12 @@ def _init(backend_name: str, shape_dict: dict[str, Any], act_dtype: str, device_
     from .backends import make_backend
 
     torch.set_num_threads(1)  # many workers share the cores
-    torch.cuda.set_device(device_index)
+    device = "cpu"  # index -1: the CPU interpreter (only to exercise the pool)
+    if device_index >= 0:
+        torch.cuda.set_device(device_index)
+        device = f"cuda:{device_index}"
     shape = MoEShape.from_dict(shape_dict)
-    _W["backend"] = make_backend(backend_name, shape, act_dtype, f"cuda:{device_index}")
+    _W["backend"] = make_backend(backend_name, shape, act_dtype, device)
     _W["problems"] = {}
 
 
@@ -50,7 +53,8 @@ def _warm(m: int, cfg: dict[str, int]) -> tuple[bool, str, float]:
         probs[m] = be.make_problem(m, 0)
     try:
         be.output(probs[m], cfg)
-        torch.cuda.synchronize()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
         ok, msg = True, ""
     except Exception as e:  # noqa: BLE001 - reported; the main process logs the failure
         ok, msg = False, f"{type(e).__name__}: {str(e)[:200]}"

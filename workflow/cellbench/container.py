@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import collections
 import os
+import sys
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -216,7 +217,8 @@ def _create(
 ):
     from cellbench import images
 
-    images.ensure_pulled(client, image_ref, out=None)
+    # Progress on stderr (the job's console), not in the step's log.
+    images.ensure_pulled(client, image_ref, out=sys.stderr)
     full_env = {**gpu_env(gpus), **dict(env)}
     log.write(
         f"[cellbench] image {image_ref}\n[cellbench] command {list(command)}\n"

@@ -1,0 +1,277 @@
+"""Server lifecycle and the serve stage, with real servers.
+
+* The full stage on a real ``transformers serve`` of the tiny Qwen3-MoE model built by
+  ``cellbench.assets``: a 1-point grid, then lm-eval GSM8K on 5 questions.
+* Failures caused for real with the timed server run as the stage's server command: exit during
+  start-up, never ready, many HTTP 500s, exit mid-run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+
+import jsonschema
+import pytest
+from cellbench import assets, gsm8k, serve_stage
+from cellbench.server import ServerError, ServerSpec, serve
+from cellbench.testing.timed_server import free_port
+
+SCHEMA = json.loads(
+    (Path(serve_stage.__file__).resolve().parents[1] / "schemas" / "bench.schema.json").read_text()
+)
+TIMED = [sys.executable, "-m", "cellbench.testing.timed_server", "--port", "{port}"]
+
+
+def _port_closed(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) != 0
+
+
+def _stage_args(out: Path, lease: Path, *extra: str) -> list[str]:
+    return [
+        "--runtime",
+        "local",
+        "--cell-id",
+        "host-cpu/tiny/tp1-ep1",
+        "--arm",
+        "untuned",
+        "--tp",
+        "1",
+        "--ep",
+        "1",
+        "--lease-dir",
+        str(lease),
+        "--cache-dir",
+        str(lease.parent / "cache"),
+        "--out-dir",
+        str(out),
+        *extra,
+    ]
+
+
+def _timed_stage(tmp_path: Path, server_flags: list[str], *extra: str) -> list[str]:
+    return _stage_args(
+        tmp_path / "out",
+        tmp_path / "leases",
+        "--model",
+        "timed-model",
+        "--server-command-json",
+        json.dumps(TIMED + server_flags),
+        "--grid-json",
+        '[{"isl": 8, "osl": 4}]',
+        "--concurrency",
+        "2",
+        "--prompts-per-concurrency",
+        "5",
+        "--warmups-per-concurrency",
+        "1",
+        "--no-gsm8k",
+        *extra,
+    )
+
+
+def _assert_failed_cleanly(tmp_path: Path, capsys, *needles: str) -> None:
+    err = capsys.readouterr().err
+    for n in needles:
+        assert n in err, f"{n!r} not in:\n{err}"
+    out = tmp_path / "out"
+    assert not (out / "bench.json").exists()
+    assert not (out / "lm_eval").exists()
+    # The server's port (from its own log line) no longer answers.
+    log = (out / "server.log").read_text()
+    port = int(log.split("starting on 127.0.0.1:")[1].split()[0])
+    assert _port_closed(port)
+
+
+def test_exit_during_startup(tmp_path, capsys):
+    rc = serve_stage.main(_timed_stage(tmp_path, ["--exit-at-start"]))
+    assert rc == 1
+    _assert_failed_cleanly(
+        tmp_path, capsys, "exited during start-up", "status 3", "failing start-up on purpose"
+    )
+
+
+def test_never_ready(tmp_path, capsys):
+    t0 = time.monotonic()
+    rc = serve_stage.main(_timed_stage(tmp_path, ["--never-ready"], "--ready-timeout", "2"))
+    assert rc == 1 and time.monotonic() - t0 < 30
+    _assert_failed_cleanly(tmp_path, capsys, "not ready within 2 s", "/health 503")
+
+
+def test_too_many_failed_requests(tmp_path, capsys):
+    rc = serve_stage.main(
+        _timed_stage(tmp_path, ["--fail-share", "0.5"], "--max-failed-share", "0.05")
+    )
+    assert rc == 1
+    _assert_failed_cleanly(tmp_path, capsys, "requests failed", "HTTP 500", "starting on")
+
+
+def test_exit_mid_run(tmp_path, capsys):
+    rc = serve_stage.main(
+        _timed_stage(tmp_path, ["--exit-after", "4"], "--max-failed-share", "1.0")
+    )
+    assert rc == 1
+    _assert_failed_cleanly(tmp_path, capsys, "exited mid-run", "exiting on purpose")
+
+
+def test_bad_input_rejected_before_any_server(tmp_path, capsys):
+    args = _timed_stage(tmp_path, [])
+    args[args.index("--grid-json") + 1] = '[{"isl": 8, "osl": 0}]'
+    assert serve_stage.main(args) == 2
+    assert "--grid-json[0].osl" in capsys.readouterr().err
+    assert not (tmp_path / "out" / "server.log").exists()
+    args = _timed_stage(tmp_path, [])
+    args[args.index("--arm") + 1] = "tuned"  # tuned without --tuned-config-dir
+    assert serve_stage.main(args) == 2
+    assert "--tuned-config-dir" in capsys.readouterr().err
+
+
+def test_cold_then_warm_and_repeat_order(tmp_path):
+    args = _timed_stage(
+        tmp_path, ["--ttft-ms", "5", "--itl-ms", "2"], "--repeats", "2", "--concurrency", "1,2"
+    )
+    args[args.index("--grid-json") + 1] = '[{"isl": 8, "osl": 4}, {"isl": 16, "osl": 3}]'
+    assert serve_stage.main(args) == 0
+    first = json.loads((tmp_path / "out" / "bench.json").read_text())
+    jsonschema.validate(first, SCHEMA)
+    assert first["cold"] is True
+    order = [(p["repeat"], p["isl"], p["max_concurrency"]) for p in first["points"]]
+    assert order == [(r, isl, c) for r in (0, 1) for isl in (8, 16) for c in (1, 2)]
+    assert all(p["failed"] == 0 and p["completed"] == p["num_prompts"] for p in first["points"])
+    assert first["ignore_eos"] is True and first["points"][0]["total_output_tokens"] == 5 * 4
+    # Repeats use fresh prompts (a prefix cache must not serve them).
+    assert first["points"][0]["seed"] != first["points"][4]["seed"]
+    assert serve_stage.main(args) == 0
+    assert json.loads((tmp_path / "out" / "bench.json").read_text())["cold"] is False
+
+
+def test_serve_stops_process_group_on_interrupt(tmp_path):
+    port = free_port()
+    spec = ServerSpec(
+        runtime="local",
+        model="timed-model",
+        port=port,
+        log_path=tmp_path / "server.log",
+        ready_timeout_s=20,
+        command=TIMED,
+    )
+    with pytest.raises(KeyboardInterrupt):
+        with serve(spec) as server:
+            pid = server.describe["pid"]
+            assert server.alive() and server.model_id == "timed-model"
+            raise KeyboardInterrupt
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+    assert _port_closed(port)
+
+
+def test_serve_rejects_bad_spec(tmp_path):
+    spec = ServerSpec(runtime="podman", model="m", port=1, log_path=tmp_path / "l")
+    with pytest.raises(ValueError, match="runtime"):
+        with serve(spec):
+            pass
+    assert not (tmp_path / "l").exists()
+
+
+def test_sigterm_stops_server(tmp_path):
+    # Snakemake cancels jobs with SIGTERM: the stage must still stop its server.
+    import subprocess
+
+    args = _timed_stage(tmp_path, ["--ttft-ms", "2000"], "--prompts-per-concurrency", "50")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cellbench.serve_stage", *args],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    log = tmp_path / "out" / "server.log"
+    deadline = time.monotonic() + 30
+    while "starting on" not in (log.read_text() if log.exists() else ""):
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=30)
+    assert proc.returncode != 0
+    port = int(log.read_text().split("starting on 127.0.0.1:")[1].split()[0])
+    assert _port_closed(port)
+    assert not (tmp_path / "out" / "bench.json").exists()
+
+
+@pytest.fixture(scope="module")
+def tiny_assets(tmp_path_factory):
+    root = tmp_path_factory.mktemp("assets")
+    model = assets.make_tiny_model(root / "tiny-qwen3-moe", seed=0)
+    task = assets.make_gsm8k_set(root / "gsm8k", 10, seed=0, n_train=4)
+    return model, task
+
+
+@pytest.mark.slow
+def test_stage_on_transformers_serve(tiny_assets, tmp_path):
+    model, task = tiny_assets
+    out = tmp_path / "out"
+    args = _stage_args(
+        out,
+        tmp_path / "leases",
+        "--model",
+        str(model),
+        "--served-model-name",
+        "tiny-qwen3-moe",
+        "--grid-json",
+        '[{"isl": 32, "osl": 8}]',
+        "--concurrency",
+        "2",
+        "--prompts-per-concurrency",
+        "2",
+        "--warmups-per-concurrency",
+        "1",
+        "--ignore-eos",
+        "--ready-timeout",
+        "120",
+        "--max-failed-share",
+        "0",
+        "--gsm8k-task-dir",
+        str(task),
+        "--gsm8k-fewshot",
+        "1",
+        "--gsm8k-limit",
+        "5",
+        "--gsm8k-max-gen-toks",
+        "24",
+    )
+    assert serve_stage.main(args) == 0
+    bench = json.loads((out / "bench.json").read_text())
+    jsonschema.validate(bench, SCHEMA)
+    assert bench["runtime"] == "local" and bench["cold"] is True
+    # transformers serve refuses ignore_eos: recorded as not applied, lengths measured.
+    assert bench["ignore_eos"] is False and bench["ignore_eos_requested"] is True
+    (pt,) = bench["points"]
+    assert pt["completed"] == 4 and pt["failed"] == 0
+    assert pt["total_input_tokens"] == 4 * 32
+    assert 4 <= pt["total_output_tokens"] <= 4 * 8
+    assert pt["mean_ttft_ms"] > 0 and pt["mean_e2el_ms"] >= pt["mean_ttft_ms"]
+    assert "Uvicorn running" in (out / "server.log").read_text()
+    port = int(bench["server"]["command"][bench["server"]["command"].index("--port") + 1])
+    assert _port_closed(port)
+    summary = gsm8k.parse_results(out / "lm_eval", cell=bench["cell"], arm="untuned")
+    gsm8k.validate(summary)
+    assert summary["n_samples"] == 5 and summary["num_fewshot"] == 1
+
+
+def test_server_error_carries_log_tail(tmp_path):
+    spec = ServerSpec(
+        runtime="local",
+        model="timed-model",
+        port=free_port(),
+        log_path=tmp_path / "server.log",
+        ready_timeout_s=20,
+        command=[*TIMED, "--exit-at-start"],
+    )
+    with pytest.raises(ServerError, match="failing start-up on purpose"):
+        with serve(spec):
+            pass

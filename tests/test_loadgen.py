@@ -163,3 +163,27 @@ def test_bad_point_rejected_before_any_request():
             loadgen.PointSpec(isl=4, osl=4, max_concurrency=0, num_prompts=1, num_warmups=0),
             ignore_eos=True,
         )
+
+
+def test_poisson_offsets_are_seeded():
+    rng = np.random.default_rng
+    a = loadgen._request_times(2000, 50.0, rng(7))
+    assert a == loadgen._request_times(2000, 50.0, rng(7))
+    assert a != loadgen._request_times(2000, 50.0, rng(8))
+    gaps = np.diff(a)
+    assert a[0] == 0.0 and (gaps > 0).all()
+    assert np.mean(gaps) == pytest.approx(1 / 50.0, rel=0.1)  # exponential with mean 1/rate
+    assert loadgen._request_times(3, float("inf"), rng(0)) == [0.0, 0.0, 0.0]
+
+
+def test_finite_request_rate_paces_requests(timed):
+    tok = loadgen.ServerTokenizer(timed, "timed-model")
+    spec = loadgen.PointSpec(
+        isl=4, osl=2, max_concurrency=64, num_prompts=30, num_warmups=0, request_rate=20.0
+    )
+    pt = loadgen.run_point(timed, "timed-model", tok, spec, ignore_eos=True, keep_results=True)
+    starts = sorted(r.start for r in pt.pop("_results"))
+    offsets = loadgen._request_times(30, 20.0, np.random.default_rng(0))
+    # Requests leave on the seeded Poisson schedule (to within a few ms), not all at once.
+    assert np.allclose(np.array(starts) - starts[0], offsets, atol=0.01)
+    assert pt["request_rate"] == 20.0 and pt["failed"] == 0

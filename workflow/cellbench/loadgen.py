@@ -56,6 +56,21 @@ class TooManyFailures(RuntimeError):
     """A point's failed-request share exceeded the allowed threshold."""
 
 
+_COMMON_WORDS = (
+    "the of and to in is was for on are with as his they be at one have this from or had by "
+    "word but what some we can out other were all there when up use your how said an each she "
+    "which do their time if will way about many then them write would like so these her long "
+    "make thing see him two has look more day could go come did number sound no most people "
+    "my over know water than call first who may down side been now find any new work part "
+    "take get place made live where after back little only round man year came show every "
+    "good me give our under name very through just form sentence great think say help low "
+    "line differ turn cause much mean before move right boy old too same tell does set three "
+    "want air well also play small end put home read hand port large spell add even land here "
+    "must big high such follow act why ask men change went light kind off need house picture "
+    "try us again animal point mother world near build self earth father head stand own page"
+).split()
+
+
 class Tokenizer(Protocol):
     """The little the load generator needs from a tokenizer."""
 
@@ -106,6 +121,7 @@ class ServerTokenizer:
         self._model = model_id
         self._s = requests.Session()
         self._vocab = vocab_size
+        self._candidates: list[int] | None = None
 
     def encode(self, text: str) -> list[int]:
         r = self._s.post(
@@ -126,9 +142,14 @@ class ServerTokenizer:
         return str(r.json()["prompt"])
 
     def candidate_ids(self) -> list[int]:
-        # Without the vocabulary, keep to low ids that every real vocabulary has as plain text.
-        n = self._vocab or 1000
-        return list(range(min(n, 1000)))
+        # The vocabulary is not served, so learn ids from common words: " word" tokens join and
+        # split back cleanly, where arbitrary ids (byte pieces) would not round-trip.
+        if self._candidates is None:
+            ids = sorted(set(self.encode(" " + " ".join(_COMMON_WORDS))))
+            self._candidates = (
+                ids if len(ids) >= 50 else list(range(min(self._vocab or 1000, 1000)))
+            )
+        return self._candidates
 
 
 def load_tokenizer(model: str, base_url: str | None = None, model_id: str | None = None):

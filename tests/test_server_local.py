@@ -275,3 +275,116 @@ def test_server_error_carries_log_tail(tmp_path):
     with pytest.raises(ServerError, match="failing start-up on purpose"):
         with serve(spec):
             pass
+
+
+def test_docker_command_line():
+    from cellbench.server import docker_command
+
+    spec = ServerSpec(
+        runtime="docker",
+        model="Qwen/Qwen3-30B-A3B-Instruct-2507-FP8",
+        port=8123,
+        log_path=Path("x"),
+        served_model_name="qwen3-30b-a3b-fp8",
+        serve_args=["--max-model-len", "65536"],
+        image_ref="r@sha256:" + "0" * 64,
+        tp=2,
+        ep=2,
+    )
+    cmd = docker_command(spec, spec.model)
+    assert cmd[:3] == ["vllm", "serve", spec.model]
+    assert cmd[cmd.index("--port") + 1] == "8123"
+    assert cmd[cmd.index("--tensor-parallel-size") + 1] == "2"
+    assert "--enable-expert-parallel" in cmd
+    assert cmd[cmd.index("--served-model-name") + 1] == "qwen3-30b-a3b-fp8"
+    assert cmd[-2:] == ["--max-model-len", "65536"]
+    spec.ep = 1
+    assert "--enable-expert-parallel" not in docker_command(spec, spec.model)
+
+
+# --- the docker launcher, with the Docker engine and the local registry's test image ----------
+# The image has python3 and torch but neither vLLM nor aiohttp, so the server run inside it is
+# the timed server, with the workflow and the host venv's packages mounted read-only.
+
+from docker_env import TEST_TAGS, docker_client, labelled, pinned, registry  # noqa: E402, F401
+
+
+def _docker_spec(image: str, tmp_path: Path, run_id: str, *flags: str, **kw) -> ServerSpec:
+    import site
+
+    return ServerSpec(
+        runtime="docker",
+        model="timed-model",
+        port=free_port(),
+        log_path=tmp_path / "server.log",
+        image_ref=image,
+        ready_timeout_s=60,
+        command=["python3", "-m", "cellbench.testing.timed_server", "--port", "{port}", *flags],
+        env={"PYTHONPATH": "/cellbench/workflow:/cellbench/site"},
+        extra_mounts=[
+            (str(Path(serve_stage.__file__).resolve().parents[1]), "/cellbench/workflow"),
+            (site.getsitepackages()[0], "/cellbench/site"),
+        ],
+        labels={"cellbench.test": run_id},
+        **kw,
+    )
+
+
+@pytest.fixture(scope="module")
+def test_image(docker_client, registry):  # noqa: F811
+    ref = pinned(docker_client, TEST_TAGS["7.2"])
+    docker_client.images.pull(ref)
+    return ref
+
+
+@pytest.mark.docker
+def test_docker_launcher_tuned_arm(docker_client, test_image, tmp_path):  # noqa: F811
+    import uuid
+
+    from cellbench import loadgen
+
+    run_id = uuid.uuid4().hex
+    tuned = tmp_path / "configs"
+    tuned.mkdir()
+    (tuned / "E=8,N=32,device_name=X.json").write_text("{}")
+    spec = _docker_spec(
+        test_image, tmp_path, run_id, "--ttft-ms", "5", "--itl-ms", "1", tuned_config_dir=tuned
+    )
+    with serve(spec) as server:
+        (c,) = labelled(docker_client, "cellbench.test", run_id)
+        env = dict(e.split("=", 1) for e in c.attrs["Config"]["Env"])
+        assert env["VLLM_TUNED_CONFIG_FOLDER"] == "/cellbench/tuned-configs"
+        mounts = {m["Destination"]: m for m in c.attrs["Mounts"]}
+        assert mounts["/cellbench/tuned-configs"]["Source"] == str(tuned.resolve())
+        assert mounts["/cellbench/tuned-configs"]["RW"] is False
+        tok = loadgen.ServerTokenizer(server.base_url, server.model_id)
+        pt = loadgen.run_point(
+            server.base_url,
+            server.model_id,
+            tok,
+            loadgen.PointSpec(isl=8, osl=4, max_concurrency=2, num_prompts=4, num_warmups=2),
+            ignore_eos=True,
+        )
+        assert pt["completed"] == 4 and pt["total_output_tokens"] == 16
+    assert labelled(docker_client, "cellbench.test", run_id) == []
+    assert "starting on" in (tmp_path / "server.log").read_text()
+
+
+@pytest.mark.docker
+def test_docker_launcher_untuned_arm_and_startup_exit(docker_client, test_image, tmp_path):  # noqa: F811
+    import uuid
+
+    run_id = uuid.uuid4().hex
+    spec = _docker_spec(test_image, tmp_path, run_id, "--exit-at-start")
+    with pytest.raises(ServerError, match="failing start-up on purpose"):
+        with serve(spec):
+            pass
+    assert labelled(docker_client, "cellbench.test", run_id) == []
+    # The untuned arm never sees the tuned folder.
+    run_id = uuid.uuid4().hex
+    spec = _docker_spec(test_image, tmp_path, run_id)
+    with serve(spec):
+        (c,) = labelled(docker_client, "cellbench.test", run_id)
+        env = dict(e.split("=", 1) for e in c.attrs["Config"]["Env"])
+        assert "VLLM_TUNED_CONFIG_FOLDER" not in env
+    assert labelled(docker_client, "cellbench.test", run_id) == []

@@ -34,8 +34,9 @@ Usage (flags the serve rule builds from the config)::
         [--gsm8k-max-gen-toks 256] [--gsm8k-timeout SECONDS] \\
         --out-dir DIR
 
-``--server-command-json`` (local runtime) runs that command instead of ``transformers serve``;
-``{port}``, ``{host}`` and ``{model}`` in it are filled in (bring-your-own server, and tests).
+``--server-command-json`` runs that command instead of ``transformers serve`` (local) or
+``vllm serve`` (inside the image, docker); ``{port}``, ``{host}`` and ``{model}`` in it are filled
+in (bring-your-own server, and tests).
 Without ``--gsm8k-task-dir`` lm-eval's own ``gsm8k`` task is used.
 """
 
@@ -146,8 +147,6 @@ class StageConfig:
         if self.runtime == "docker":
             if not self.image_ref:
                 raise ValueError("--runtime docker needs --image-ref")
-            if self.server_command is not None:
-                raise ValueError("--server-command-json is for --runtime local only")
             if self.gpus > self.total_gpus:
                 raise ValueError(f"--gpus {self.gpus} exceeds --total-gpus {self.total_gpus}")
         if self.runtime == "local" and self.server_command is None:

@@ -61,7 +61,8 @@ class ServerSpec:
     """How to start one server.
 
     ``model`` is a local directory or a Hugging Face id. ``command`` replaces the runtime's
-    default server command (local runtime only; ``{port}`` and ``{model}`` are filled in).
+    default server command (``{port}``, ``{host}`` and ``{model}`` are filled in; in the docker
+    runtime it runs inside the image). ``extra_mounts`` are read-only (host, container) pairs.
     """
 
     runtime: str  # "local" | "docker"
@@ -84,6 +85,7 @@ class ServerSpec:
     cache_dir: Path | None = None
     hf_cache: Path | None = None
     labels: dict[str, str] = field(default_factory=dict)
+    extra_mounts: list[tuple[str, str]] = field(default_factory=list)
 
     def validate(self) -> None:
         """Reject bad values before anything is started, naming the key."""
@@ -96,8 +98,6 @@ class ServerSpec:
         if self.runtime == "docker":
             if not self.image_ref:
                 raise ValueError("runtime=docker needs image_ref")
-            if self.command is not None:
-                raise ValueError("command overrides are for runtime=local only")
         if self.tp < 1 or self.ep < 1:
             raise ValueError(f"tp and ep must be >= 1, got tp={self.tp} ep={self.ep}")
         if self.tuned_config_dir is not None and not Path(self.tuned_config_dir).is_dir():
@@ -297,7 +297,12 @@ def _docker(spec: ServerSpec) -> Iterator[RunningServer]:
             Mount(str(Path(spec.tuned_config_dir).resolve()), CONTAINER_TUNED_DIR, read_only=True)
         )
         env["VLLM_TUNED_CONFIG_FOLDER"] = CONTAINER_TUNED_DIR
-    cmd = docker_command(spec, model)
+    for src, dst in spec.extra_mounts:
+        mounts.append(Mount(str(Path(src).resolve()), dst, read_only=True))
+    if spec.command is not None:
+        cmd = [a.format(port=spec.port, model=model, host=spec.host) for a in spec.command]
+    else:
+        cmd = docker_command(spec, model)
     gpus = GpuSpec(vendor=spec.gpu_vendor, indices=tuple(spec.gpu_indices))
     spec.log_path.parent.mkdir(parents=True, exist_ok=True)
     with serve_container(

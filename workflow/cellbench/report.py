@@ -243,7 +243,7 @@ def tune_table(tune: pd.DataFrame, cell: str) -> str:
             table[c] = rows[c].map(lambda v: _fmt(v, 3))
     where = "Triton interpreter on the CPU" if first.get("interpreter") else first.device_name
     return (
-        f"#### Tuned configs: `{first.config_file}` ({first.backend} kernel, {first.mode} "
+        f"#### Tuned configs: `{first.config_file}` ({first['backend']} kernel, {first['mode']} "
         f"search, {where})\n\n{_md(table)}\n"
     )
 
@@ -258,7 +258,9 @@ def render(serve: pd.DataFrame, gsm: pd.DataFrame, tune: pd.DataFrame, runtime: 
             "> **Embedded default.** A tiny random-weight Qwen3-MoE-architecture model served "
             "by `transformers serve` on the CPU; the kernel tuned under the Triton "
             "interpreter. These figures measure this pipeline on this machine, not any GPU "
-            "or real model; GSM8K scores of a random model are near zero by design.",
+            "or real model; GSM8K scores of a random model are near zero by design. "
+            "`transformers serve` does not read fused-MoE configs, so the two arms run the same "
+            "code here: any difference between them is noise by construction.",
             "",
         ]
     for cell in cells:

@@ -68,6 +68,9 @@ def parse_mount(spec: str) -> Mount:
     else:
         raise StepError(f"--mount {spec!r}: expected SRC:DST or SRC:DST:rw")
     src = os.path.abspath(os.path.expanduser(src))
+    if not os.path.exists(src) and mode == "rw":
+        # A writable mount is a cache or an output folder: an empty one is a valid start.
+        os.makedirs(src, exist_ok=True)
     if not os.path.exists(src):
         raise StepError(f"--mount {spec!r}: source {src!r} does not exist")
     if not dst.startswith("/"):

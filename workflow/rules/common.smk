@@ -1,5 +1,7 @@
 # Config validation, the cell model and input functions shared by every stage.
 import json
+import os
+import time
 import re
 import shlex
 import sys
@@ -19,10 +21,15 @@ except cbconfig.ConfigError as exc:
 validate(config, schema="../schemas/config.schema.yaml")
 
 CELLS = cbconfig.cells(config)
+# Containers are labelled with the run that started them (cellbench.run).
+os.environ.setdefault("CELLBENCH_RUN_ID", time.strftime("%Y%m%dT%H%M%S") + f"-{os.getpid()}")
 ARMS = cbconfig.ARMS
 RUNTIME = config["runtime"]
 PYTHON_HOST = sys.executable
 PINS = pins.Pins.for_config(config)
+# On the local runtime, steps that time things take every core (Snakemake caps threads at
+# --cores), so no other job perturbs their measurements; containerised steps time on GPUs.
+MEASURING_THREADS = 1024 if RUNTIME == "local" else 1
 
 
 wildcard_constraints:

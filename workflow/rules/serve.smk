@@ -88,6 +88,7 @@ rule serve:
         f"{LOG_DIR}/serve-{{arm}}.log",
     benchmark:
         f"{BENCH_DIR}/serve-{{arm}}.tsv"
+    threads: MEASURING_THREADS
     resources:
         gpu=gpus_for,
     params:

@@ -9,11 +9,17 @@ def tune_args(wildcards):
     args = ["--model-config", model_config, "--tp", wildcards.tp]
     if int(wildcards.ep) > 1:
         args.append("--ep")
-    if model["dtype"] != "auto":
-        args += ["--dtype", model["dtype"]]
+    dtype = model["dtype"]
+    if dtype in ("bf16", "fp16", "fp32"):
+        # Unquantised: no dtype in vLLM's file name; the activations' dtype is what differs.
+        args += ["--dtype", "none", "--act-dtype", dtype]
+    else:
+        args += ["--dtype", dtype]
     block = model["block_shape"]
-    if isinstance(block, list):
-        args += ["--block-shape", f"{block[0]},{block[1]}"]
+    args += [
+        "--block-shape",
+        f"{block[0]},{block[1]}" if isinstance(block, list) else str(block or "none"),
+    ]
     args += ["--batch-sizes", ",".join(map(str, cbconfig.batch_sizes(config)))]
     args += ["--mode", tune["mode"], "--backend", tune["backend"]]
     if tune["max_configs"]:
@@ -31,6 +37,7 @@ rule tune:
         f"{LOG_DIR}/tune.log",
     benchmark:
         f"{BENCH_DIR}/tune.tsv"
+    threads: MEASURING_THREADS
     resources:
         gpu=gpus_for,
     params:

@@ -187,3 +187,24 @@ def test_finite_request_rate_paces_requests(timed):
     # Requests leave on the seeded Poisson schedule (to within a few ms), not all at once.
     assert np.allclose(np.array(starts) - starts[0], offsets, atol=0.01)
     assert pt["request_rate"] == 20.0 and pt["failed"] == 0
+
+
+def test_idle_connection_closed_by_server_is_replaced():
+    # The server drops idle keep-alive connections after 0.2 s (uvicorn does so after 5 s).
+    import asyncio
+    import time
+
+    async def two_requests(base: str) -> list[loadgen.RequestResult]:
+        client = loadgen._Client(base)
+        body = json.dumps({"model": "timed-model", "prompt": "w1", "max_tokens": 2, "stream": True})
+        first = await client.request(body.encode(), 1)
+        await asyncio.sleep(0.6)
+        second = await client.request(body.encode(), 1)
+        client.close()
+        return [first, second]
+
+    with launch("--ttft-ms", "5", "--itl-ms", "1", "--keepalive-timeout", "0.2") as (base, _):
+        t0 = time.monotonic()
+        first, second = asyncio.run(two_requests(base))
+    assert first.success and second.success, (first.error, second.error)
+    assert time.monotonic() - t0 < 5

@@ -288,6 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reject-ignore-eos", action="store_true")
     p.add_argument("--style", choices=["vllm", "transformers"], default="vllm")
     p.add_argument("--completion-text", default=None, help="fixed non-streamed answer text")
+    p.add_argument("--keepalive-timeout", type=float, default=75.0, help="idle keep-alive, s")
     a = p.parse_args(argv)
     if not 0.0 <= a.fail_share <= 1.0:
         p.error(f"--fail-share must be within [0, 1], got {a.fail_share}")
@@ -311,7 +312,15 @@ def main(argv: list[str] | None = None) -> int:
         style=a.style,
         completion_text=a.completion_text,
     )
-    web.run_app(make_app(cfg), host=a.host, port=a.port, print=None, access_log=None, backlog=4096)
+    web.run_app(
+        make_app(cfg),
+        host=a.host,
+        port=a.port,
+        print=None,
+        access_log=None,
+        backlog=4096,
+        keepalive_timeout=a.keepalive_timeout,
+    )
     return 0
 
 

@@ -203,6 +203,22 @@ def test_sigterm_stops_server(tmp_path):
     assert not (tmp_path / "out" / "bench.json").exists()
 
 
+@pytest.mark.slow
+def test_lm_eval_failure_fails_the_job(tmp_path, capsys):
+    # A task whose test file is gone: lm-eval itself fails, for real.
+    task = assets.make_gsm8k_set(tmp_path / "gsm8k", 4, seed=0, n_train=2)
+    (task / assets.GSM8K_TEST_FILE).unlink()
+    args = _timed_stage(tmp_path, ["--ttft-ms", "1", "--itl-ms", "1"])
+    args.remove("--no-gsm8k")
+    args += ["--gsm8k-task-dir", str(task), "--gsm8k-fewshot", "1", "--gsm8k-limit", "2"]
+    assert serve_stage.main(args) == 1
+    assert "lm-eval exited with status" in capsys.readouterr().err
+    out = tmp_path / "out"
+    assert not (out / "bench.json").exists()
+    assert not (out / "lm_eval").exists() and not (out / "lm_eval.partial").exists()
+    assert (out / "lm_eval.log").exists()
+
+
 @pytest.fixture(scope="module")
 def tiny_assets(tmp_path_factory):
     root = tmp_path_factory.mktemp("assets")

@@ -467,8 +467,13 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _raise_on_sigterm)
     try:
         bench = run_stage(cfg)
+    except KeyboardInterrupt:
+        shutil.rmtree(cfg.out_dir / "lm_eval.partial", ignore_errors=True)
+        print(f"serve_stage: {cfg.cell_id} {cfg.arm} interrupted; server stopped", file=sys.stderr)
+        return 130
     except (ServerError, loadgen.TooManyFailures, RuntimeError, OSError, TimeoutError) as e:
         print(f"serve_stage: {cfg.cell_id} {cfg.arm} failed: {e}", file=sys.stderr)
+        shutil.rmtree(cfg.out_dir / "lm_eval.partial", ignore_errors=True)
         tail = log_tail(cfg.out_dir / "server.log")
         if tail and not isinstance(e, ServerError):
             print(f"last lines of the server log:\n{tail}", file=sys.stderr)

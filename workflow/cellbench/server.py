@@ -273,7 +273,8 @@ def _docker(spec: ServerSpec) -> Iterator[RunningServer]:
     from cellbench.container import GpuSpec, Mount, serve_container
 
     mounts: list[Any] = []
-    env = {"HF_HUB_OFFLINE": "1", "HF_HOME": CONTAINER_HF_CACHE}
+    # Not forced offline: a first run may have to fetch the model into the mounted HF cache.
+    env = {"HF_HOME": CONTAINER_HF_CACHE}
     env.update(spec.env)
     model = spec.model
     if Path(spec.model).is_dir():

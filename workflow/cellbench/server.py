@@ -330,10 +330,25 @@ def _docker(spec: ServerSpec) -> Iterator[RunningServer]:
         )
 
 
+def _check_port_free(host: str, port: int) -> None:
+    """Refuse to start when something already listens on the port: readiness checks would
+    otherwise talk to that other server and measure it instead of ours."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(1.0)
+        if sock.connect_ex((host if host != "0.0.0.0" else "127.0.0.1", port)) == 0:
+            raise ServerError(
+                f"port {port} on {host} is already in use by another process; "
+                "not starting a server there"
+            )
+
+
 @contextlib.contextmanager
 def serve(spec: ServerSpec) -> Iterator[RunningServer]:
     """Start the server of ``spec``, wait until ready, yield it, and always stop it."""
     spec.validate()
+    _check_port_free(spec.host, spec.port)
     launcher = _local if spec.runtime == "local" else _docker
     with launcher(spec) as server:
         _wait_ready(server, spec.ready_timeout_s)

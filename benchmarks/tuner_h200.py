@@ -45,7 +45,14 @@ REF_DIR = ROOT / "tests" / "data" / "vllm-configs"
 
 
 def run_mode(
-    model_cfg: Path, dtype: str, mode: str, ms: list[int], out: Path, budget: float, smoke: bool
+    model_cfg: Path,
+    dtype: str,
+    mode: str,
+    ms: list[int],
+    out: Path,
+    budget: float,
+    smoke: bool,
+    seed_file: Path | None = None,
 ) -> dict:
     """One tuner run in a fresh process with a fresh Triton cache; returns its summary."""
     args = [
@@ -72,6 +79,8 @@ def run_mode(
         args += ["--dtype", "none"]
     if smoke:
         args += ["--device-name", "NVIDIA_H200"]
+    if mode == "default" and seed_file is not None:
+        args += ["--seed-configs", str(seed_file)]
     env = dict(os.environ)
     env["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix=f"triton-{dtype}-{mode}-")
     env["PYTHONPATH"] = str(ROOT / "workflow") + os.pathsep + env.get("PYTHONPATH", "")
@@ -207,6 +216,11 @@ def main() -> int:
     ap.add_argument("--dtypes", default="bf16,fp8")
     ap.add_argument("--batch-sizes", default=None)
     ap.add_argument("--budget-s", type=float, default=400.0, help="wall budget for all dtypes")
+    ap.add_argument(
+        "--no-seed",
+        action="store_true",
+        help="do not seed default mode with the configs vLLM ships for the shape",
+    )
     ap.add_argument("--out", default=os.environ.get("OUT") or "benchmarks/results/tmp")
     a = ap.parse_args()
     t_start = time.perf_counter()
@@ -233,8 +247,21 @@ def main() -> int:
         left = a.budget_s - (time.perf_counter() - t_start)
         share = left / (len(dtypes) - i)
         print(f"### {dtype}: {share:.0f} s of budget", flush=True)
+        ship_name = "E=128,N=768,device_name=NVIDIA_H200.json"
+        if dtype == "fp8" and not a.smoke:
+            ship_name = (
+                "E=128,N=768,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128,128].json"
+            )
+        seed_file = None if a.no_seed else REF_DIR / ship_name
         d = run_mode(
-            model_cfg, dtype, "default", ms, work / dtype / "default", share * 0.4, a.smoke
+            model_cfg,
+            dtype,
+            "default",
+            ms,
+            work / dtype / "default",
+            share * 0.4,
+            a.smoke,
+            seed_file,
         )
         spent = time.perf_counter() - t_start
         left_dtype = share - (spent - (a.budget_s - left))
@@ -277,6 +304,7 @@ def main() -> int:
             "smoke": a.smoke,
             "batch_sizes": ms,
             "budget_s": a.budget_s,
+            "default_seeded_with": None if seed_file is None else seed_file.name,
         }
         header = "\n".join(f"{k}: {v}" for k, v in meta.items())
         result = {

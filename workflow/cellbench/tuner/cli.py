@@ -81,6 +81,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--compile-workers", type=int, help="GPU only: compile processes per GPU")
     p.add_argument(
+        "--seed-configs",
+        help="a vLLM config JSON (e.g. the one vLLM ships for this shape) whose nearest entry "
+        "joins each batch size's candidates in default mode",
+    )
+    p.add_argument(
         "--time-budget-s",
         type=float,
         help="benchmarks only: stop after this many seconds; later batch sizes are left out "
@@ -108,6 +113,29 @@ class Plan:
     compile_workers: int
     argv: list[str]
     time_budget_s: float | None = None
+    seed_table: dict[int, dict[str, int]] | None = None
+
+
+def _read_seed_table(path: str) -> dict[int, dict[str, int]]:
+    """Entries of a vLLM config JSON as {M: config}; UsageError naming the bad part."""
+    from .artifacts import VLLM_KEYS
+
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as e:
+        raise UsageError(f"--seed-configs {path}: cannot read a JSON file ({e})") from e
+    if not isinstance(data, dict):
+        raise UsageError(f"--seed-configs {path}: expected a JSON object of batch sizes")
+    table = {}
+    for k, v in data.items():
+        if k == "triton_version":
+            continue
+        if not k.isdigit() or not isinstance(v, dict) or any(x not in v for x in VLLM_KEYS):
+            raise UsageError(f"--seed-configs {path}: entry {k!r} is not a vLLM config entry")
+        table[int(k)] = {x: int(y) for x, y in v.items()}
+    if not table:
+        raise UsageError(f"--seed-configs {path}: no batch-size entries")
+    return table
 
 
 def _validate(args: argparse.Namespace, argv: list[str]) -> Plan:
@@ -169,6 +197,9 @@ def _validate(args: argparse.Namespace, argv: list[str]) -> Plan:
         from ..shapes import device_name
 
         dev_name = device_name()
+    seed_table = None
+    if args.seed_configs:
+        seed_table = _read_seed_table(args.seed_configs)
     workers = args.compile_workers
     if workers is None:
         workers = 0
@@ -190,6 +221,7 @@ def _validate(args: argparse.Namespace, argv: list[str]) -> Plan:
         compile_workers=workers if on_gpu else 0,
         argv=argv,
         time_budget_s=args.time_budget_s,
+        seed_table=seed_table,
     )
 
 
@@ -204,6 +236,7 @@ def _options(plan: Plan):
             on_gpu=True,
             compile_workers=plan.compile_workers,
             time_budget_s=plan.time_budget_s,
+            seed_table=plan.seed_table,
         )
     # interpreter: few repeats, two input sets, the whole tiny space
     return TuneOptions(
@@ -218,6 +251,7 @@ def _options(plan: Plan):
         warm_start=3,
         abandon_factor=3.0,
         time_budget_s=plan.time_budget_s,
+        seed_table=plan.seed_table,
     )
 
 
@@ -554,6 +588,9 @@ def run(plan: Plan) -> dict[str, Any]:
         "ceilings": res["ceilings"],
         "timing": res["timing"],
         "max_configs": plan.max_configs,
+        "seed_configs": plan.argv[plan.argv.index("--seed-configs") + 1]
+        if "--seed-configs" in plan.argv
+        else None,
         "seed": plan.seed,
         "resumed_log_records": res["resumed_log_records"],
         "per_device": res.get("per_device"),

@@ -56,6 +56,8 @@ class TuneOptions:
     check_correctness: bool = True
     compile_workers: int = 0  # >0: warm up (compile) candidates in worker processes
     time_budget_s: float | None = None  # stop (leaving later batch sizes untuned) past this
+    refine_tiles: int = 3  # best tiles of round 0 whose GROUP_M/stages variants all join
+    seed_table: dict[int, dict[str, int]] | None = None  # e.g. vLLM's shipped configs
 
 
 @dataclass
@@ -413,27 +415,76 @@ class Tuner:
         )
         return entry
 
+    @staticmethod
+    def _tile(cfg: dict[str, int]) -> tuple[int, ...]:
+        """The block shape and warp count: what matters most; GROUP_M and stages refine it."""
+        return (cfg["BLOCK_SIZE_M"], cfg["BLOCK_SIZE_N"], cfg["BLOCK_SIZE_K"], cfg["num_warps"])
+
+    def _seed_configs(self, m: int, by_key: dict[str, dict[str, int]]):
+        """Warm-start seeds: the previous batch size's finalists, then the nearest entry of a
+        given config table (e.g. the file vLLM ships) when that config survives pruning."""
+        keys = list(self.finalists_prev[: self.opt.warm_start])
+        table = self.opt.seed_table
+        if table:
+            near = table[min(table, key=lambda k: (abs(k - m), k))]
+            keys.append(spaces.config_key(near))
+        out, seen = [], set()
+        for k in keys:
+            if k in by_key and k not in seen:
+                out.append((k, by_key[k]))
+                seen.add(k)
+        return out
+
     def _default_search(
         self, m: int, cands: list[tuple[str, dict[str, int]]], problems: list[Any], ref: Any
     ) -> Entry:
+        """Seeds + one random config per tile (then random fill up to the budget); after the
+        first round, every GROUP_M/num_stages variant of the best few tiles joins; then
+        successive halving and a side-by-side final."""
         budget = self.opt.max_configs or (self.opt.default_budget if self.opt.on_gpu else 0)
         by_key = dict(cands)
-        seeds = [(k, by_key[k]) for k in self.finalists_prev[: self.opt.warm_start] if k in by_key]
-        seed_keys = {k for k, _ in seeds}
-        rest = [c for c in cands if c[0] not in seed_keys]
-        pool = seeds + (rest[: max(budget - len(seeds), 0)] if budget else rest)
-        alive = pool
-        for rnd, reps in enumerate(self.opt.halving_repeats):
-            ranked = self._screen(m, alive, problems, ref, f"halving-{rnd}", reps, rnd == 0)
-            if not ranked:
-                raise RuntimeError(f"M={m}: every candidate config failed or was pruned")
-            keep = max(self.opt.finalists, math.ceil(len(ranked) / self.opt.eta))
-            alive = [(r[2], r[3]) for r in ranked[:keep]]
+        seeds = self._seed_configs(m, by_key)
+        taken = {k for k, _ in seeds}
+        tiles: set[tuple[int, ...]] = set()
+        cover, rest = [], []
+        for k, c in cands:  # cands are in the tuner's fixed random order
+            if k in taken:
+                continue
+            t = self._tile(c)
+            (rest if t in tiles else cover).append((k, c))
+            tiles.add(t)
+        pool = seeds + cover
+        if budget:
+            pool = pool[: max(budget, len(seeds))]
+            pool += rest[: max(budget - len(pool), 0)]
+        else:
+            pool += rest
+        reps = self.opt.halving_repeats
+        ranked = self._screen(m, pool, problems, ref, "halving-0", reps[0], True)
+        if not ranked:
+            raise RuntimeError(f"M={m}: every candidate config failed or was pruned")
+        top_tiles: list[tuple[int, ...]] = []
+        for r in ranked:
+            if self._tile(r[3]) not in top_tiles:
+                top_tiles.append(self._tile(r[3]))
+            if len(top_tiles) == self.opt.refine_tiles:
+                break
+        in_pool = {k for k, _ in pool}
+        extra = [(k, c) for k, c in cands if self._tile(c) in top_tiles and k not in in_pool]
+        if extra:
+            ranked += self._screen(m, extra, problems, ref, "refine", reps[0], True)
+            ranked.sort(key=lambda r: (r[0], r[1]))
+        alive = [(r[2], r[3]) for r in ranked]
+        for rnd, n_rep in enumerate(reps[1:], start=1):
+            keep = max(self.opt.finalists, math.ceil(len(alive) / self.opt.eta))
+            alive = alive[:keep]
             if len(alive) <= self.opt.finalists:
                 break
+            ranked = self._screen(m, alive, problems, ref, f"halving-{rnd}", n_rep, False)
+            alive = [(r[2], r[3]) for r in ranked]
         finalists = alive[: self.opt.finalists]
         final = self._final(m, finalists, problems)
-        entry = self._pick(m, final, len(pool))
+        entry = self._pick(m, final, len(pool) + len(extra))
         # next batch size starts from these (the pick first)
         self.finalists_prev = [spaces.config_key(entry.config)] + [
             k for k, _ in finalists if k != spaces.config_key(entry.config)

@@ -244,3 +244,68 @@ def test_resume_after_kill(tiny_cfg, tmp_path) -> None:
     # nothing timed before the kill was timed again
     keys = [(r["m"], r["key"], r["stage"]) for r in after if r["status"] == "timed"]
     assert len(keys) == len(set(keys))
+
+
+def test_seed_configs_and_refinement(tiny_cfg, tmp_path) -> None:
+    """A --seed-configs entry is always timed; the best tiles' GROUP_M variants join later."""
+    seed = {
+        "BLOCK_SIZE_M": 16,
+        "BLOCK_SIZE_N": 32,
+        "BLOCK_SIZE_K": 64,
+        "GROUP_SIZE_M": 8,
+        "num_warps": 4,
+        "num_stages": 2,
+    }
+    table = tmp_path / "seed.json"
+    table.write_text(json.dumps({"triton_version": "3.6.0", "1": seed, "64": seed}))
+    out = tmp_path / "out"
+    rc = cli.main(
+        [
+            "--model-config",
+            str(tiny_cfg),
+            "--batch-sizes",
+            "4",
+            "--max-configs",
+            "3",
+            "--seed-configs",
+            str(table),
+            "--out",
+            str(out),
+        ]
+    )
+    assert rc == 0
+    recs = artifacts.TuningLog.read(out / "tuning_log.jsonl")
+    first = [r for r in recs if r["stage"] == "halving-0" and r["status"] == "timed"]
+    assert len(first) == 3
+    assert first[0]["config"] == seed  # seeds are timed first
+    refine = [r for r in recs if r["stage"] == "refine"]
+    assert refine, "the best tiles' other GROUP_M/num_stages variants were not tried"
+    tile = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "num_warps")
+    tiles0 = {tuple(r["config"][k] for k in tile) for r in first}
+    assert all(tuple(r["config"][k] for k in tile) in tiles0 for r in refine)
+    s = json.loads((out / "summary.json").read_text())
+    assert s["seed_configs"] == str(table)
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("not json", "cannot read"),
+        ('{"1": {"BLOCK_SIZE_M": 16}}', "not a vLLM config entry"),
+        ('{"triton_version": "3.6.0"}', "no batch-size entries"),
+    ],
+)
+def test_bad_seed_configs(tiny_cfg, tmp_path, capsys, content, message) -> None:
+    table = tmp_path / "seed.json"
+    table.write_text(content)
+    rc = cli.main(
+        [
+            "--model-config",
+            str(tiny_cfg),
+            "--seed-configs",
+            str(table),
+            "--out",
+            str(tmp_path / "o"),
+        ]
+    )
+    assert rc == 2 and message in capsys.readouterr().err

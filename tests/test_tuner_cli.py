@@ -309,3 +309,32 @@ def test_bad_seed_configs(tiny_cfg, tmp_path, capsys, content, message) -> None:
         ]
     )
     assert rc == 2 and message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "dtype, compute, file_suffix",
+    [("fp16", "fp16", ".json"), ("fp32", "fp32", ",dtype=float32.json"), ("bf16", "fp32", ".json")],
+)
+def test_float_dtypes(tiny_cfg, tmp_path, dtype, compute, file_suffix) -> None:
+    """The config's float dtypes: compute dtype, vLLM file name, and the interpreter's bf16 note."""
+    out = tmp_path / "o"
+    rc = cli.main(
+        [
+            "--model-config",
+            str(tiny_cfg),
+            "--dtype",
+            dtype,
+            "--batch-sizes",
+            "4",
+            "--max-configs",
+            "2",
+            "--out",
+            str(out),
+        ]
+    )
+    assert rc == 0
+    s = json.loads((out / "summary.json").read_text())
+    assert (s["dtype"], s["compute_dtype"]) == (dtype, compute)
+    assert s["config_file"] == "E=8,N=32,device_name=CPU_TRITON_INTERPRET" + file_suffix
+    assert (out / "configs" / s["config_file"]).is_file()
+    assert (s["compute_dtype_note"] is not None) == (dtype == "bf16")

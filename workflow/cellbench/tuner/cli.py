@@ -9,6 +9,7 @@ Outputs in --out DIR: configs/<vLLM file name>.json, tuned_fmoe.csv, tuning_log.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import multiprocessing as mp
@@ -22,6 +23,16 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["main", "parse_batch_sizes", "BATCH_SIZE_TIERS", "UsageError"]
+
+_FLOAT_DTYPES = {
+    "bf16": "bf16",
+    "bfloat16": "bf16",
+    "fp16": "fp16",
+    "float16": "fp16",
+    "half": "fp16",
+    "fp32": "fp32",
+    "float32": "fp32",
+}
 
 VLLM_DEFAULT = [1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256, 512, 1024, 1536, 2048, 3072, 4096]
 AITER16 = [1 << i for i in range(16)]  # 1 .. 32768
@@ -114,6 +125,9 @@ class Plan:
     argv: list[str]
     time_budget_s: float | None = None
     seed_table: dict[int, dict[str, int]] | None = None
+    config_file: str = ""
+    act_note: str = ""
+    dtype_label: str = ""
 
 
 def _read_seed_table(path: str) -> dict[int, dict[str, int]]:
@@ -147,16 +161,23 @@ def _validate(args: argparse.Namespace, argv: list[str]) -> Plan:
         raise UsageError(f"--max-configs={args.max_configs} must be >= 1")
     batch_sizes = parse_batch_sizes(args.batch_sizes)
     block = None if args.block_shape.lower() == "none" else args.block_shape
-    dtype = (
-        None
-        if args.dtype.lower() in ("none", "bf16", "fp16", "bfloat16", "float16")
-        else (args.dtype)
-    )
+    # --dtype names the model's MoE dtype as the config does: a float dtype (also the compute
+    # dtype unless --act-dtype says otherwise), fp8_w8a8, or auto (quantization_config).
+    d = args.dtype.lower()
+    float_act = _FLOAT_DTYPES.get(d)
+    if d == "none":
+        dtype: str | None = None
+    elif float_act is not None:
+        dtype = "float32" if float_act == "fp32" else None  # vLLM names only fp32 in files
+    else:
+        dtype = args.dtype
     try:
         cfg = read_model_config(args.model_config)
-        shape = moe_shape(cfg, args.tp, args.ep, dtype=dtype if dtype else None, block_shape=block)
+        named = moe_shape(cfg, args.tp, args.ep, dtype=dtype, block_shape=block)
     except ShapeError as e:
         raise UsageError(str(e)) from e
+    # the kernels take fp32 as an activation dtype, not as a weight quantisation
+    shape = dataclasses.replace(named, dtype=None) if named.dtype == "float32" else named
     if shape.dtype not in (None, "fp8_w8a8"):
         raise UsageError(
             f"dtype={shape.dtype!r} with shape E={shape.num_experts},N={shape.intermediate_size}"
@@ -188,9 +209,13 @@ def _validate(args: argparse.Namespace, argv: list[str]) -> Plan:
             raise UsageError("no GPU and TRITON_INTERPRET=0: the CPU run needs the interpreter")
         os.environ["TRITON_INTERPRET"] = "1"
     plat = "cpu" if not on_gpu else ("rocm" if getattr(torch.version, "hip", None) else "cuda")
-    act = args.act_dtype or ("bf16" if on_gpu else "fp32")
+    act_note = ""
+    act = args.act_dtype or float_act or ("bf16" if on_gpu else "fp32")
     if not on_gpu and act == "bf16":
-        raise UsageError("--act-dtype bf16 is not supported under the CPU interpreter (fp16/fp32)")
+        if args.act_dtype == "bf16":
+            raise UsageError("--act-dtype bf16 does not run under the CPU interpreter (fp16/fp32)")
+        # the interpreter's bf16 dot is unusable: compute in fp32 and say so
+        act, act_note = "fp32", "bf16 model: the CPU interpreter computes in fp32"
     if args.device_name:
         dev_name = args.device_name
     else:
@@ -222,6 +247,9 @@ def _validate(args: argparse.Namespace, argv: list[str]) -> Plan:
         argv=argv,
         time_budget_s=args.time_budget_s,
         seed_table=seed_table,
+        config_file=named.config_file_name(dev_name),
+        act_note=act_note,
+        dtype_label=shape.dtype or float_act or act,
     )
 
 
@@ -544,7 +572,7 @@ def run(plan: Plan) -> dict[str, Any]:
     (plan.out / SUMMARY_NAME).unlink(missing_ok=True)  # a rerun is not complete until it ends
     res = _run_all(plan)
     entries = res["entries"]
-    config_file = plan.shape.config_file_name(plan.device_name)
+    config_file = plan.config_file
     write_vllm_config(
         plan.out / "configs",
         config_file,
@@ -565,8 +593,9 @@ def run(plan: Plan) -> dict[str, Any]:
         "config_file": config_file,
         "backend": plan.backend,
         "mode": plan.mode,
-        "dtype": plan.shape.dtype or plan.act_dtype,
+        "dtype": plan.dtype_label,
         "compute_dtype": plan.act_dtype,
+        "compute_dtype_note": plan.act_note or None,
         "interpreter": not plan.on_gpu,
         "platform": plan.platform,
         "triton_version": triton.__version__,

@@ -169,3 +169,12 @@ def test_tuning_log_skips_torn_line(tmp_path: Path) -> None:
     assert again.lookup(4, "k1", "halving-0")["time_us"] == 12.5
     assert again.lookup(4, "k3", "halving-0") is None
     assert again.failed_keys() == {"k2"}
+
+
+def test_batch_sizes_split_over_gpus() -> None:
+    from cellbench.tuner.cli import VLLM_DEFAULT, _split
+
+    parts = _split(VLLM_DEFAULT, 4)
+    assert [m for p in parts for m in p] == VLLM_DEFAULT  # contiguous, nothing lost
+    assert len(parts) == 4 and max(map(len, parts)) - min(map(len, parts)) <= 3
+    assert _split([1, 2], 8) == [[1], [2]]  # never more workers than batch sizes

@@ -317,6 +317,11 @@ class Tuner:
                 continue
             best = min(best, t.median_us)
             results.append((t.median_us, i, key, cfg, t))
+            if (i + 1) % 100 == 0:  # long stages: show they are moving
+                self.progress(
+                    f"[tune]   M={m} {stage}: {i + 1}/{len(cands)} configs, best {best:.2f} us, "
+                    f"{time.perf_counter() - self.t_start:.0f} s since start"
+                )
         results.sort(key=lambda r: (r[0], r[1]))
         return results
 

@@ -1,18 +1,29 @@
-"""Serve stage: one server session for one cell and arm, the load grid, then GSM8K.
+"""Serve stage: the servers of one cell (one arm, or both arms interleaved), the load grid,
+then GSM8K.
 
-For one (cell, arm) it takes a lease (port, and GPUs in the docker runtime), starts one server
-(``cellbench.server``), runs the grid in the order ``for repeat: for point: for concurrency``
-with the load generator, runs lm-eval GSM8K against the same server, stops the server and writes:
+``--arm untuned|tuned`` serves one arm: it takes a lease (port, and GPUs in the docker runtime),
+starts one server (``cellbench.server``), runs the grid in the order ``for repeat: for point:
+for concurrency`` with the load generator, runs lm-eval GSM8K against the same server and stops
+it. Outputs go to ``OUT``.
 
-* ``OUT/bench.json``   every point (keys as ``vllm bench serve`` saves them) plus provenance;
-  validated against ``workflow/schemas/bench.schema.json``, written atomically and last;
-* ``OUT/server.log``   the server's output;
-* ``OUT/lm_eval/``     lm-eval's own output (built as ``lm_eval.partial`` and renamed at the end),
-  and ``OUT/lm_eval.log``.
+``--arm pair`` serves both arms in one job so that drift of the machine weighs on both alike:
+it leases 2 x ``--gpus`` GPUs and two ports, starts the untuned server, then the tuned one
+(each on its own GPUs), and runs, per repeat, one arm's whole grid and then the other's,
+alternating which arm goes first (ABBA: ``arm_order`` in bench.json); then GSM8K on each arm's
+own server. Each arm's outputs go to ``OUT/ARM``.
 
-A server that exits during start-up or mid-run, never becomes ready, or fails more than
-``--max-failed-share`` of a point's requests fails the job (exit status 1) with the tail of the
-server log in the message; the server is stopped and no ``bench.json`` is written.
+Each arm's output folder gets:
+
+* ``bench.json``   every point (keys as ``vllm bench serve`` saves them, plus ``repeat``, the
+  job-wide sequence number ``seq`` and ``started_at``) and provenance; validated against
+  ``workflow/schemas/bench.schema.json``, written atomically and last;
+* ``server.log``   the server's output;
+* ``lm_eval/``     lm-eval's own output (built as ``lm_eval.partial`` and renamed at the end),
+  and ``lm_eval.log``.
+
+A server (either one, for a pair) that exits during start-up or mid-run, never becomes ready, or
+fails more than ``--max-failed-share`` of a point's requests fails the job (exit status 1) with
+the tail of its log in the message; every server is stopped and no ``bench.json`` is written.
 
 The first run on an image whose cache folder (``--cache-dir``, default
 ``<lease-dir>/../.cache/<image digest>``) has never seen a successful run is labelled
@@ -21,7 +32,7 @@ The first run on an image whose cache folder (``--cache-dir``, default
 Usage (flags the serve rule builds from the config)::
 
     python -m cellbench.serve_stage \\
-        --runtime local|docker --cell-id IMAGE/MODEL/tpN-epM --arm untuned|tuned \\
+        --runtime local|docker --cell-id IMAGE/MODEL/tpN-epM --arm untuned|tuned|pair \\
         --model PATH_OR_HF_ID [--served-model-name NAME] --tp N --ep M \\
         [--image-ref REF] [--image-digest D] [--gpu-vendor amd|nvidia|none] [--gpus N] \\
         [--total-gpus N] [--hf-cache DIR] [--cache-dir DIR] [--lease-dir DIR] \\
@@ -34,6 +45,7 @@ Usage (flags the serve rule builds from the config)::
         [--gsm8k-max-gen-toks 256] [--gsm8k-timeout SECONDS] \\
         --out-dir DIR
 
+``--gpus`` is per server (a pair holds twice as many).
 ``--server-command-json`` runs that command instead of ``transformers serve`` (local) or
 ``vllm serve`` (inside the image, docker); ``{port}``, ``{host}`` and ``{model}`` in it are filled
 in (bring-your-own server, and tests).
@@ -59,10 +71,12 @@ from typing import Any
 from cellbench import loadgen
 from cellbench.atomicio import write_json
 from cellbench.gsm8k import run_lm_eval
-from cellbench.server import ServerError, ServerSpec, log_tail, serve
+from cellbench.server import RunningServer, ServerError, ServerSpec, log_tail, serve
 
 SCHEMA_PATH = Path(__file__).resolve().parents[1] / "schemas" / "bench.schema.json"
 WARM_MARKER = ".cellbench-warm"
+ARMS = ("untuned", "tuned")
+PAIR = "pair"  # --arm value: both arms in one job, interleaved
 
 
 @dataclass
@@ -71,7 +85,7 @@ class StageConfig:
 
     runtime: str
     cell_id: str
-    arm: str
+    arm: str  # untuned | tuned | pair
     model: str
     out_dir: Path
     grid: list[dict[str, int]]
@@ -109,8 +123,8 @@ class StageConfig:
         """Raise ValueError naming the bad key and value."""
         if self.runtime not in ("local", "docker"):
             raise ValueError(f"--runtime must be local or docker, got {self.runtime!r}")
-        if self.arm not in ("untuned", "tuned"):
-            raise ValueError(f"--arm must be untuned or tuned, got {self.arm!r}")
+        if self.arm not in (*ARMS, PAIR):
+            raise ValueError(f"--arm must be untuned, tuned or pair, got {self.arm!r}")
         if not self.cell_id:
             raise ValueError("--cell-id must not be empty")
         if not self.grid:
@@ -138,8 +152,8 @@ class StageConfig:
             raise ValueError(f"--tp and --ep must be >= 1, got tp={self.tp} ep={self.ep}")
         if self.gpu_vendor not in ("amd", "nvidia", "none"):
             raise ValueError(f"--gpu-vendor must be amd, nvidia or none, got {self.gpu_vendor!r}")
-        if self.arm == "tuned" and self.tuned_config_dir is None:
-            raise ValueError("--arm tuned needs --tuned-config-dir")
+        if self.arm in ("tuned", PAIR) and self.tuned_config_dir is None:
+            raise ValueError(f"--arm {self.arm} needs --tuned-config-dir")
         if self.arm == "untuned" and self.tuned_config_dir is not None:
             raise ValueError("--tuned-config-dir is only for --arm tuned")
         if self.tuned_config_dir is not None and not self.tuned_config_dir.is_dir():
@@ -149,6 +163,11 @@ class StageConfig:
                 raise ValueError("--runtime docker needs --image-ref")
             if self.gpus > self.total_gpus:
                 raise ValueError(f"--gpus {self.gpus} exceeds --total-gpus {self.total_gpus}")
+            if self.arm == PAIR and 2 * self.gpus > self.total_gpus:
+                raise ValueError(
+                    f"--arm pair runs two servers of --gpus {self.gpus} each, but --total-gpus "
+                    f"is {self.total_gpus}"
+                )
         if self.runtime == "local" and self.server_command is None:
             if not Path(self.model).is_dir():
                 raise ValueError(f"--model {self.model!r}: local runtime needs a model directory")
@@ -162,6 +181,15 @@ class StageConfig:
         if self.gsm8k_limit is not None and self.gsm8k_limit < 1:
             raise ValueError(f"--gsm8k-limit must be >= 1, got {self.gsm8k_limit}")
 
+    @property
+    def arms(self) -> list[str]:
+        """The arms this job serves, in the order their servers start."""
+        return list(ARMS) if self.arm == PAIR else [self.arm]
+
+    def arm_dir(self, arm: str) -> Path:
+        """Where an arm's outputs go: ``out_dir`` itself, or ``out_dir/ARM`` for a pair."""
+        return self.out_dir / arm if self.arm == PAIR else self.out_dir
+
     def resolved_cache_dir(self) -> Path:
         if self.cache_dir is not None:
             return self.cache_dir
@@ -174,6 +202,10 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
+def _now_ms() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
 def _validate_bench(bench: dict[str, Any]) -> None:
     import jsonschema
 
@@ -184,60 +216,109 @@ def _log(msg: str) -> None:
     print(f"[serve_stage] {msg}", file=sys.stderr, flush=True)
 
 
-def run_stage(cfg: StageConfig) -> dict[str, Any]:
-    """Run one serve job (see module docstring); return what was written to bench.json."""
+def arm_order(arms: list[str], repeats: int) -> list[list[str]]:
+    """The order the arms run in, per repeat: A B, then B A, ... (ABBA), so that neither arm
+    always runs first after the other and slow drift of the machine weighs on both alike."""
+    return [list(arms) if rep % 2 == 0 else list(reversed(arms)) for rep in range(repeats)]
+
+
+@dataclass
+class _ArmRun:
+    """One arm's live server and what has been measured on it so far."""
+
+    arm: str
+    out: Path
+    server: RunningServer
+    ready_s: float
+    ignore_eos: bool
+    tok: Any
+    gpu_indices: tuple[int, ...]
+    points: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _check_alive(runs: dict[str, _ArmRun], during: str) -> None:
+    # Every server, not only the one just measured: a dead idle server fails the job at once.
+    for run in runs.values():
+        if not run.server.alive():
+            raise run.server.fail(f"{run.arm} server exited {during}")
+
+
+def run_stage(cfg: StageConfig) -> dict[str, dict[str, Any]]:
+    """Run one serve job (see module docstring); return each arm's bench.json content."""
+    from contextlib import ExitStack
+
     from cellbench.leases import gpu_lease
 
     cfg.validate()
-    out = cfg.out_dir
-    out.mkdir(parents=True, exist_ok=True)
-    bench_path = out / "bench.json"
-    lm_dir, lm_partial = out / "lm_eval", out / "lm_eval.partial"
-    # Outputs of an earlier run must not survive a failure of this one.
-    bench_path.unlink(missing_ok=True)
-    for d in (lm_dir, lm_partial):
-        shutil.rmtree(d, ignore_errors=True)
-    server_log = out / "server.log"
-    server_log.write_bytes(b"")
+    arms = cfg.arms
+    for arm in arms:
+        out = cfg.arm_dir(arm)
+        out.mkdir(parents=True, exist_ok=True)
+        # Outputs of an earlier run must not survive a failure of this one.
+        (out / "bench.json").unlink(missing_ok=True)
+        for d in (out / "lm_eval", out / "lm_eval.partial"):
+            shutil.rmtree(d, ignore_errors=True)
+        (out / "server.log").write_bytes(b"")
     cache_dir = cfg.resolved_cache_dir()
     cache_dir.mkdir(parents=True, exist_ok=True)
     cold = not (cache_dir / WARM_MARKER).exists()
     started = _now()
-    n_gpus = cfg.gpus if cfg.runtime == "docker" else 0
+    per_arm = cfg.gpus if cfg.runtime == "docker" else 0
+    n_gpus = per_arm * len(arms)
+    order = arm_order(arms, cfg.repeats)
+    seq = 0
 
-    with gpu_lease(n_gpus, max(cfg.total_gpus, n_gpus), cfg.lease_dir) as lease:
-        spec = ServerSpec(
-            runtime=cfg.runtime,
-            model=cfg.model,
-            port=lease.port,
-            log_path=server_log,
-            served_model_name=cfg.served_model_name,
-            ready_timeout_s=cfg.ready_timeout_s,
-            serve_args=list(cfg.serve_args),
-            command=cfg.server_command,
-            image_ref=cfg.image_ref,
-            tp=cfg.tp,
-            ep=cfg.ep,
-            gpu_vendor=cfg.gpu_vendor,
-            gpu_indices=list(lease.gpu_indices),
-            tuned_config_dir=cfg.tuned_config_dir if cfg.runtime == "docker" else None,
-            cache_dir=cache_dir if cfg.runtime == "docker" else None,
-            hf_cache=cfg.hf_cache,
-            labels={"cellbench.cell": cfg.cell_id, "cellbench.arm": cfg.arm},
-        )
-        t0 = time.monotonic()
-        _log(f"starting {cfg.runtime} server for {cfg.cell_id} {cfg.arm} on port {lease.port}")
-        with serve(spec) as server:
+    with ExitStack() as stack:
+        # All GPUs of the job in one lease: holding one arm's while waiting for the other's
+        # could deadlock with another job doing the same. Each further arm adds a port.
+        lease = stack.enter_context(gpu_lease(n_gpus, max(cfg.total_gpus, n_gpus), cfg.lease_dir))
+        ports = [lease.port]
+        for _ in arms[1:]:
+            ports.append(stack.enter_context(gpu_lease(0, 0, cfg.lease_dir)).port)
+        runs: dict[str, _ArmRun] = {}
+        # Started one after the other, not at once: two first starts of one image would
+        # otherwise fill the shared compile cache concurrently.
+        for i, arm in enumerate(arms):
+            out = cfg.arm_dir(arm)
+            gpus = lease.gpu_indices[i * per_arm : (i + 1) * per_arm]
+            tuned_dir = cfg.tuned_config_dir if arm == "tuned" else None
+            spec = ServerSpec(
+                runtime=cfg.runtime,
+                model=cfg.model,
+                port=ports[i],
+                log_path=out / "server.log",
+                served_model_name=cfg.served_model_name,
+                ready_timeout_s=cfg.ready_timeout_s,
+                serve_args=list(cfg.serve_args),
+                command=cfg.server_command,
+                image_ref=cfg.image_ref,
+                tp=cfg.tp,
+                ep=cfg.ep,
+                gpu_vendor=cfg.gpu_vendor,
+                gpu_indices=list(gpus),
+                tuned_config_dir=tuned_dir if cfg.runtime == "docker" else None,
+                cache_dir=cache_dir if cfg.runtime == "docker" else None,
+                hf_cache=cfg.hf_cache,
+                labels={"cellbench.cell": cfg.cell_id, "cellbench.arm": arm},
+            )
+            t0 = time.monotonic()
+            _log(f"starting {cfg.runtime} server for {cfg.cell_id} {arm} on port {ports[i]}")
+            server = stack.enter_context(serve(spec))
             ready_s = time.monotonic() - t0
-            _log(f"server ready in {ready_s:.1f} s as model id {server.model_id!r}")
+            _log(f"{arm} server ready in {ready_s:.1f} s as model id {server.model_id!r}")
             ignore_eos = cfg.ignore_eos and loadgen.probe_ignore_eos(
                 server.base_url, server.model_id
             )
             if cfg.ignore_eos and not ignore_eos:
-                _log("server refuses ignore_eos: real output lengths are recorded instead")
+                _log(f"{arm} server refuses ignore_eos: real output lengths are recorded instead")
             tok = loadgen.load_tokenizer(cfg.model, server.base_url, server.model_id)
-            points = []
-            for rep in range(cfg.repeats):
+            runs[arm] = _ArmRun(arm, out, server, ready_s, ignore_eos, tok, tuple(gpus))
+        _check_alive(runs, "before the grid started")
+        if len(arms) > 1:
+            _log("arm order per repeat: " + "; ".join(" ".join(o) for o in order))
+        for rep, rep_order in enumerate(order):
+            for arm in rep_order:
+                run = runs[arm]
                 for gp in cfg.grid:
                     for conc in cfg.concurrency:
                         ps = loadgen.PointSpec(
@@ -247,92 +328,113 @@ def run_stage(cfg: StageConfig) -> dict[str, Any]:
                             num_prompts=cfg.prompts_per_concurrency * conc,
                             num_warmups=cfg.warmups_per_concurrency * conc,
                             request_rate=cfg.request_rate,
-                            # Fresh prompts per repeat: a prefix cache must not serve repeat 2.
+                            # Fresh prompts per repeat (a prefix cache must not serve repeat 2),
+                            # the same ones for both arms (paired comparison).
                             seed=cfg.seed + rep,
                         )
+                        point_started = _now_ms()
                         pt = loadgen.run_point(
-                            server.base_url,
-                            server.model_id,
-                            tok,
+                            run.server.base_url,
+                            run.server.model_id,
+                            run.tok,
                             ps,
-                            ignore_eos=ignore_eos,
+                            ignore_eos=run.ignore_eos,
                             backend="vllm" if cfg.runtime == "docker" else "openai",
                         )
                         pt["repeat"] = rep
-                        if not server.alive():
-                            raise server.fail(f"server exited mid-run at isl={ps.isl} osl={ps.osl}")
+                        # Job-wide order of the points of every arm: the interleaving audit.
+                        pt["seq"] = seq
+                        pt["started_at"] = point_started
+                        seq += 1
+                        _check_alive(runs, f"mid-run at {arm} isl={ps.isl} osl={ps.osl}")
                         try:
                             loadgen.check_failures(pt, cfg.max_failed_share)
                         except loadgen.TooManyFailures as e:
-                            raise server.fail(str(e)) from e
+                            raise run.server.fail(f"{arm}: {e}") from e
                         _log(
-                            f"repeat {rep} isl={ps.isl} osl={ps.osl} c={conc}: "
-                            f"{pt['completed']} ok, {pt['failed']} failed, "
+                            f"#{pt['seq']} repeat {rep} {arm} isl={ps.isl} osl={ps.osl} "
+                            f"c={conc}: {pt['completed']} ok, {pt['failed']} failed, "
                             f"TTFT {pt['mean_ttft_ms']:.1f} ms, TPOT {pt['mean_tpot_ms']:.2f} ms"
                         )
-                        points.append(pt)
-            if cfg.gsm8k:
-                _log("running lm-eval GSM8K")
+                        run.points.append(pt)
+        if cfg.gsm8k:
+            for arm in arms:
+                run = runs[arm]
+                _log(f"running lm-eval GSM8K on the {arm} server")
                 run_lm_eval(
-                    server.base_url,
-                    server.model_id,
-                    lm_partial,
-                    out / "lm_eval.log",
+                    run.server.base_url,
+                    run.server.model_id,
+                    run.out / "lm_eval.partial",
+                    run.out / "lm_eval.log",
                     task_dir=cfg.gsm8k_task_dir,
                     num_fewshot=cfg.gsm8k_fewshot,
                     limit=cfg.gsm8k_limit,
                     timeout_s=cfg.gsm8k_timeout_s,
                     max_gen_toks=cfg.gsm8k_max_gen_toks,
                 )
-                if not server.alive():
-                    raise server.fail("server exited during lm-eval")
-            server_info = {
+                _check_alive(runs, f"during lm-eval on the {arm} server")
+        server_info = {
+            arm: {
                 "launcher": cfg.runtime,
                 "model": cfg.model,
-                "model_id": server.model_id,
-                "ready_s": ready_s,
-                "command": [str(a) for a in server.describe["command"]],
+                "model_id": run.server.model_id,
+                "ready_s": run.ready_s,
+                "command": [str(a) for a in run.server.describe["command"]],
             }
-    bench = {
-        "schema_version": 1,
-        "cell": cfg.cell_id,
-        "arm": cfg.arm,
-        "runtime": cfg.runtime,
-        "image_ref": cfg.image_ref,
-        "image_digest": cfg.image_digest,
-        "cold": cold,
-        "ignore_eos": ignore_eos,
-        "ignore_eos_requested": cfg.ignore_eos,
-        "tp": cfg.tp,
-        "ep": cfg.ep,
-        "gpu_vendor": cfg.gpu_vendor,
-        "gpu_indices": list(lease.gpu_indices),
-        "tuned_config_dir": str(cfg.tuned_config_dir) if cfg.tuned_config_dir else None,
-        # transformers serve (local runtime) has no use for vLLM's tuned Triton configs.
-        "tuned_config_applied": cfg.runtime == "docker" and cfg.tuned_config_dir is not None,
-        "started": started,
-        "finished": _now(),
-        "server": server_info,
-        "gsm8k": (
-            {
-                "task_dir": str(cfg.gsm8k_task_dir) if cfg.gsm8k_task_dir else None,
-                "num_fewshot": cfg.gsm8k_fewshot,
-                "limit": cfg.gsm8k_limit,
-                "output_dir": "lm_eval",
-            }
-            if cfg.gsm8k
-            else None
-        ),
-        "points": points,
-    }
-    _validate_bench(bench)
-    if cfg.gsm8k:
-        os.replace(lm_partial, lm_dir)
-    else:
-        lm_dir.mkdir()  # the rule declares it; empty means GSM8K was switched off
-    write_json(bench_path, bench)  # last: its presence means the whole job succeeded
+            for arm, run in runs.items()
+        }
+    finished = _now()
+    benches = {}
+    for arm, run in runs.items():
+        bench = {
+            "schema_version": 1,
+            "cell": cfg.cell_id,
+            "arm": arm,
+            "runtime": cfg.runtime,
+            "image_ref": cfg.image_ref,
+            "image_digest": cfg.image_digest,
+            "cold": cold,
+            "ignore_eos": run.ignore_eos,
+            "ignore_eos_requested": cfg.ignore_eos,
+            "tp": cfg.tp,
+            "ep": cfg.ep,
+            "gpu_vendor": cfg.gpu_vendor,
+            "gpu_indices": list(run.gpu_indices),
+            "tuned_config_dir": (
+                str(cfg.tuned_config_dir) if arm == "tuned" and cfg.tuned_config_dir else None
+            ),
+            # transformers serve (local runtime) has no use for vLLM's tuned Triton configs.
+            "tuned_config_applied": cfg.runtime == "docker" and arm == "tuned",
+            "started": started,
+            "finished": finished,
+            "interleaved": len(arms) > 1,
+            "arm_order": order,
+            "server": server_info[arm],
+            "gsm8k": (
+                {
+                    "task_dir": str(cfg.gsm8k_task_dir) if cfg.gsm8k_task_dir else None,
+                    "num_fewshot": cfg.gsm8k_fewshot,
+                    "limit": cfg.gsm8k_limit,
+                    "output_dir": "lm_eval",
+                }
+                if cfg.gsm8k
+                else None
+            ),
+            "points": run.points,
+        }
+        _validate_bench(bench)
+        benches[arm] = bench
+    for arm in arms:
+        out = cfg.arm_dir(arm)
+        if cfg.gsm8k:
+            os.replace(out / "lm_eval.partial", out / "lm_eval")
+        else:
+            (out / "lm_eval").mkdir()  # the rule declares it; empty means GSM8K was switched off
+    for arm in arms:
+        # Last: a bench.json's presence means the whole job succeeded.
+        write_json(cfg.arm_dir(arm) / "bench.json", benches[arm])
     (cache_dir / WARM_MARKER).write_text(f"{_now()} {cfg.cell_id} {cfg.arm}\n")
-    return bench
+    return benches
 
 
 def _json_arg(text: str, flag: str) -> Any:
@@ -357,7 +459,7 @@ def parse_args(argv: list[str] | None = None) -> StageConfig:
     a = p.add_argument
     a("--runtime", required=True, choices=["local", "docker"])
     a("--cell-id", required=True)
-    a("--arm", required=True, choices=["untuned", "tuned"])
+    a("--arm", required=True, choices=[*ARMS, PAIR])
     a("--model", required=True)
     a("--served-model-name", default=None)
     a("--tp", type=int, default=1)
@@ -466,19 +568,22 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     signal.signal(signal.SIGTERM, _raise_on_sigterm)
     try:
-        bench = run_stage(cfg)
+        benches = run_stage(cfg)
     except KeyboardInterrupt:
-        shutil.rmtree(cfg.out_dir / "lm_eval.partial", ignore_errors=True)
-        print(f"serve_stage: {cfg.cell_id} {cfg.arm} interrupted; server stopped", file=sys.stderr)
+        for arm in cfg.arms:
+            shutil.rmtree(cfg.arm_dir(arm) / "lm_eval.partial", ignore_errors=True)
+        print(f"serve_stage: {cfg.cell_id} {cfg.arm} interrupted; servers stopped", file=sys.stderr)
         return 130
     except (ServerError, loadgen.TooManyFailures, RuntimeError, OSError, TimeoutError) as e:
         print(f"serve_stage: {cfg.cell_id} {cfg.arm} failed: {e}", file=sys.stderr)
-        shutil.rmtree(cfg.out_dir / "lm_eval.partial", ignore_errors=True)
-        tail = log_tail(cfg.out_dir / "server.log")
-        if tail and not isinstance(e, ServerError):
-            print(f"last lines of the server log:\n{tail}", file=sys.stderr)
+        for arm in cfg.arms:
+            shutil.rmtree(cfg.arm_dir(arm) / "lm_eval.partial", ignore_errors=True)
+            tail = log_tail(cfg.arm_dir(arm) / "server.log")
+            if tail and not isinstance(e, ServerError):
+                print(f"last lines of the {arm} server log:\n{tail}", file=sys.stderr)
         return 1
-    print(f"wrote {cfg.out_dir / 'bench.json'} ({len(bench['points'])} points)")
+    for arm, bench in benches.items():
+        print(f"wrote {cfg.arm_dir(arm) / 'bench.json'} ({len(bench['points'])} points)")
     return 0
 
 

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
+
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -29,10 +32,32 @@ def planned_jobs(*args: str, cwd: Path = ROOT) -> Counter:
     return counts
 
 
+def _config_without_interleaving(tmp_path: Path, name: str) -> Path:
+    config = yaml.safe_load((ROOT / "config" / name).read_text())
+    config.setdefault("serve", {})["interleave_arms"] = False
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
 def test_production_dry_run_lists_every_job(tmp_path):
     # No lock file and no engine: the plan is still complete (pins are checked when a job runs).
     jobs = planned_jobs("all", "--configfile", str(ROOT / "config/config.yaml"))
     cells, arms = 4, 2
+    # Interleaved arms (the default): one job per cell serves both arms.
+    assert jobs == Counter(
+        {
+            "tune": cells,
+            "serve_pair": cells,
+            "gsm8k": cells * arms,
+            "report": 1,
+            "archive": 2,
+            "all": 1,
+        }
+    )
+    jobs = planned_jobs(
+        "all", "--configfile", str(_config_without_interleaving(tmp_path, "config.yaml"))
+    )
     assert jobs == Counter(
         {
             "tune": cells,
@@ -45,14 +70,37 @@ def test_production_dry_run_lists_every_job(tmp_path):
     )
 
 
-def test_embedded_default_dry_run():
-    jobs = planned_jobs("all")  # the default workflow profile selects config/local.yaml
+def _fresh_copy(tmp_path: Path) -> Path:
+    """The workflow without the checkout's results/, so the plan starts from nothing."""
+    work = tmp_path / "work"
+    work.mkdir()
+    for name in ("Snakefile", "workflow", "config", "profiles"):
+        src = ROOT / name
+        if src.is_dir():
+            shutil.copytree(src, work / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy(src, work / name)
+    return work
+
+
+def test_embedded_default_dry_run(tmp_path):
+    work = _fresh_copy(tmp_path)
+    jobs = planned_jobs("all", cwd=work)  # the default workflow profile selects local.yaml
     assert jobs["tiny_model"] == 1 and jobs["gsm8k_set"] == 1
-    assert jobs["tune"] == 2 and jobs["serve"] == 4 and jobs["gsm8k"] == 4
+    assert jobs["tune"] == 2 and jobs["serve_pair"] == 2 and jobs["gsm8k"] == 4
+    assert "serve" not in jobs
     assert jobs["report"] == 1 and jobs["archive"] == 1
+    jobs = planned_jobs(
+        "all", "--configfile", str(_config_without_interleaving(tmp_path, "local.yaml")), cwd=work
+    )
+    assert jobs["serve"] == 4 and "serve_pair" not in jobs
 
 
-def test_one_cell_is_one_target():
+def test_one_cell_is_one_target(tmp_path):
     target = "results/rocm7.2/qwen3-30b-a3b-fp8/tp2-ep2/gsm8k/tuned.json"
     jobs = planned_jobs(target, "--configfile", str(ROOT / "config/config.yaml"))
+    assert jobs == Counter({"tune": 1, "serve_pair": 1, "gsm8k": 1})
+    jobs = planned_jobs(
+        target, "--configfile", str(_config_without_interleaving(tmp_path, "config.yaml"))
+    )
     assert jobs == Counter({"tune": 1, "serve": 1, "gsm8k": 1})

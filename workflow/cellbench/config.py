@@ -162,6 +162,12 @@ def _check_semantics(config: dict[str, Any]) -> None:
                 f"config error: {where}.tp = {tp}: exceeds the {config['gpus']} "
                 f"GPUs configured (gpus)"
             )
+        if runtime == "docker" and config["serve"]["interleave_arms"] and 2 * tp > config["gpus"]:
+            raise ConfigError(
+                f"config error: {where}.tp = {tp}: serve.interleave_arms runs both arms' servers "
+                f"at once and needs 2 x tp = {2 * tp} GPUs, but gpus = {config['gpus']} "
+                "(set serve.interleave_arms: false to serve the arms one after the other)"
+            )
         if group["ep"] and tp == 1:
             raise ConfigError(
                 f"config error: {where}.ep = true with tp = 1: expert parallel "

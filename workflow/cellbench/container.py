@@ -6,7 +6,10 @@ handling and clean-up are done once:
 * AMD: ``/dev/kfd`` and ``/dev/dri`` passed as devices, group ``video`` (plus the numeric groups
   of the device nodes, since images may lack a ``render`` group), ``--ipc=host``, a
   shared-memory size and ``seccomp=unconfined`` as the ROCm docs prescribe; never privileged.
-  The job's GPUs are chosen with ``HIP_VISIBLE_DEVICES``.
+  The job's GPUs are chosen with ``HIP_VISIBLE_DEVICES``. ``CELLBENCH_AMD_DEVICES`` (comma-separated
+  ``HOST[:CONTAINER]`` device paths) replaces the two device paths, for hosts that keep them
+  elsewhere; a machine without a GPU can map a harmless node (``/dev/null:/dev/kfd``) in their
+  place to run the whole AMD path, HIP_VISIBLE_DEVICES included, on the CPU.
 * NVIDIA: a device request for exactly the job's GPU indices (they appear as 0..n-1 inside).
 * The container's output is streamed to the step's log file as it comes; values of secret
   variables (``HF_TOKEN``...) are replaced by ``***`` in everything written.
@@ -28,6 +31,7 @@ from typing import Any, BinaryIO, Literal
 # Variables whose values must never reach a log, a result or an archive.
 SECRET_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HUGGINGFACE_TOKEN")
 AMD_DEVICES = ("/dev/kfd", "/dev/dri")
+AMD_DEVICES_ENV = "CELLBENCH_AMD_DEVICES"
 LOG_TAIL_LINES = 50
 
 
@@ -86,6 +90,29 @@ def _device_groups() -> list[str]:
     return gids
 
 
+def amd_devices(environ: Mapping[str, str] | None = None) -> list[str]:
+    """Docker device specs (``host:container:rwm``) for AMD passthrough.
+
+    ``/dev/kfd`` and ``/dev/dri``, unless ``CELLBENCH_AMD_DEVICES`` names others; ValueError
+    naming the variable when an entry is malformed.
+    """
+    environ = os.environ if environ is None else environ
+    raw = environ.get(AMD_DEVICES_ENV, "").strip()
+    if not raw:
+        return [f"{d}:{d}:rwm" for d in AMD_DEVICES]
+    specs = []
+    for item in raw.split(","):
+        parts = item.strip().split(":")
+        if len(parts) not in (1, 2) or not all(p.startswith("/") for p in parts):
+            raise ValueError(
+                f"{AMD_DEVICES_ENV}={raw!r}: entry {item!r} is not HOST[:CONTAINER] "
+                "with absolute paths"
+            )
+        host, target = parts[0], parts[-1]
+        specs.append(f"{host}:{target}:rwm")
+    return specs
+
+
 def host_config_for(gpus: GpuSpec, shm_size: str = "16g") -> dict[str, Any]:
     """Keyword arguments for ``containers.create`` that give the container its GPUs.
 
@@ -95,7 +122,7 @@ def host_config_for(gpus: GpuSpec, shm_size: str = "16g") -> dict[str, Any]:
 
     kwargs: dict[str, Any] = {"shm_size": shm_size, "privileged": False}
     if gpus.vendor == "amd":
-        kwargs["devices"] = [f"{d}:{d}:rwm" for d in AMD_DEVICES]
+        kwargs["devices"] = amd_devices()
         kwargs["group_add"] = ["video", *_device_groups()]
         kwargs["ipc_mode"] = "host"
         kwargs["security_opt"] = ["seccomp=unconfined"]

@@ -12,6 +12,7 @@ from cellbench.container import (
     ContainerFailed,
     GpuSpec,
     Mount,
+    amd_devices,
     gpu_env,
     host_config_for,
     run_step,
@@ -31,6 +32,17 @@ def test_amd_passthrough_arguments():
     assert kw["privileged"] is False
     assert "device_requests" not in kw
     assert gpu_env(GpuSpec("amd", (2, 3))) == {"HIP_VISIBLE_DEVICES": "2,3"}
+
+
+def test_amd_device_paths_can_be_replaced():
+    assert amd_devices({}) == ["/dev/kfd:/dev/kfd:rwm", "/dev/dri:/dev/dri:rwm"]
+    env = {"CELLBENCH_AMD_DEVICES": "/dev/null:/dev/kfd, /dev/dri/renderD129"}
+    assert amd_devices(env) == [
+        "/dev/null:/dev/kfd:rwm",
+        "/dev/dri/renderD129:/dev/dri/renderD129:rwm",
+    ]
+    with pytest.raises(ValueError, match=r"CELLBENCH_AMD_DEVICES=.*'dev/kfd' is not HOST"):
+        amd_devices({"CELLBENCH_AMD_DEVICES": "dev/kfd"})
 
 
 def test_nvidia_passthrough_arguments():

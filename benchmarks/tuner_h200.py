@@ -1,20 +1,23 @@
 #!/usr/bin/env python3
-"""Tuner benchmark (issue 4): default vs exhaustive mode vs the configs vLLM ships.
+"""Tuner benchmark (issue 4): the default mode's cost and quality on one shape.
 
-Shape: Qwen3-30B-A3B at TP=1 (E=128, N=768, K=2048, top-8), bf16 and fp8 block [128,128], on
-the builtin kernel, at batch sizes 1, 16, 64, 256, 1024, 4096. For each dtype:
+Shape: Qwen3-30B-A3B at TP=1 (E=128, N=768, K=2048, top-8), bf16 (or fp8 block [128,128]),
+on the builtin kernel, over vLLM's 18 default batch sizes:
 
-1. `cellbench.tuner --mode default` (fresh Triton cache), then `--mode exhaustive` (fresh
-   cache, with a time budget: batch sizes it could not finish are reported as such);
-2. the shipped vLLM config for each batch size (tests/data/vllm-configs), and both modes'
-   picks, re-timed side by side (interleaved CUDA-graph replays) in one process;
-3. a table: best time of each mode, the shipped config's time, ratios, CPU/GPU/wall seconds
-   of each mode, GEMM1/GEMM2/fused times of the default pick and their roofline fractions.
+1. `cellbench.tuner --mode default` seeded with the config file vLLM ships for the shape
+   (fresh Triton cache; this process shares it afterwards so re-timing compiles nothing);
+2. default's pick and the shipped config for each batch size re-timed side by side
+   (interleaved CUDA-graph replays);
+3. with the wall budget left, `--mode exhaustive` at a few batch sizes (1 and 64) in a fresh
+   cache, its picks re-timed beside default's, and the per-batch-size wall ratio;
+4. a table after each stage (so a run cut short still leaves what it measured): per batch
+   size the pick, new kernels compiled, tuning wall, side-by-side times and ratios; totals of
+   wall, CPU (compile workers included) and GPU seconds.
 
 `--smoke` runs the same code on a tiny shape under the CPU interpreter (a typo check, not a
-measurement). Outputs: OUT/tuner_h200_<dtype>.json and .txt, and the printed table.
+measurement). Outputs: OUT/tuner_h200_<dtype>.json and .txt, and the printed tables.
 
-Usage: python benchmarks/tuner_h200.py --dtypes bf16 --out $OUT [--budget-s 400]
+Usage: python benchmarks/tuner_h200.py --out $OUT [--budget-s 270] [--exhaustive-ms 1,64]
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ QWEN3_30B = {
 }
 TINY = {"num_experts": 8, "moe_intermediate_size": 32, "hidden_size": 64, "num_experts_per_tok": 2}
 REF_DIR = ROOT / "tests" / "data" / "vllm-configs"
+VLLM_DEFAULT = [1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256, 512, 1024, 1536, 2048, 3072, 4096]
 
 
 def run_mode(
@@ -53,6 +57,8 @@ def run_mode(
     budget: float,
     smoke: bool,
     seed_file: Path | None = None,
+    cache_dir: str | None = None,
+    extra: list[str] | None = None,
 ) -> dict:
     """One tuner run in a fresh process with a fresh Triton cache; returns its summary."""
     args = [
@@ -82,7 +88,8 @@ def run_mode(
     if mode == "default" and seed_file is not None:
         args += ["--seed-configs", str(seed_file)]
     env = dict(os.environ)
-    env["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix=f"triton-{dtype}-{mode}-")
+    args += extra or []
+    env["TRITON_CACHE_DIR"] = cache_dir or tempfile.mkdtemp(prefix=f"triton-{dtype}-{mode}-")
     env["PYTHONPATH"] = str(ROOT / "workflow") + os.pathsep + env.get("PYTHONPATH", "")
     t0 = time.perf_counter()
     rc = subprocess.run(args, env=env).returncode
@@ -160,51 +167,45 @@ def fmt(v, nd=2):
     return "-" if v is None else (f"{v:.{nd}f}" if isinstance(v, float) else str(v))
 
 
-def table(dtype: str, ms: list[int], d: dict, e: dict, sbs: dict, shipped_ok: bool) -> str:
-    lines = [f"== {dtype}: Qwen3-30B-A3B TP=1 shape, builtin kernel =="]
-    hdr = (
-        f"{'M':>5} {'def_us':>9} {'exh_us':>9} | side-by-side: {'def':>9} "
-        f"{'exh':>9} {'vllm':>9} {'def/exh':>7} {'def/vllm':>8} {'spread':>6} | default pick: "
-        f"{'gemm1':>8} {'gemm2':>8} {'fused':>8} {'rf_g1':>5} {'rf_g2':>5} {'rf_fu':>5}"
+def _cost_line(name: str, s: dict) -> str:
+    if s.get("failed"):
+        return f"{name}: FAILED (rc {s.get('rc')})"
+    sec, c = s["seconds"], s["counts"]
+    return (
+        f"{name:>10}: wall {sec['wall']:.1f} s (process {s['wall_outer_s']:.1f} s), "
+        f"cpu {sec['cpu']:.1f} s (compile workers {sec['compile_cpu']:.1f}), gpu "
+        f"{sec['gpu']:.1f} s; timed {c['timed']}, pruned {c['pruned']}, failed {c['failed']}; "
+        f"complete={s.get('complete')} skipped={s.get('skipped_batch_sizes')}"
     )
-    lines.append(hdr)
+
+
+def table(dtype: str, ms: list[int], d: dict, e: dict, sbs: dict, shipped_ok: bool) -> str:
+    """Per batch size: default's pick and the shipped config (and exhaustive's pick where it
+    ran) re-timed side by side; default's new kernels and tuning wall; then the totals."""
+    lines = [f"== {dtype}: Qwen3-30B-A3B TP=1 shape, builtin kernel, default mode =="]
+    lines.append(
+        f"{'M':>5} {'tuned_us':>9} {'new_k':>5} {'wall_s':>6} | side-by-side: {'def':>9} "
+        f"{'vllm':>9} {'def/vllm':>8} {'exh':>9} {'def/exh':>7} {'spread':>6} "
+        f"{'exh_wall':>8} {'wall_ratio':>10} | default pick"
+    )
     de, ee = d.get("entries", {}), e.get("entries", {})
     for m in ms:
         a, b = de.get(str(m)), ee.get(str(m))
         s = sbs.get(m, {})
-        sd, se, sv = (s.get(k, {}).get("median_us") for k in ("default", "exhaustive", "vllm"))
+        sd, sv, se = (s.get(k, {}).get("median_us") for k in ("default", "vllm", "exhaustive"))
         spread = max((x["spread"] for x in s.values()), default=None)
-        rf = (a or {}).get("roofline", {})
-
-        def frac(x):
-            return (x or {}).get("roofline_fraction")
-
+        wr = a["tune_wall_s"] / b["tune_wall_s"] if a and b and b.get("tune_wall_s") else None
         lines.append(
-            f"{m:>5} {fmt(a and a['time_us']):>9} {fmt(b and b['time_us']):>9} "
-            f"| {'':>13} {fmt(sd):>9} {fmt(se):>9} {fmt(sv):>9} "
-            f"{fmt(sd / se if sd and se else None, 3):>7} "
-            f"{fmt(sd / sv if sd and sv else None, 3):>8} "
-            f"{fmt(spread, 3):>6} | {'':>14} {fmt(a and a.get('gemm1_us')):>8} "
-            f"{fmt(a and a.get('gemm2_us')):>8} {fmt(a and a['time_us']):>8} "
-            f"{fmt(frac(rf.get('gemm1')), 2):>5} {fmt(frac(rf.get('gemm2')), 2):>5} "
-            f"{fmt(frac(rf.get('fused')), 2):>5}"
+            f"{m:>5} {fmt(a and a['time_us']):>9} {fmt(a and a.get('new_compiles')):>5} "
+            f"{fmt(a and a.get('tune_wall_s'), 1):>6} | {'':>13} {fmt(sd):>9} {fmt(sv):>9} "
+            f"{fmt(sd / sv if sd and sv else None, 3):>8} {fmt(se):>9} "
+            f"{fmt(sd / se if sd and se else None, 3):>7} {fmt(spread, 3):>6} "
+            f"{fmt(b and b.get('tune_wall_s'), 1):>8} {fmt(wr, 3):>10} "
+            f"| {a['config_name'] if a else '-'}"
         )
-    for name, s in (("default", d), ("exhaustive", e)):
-        if s.get("failed"):
-            lines.append(f"{name}: FAILED (rc {s.get('rc')})")
-            continue
-        sec, c = s["seconds"], s["counts"]
-        lines.append(
-            f"{name:>10}: wall {sec['wall']:.1f} s (process {s['wall_outer_s']:.1f} s), "
-            f"cpu {sec['cpu']:.1f} s (compile workers {sec['compile_cpu']:.1f}), gpu "
-            f"{sec['gpu']:.1f} s; timed {c['timed']}, pruned {c['pruned']}, failed {c['failed']}; "
-            f"complete={s.get('complete')} skipped={s.get('skipped_batch_sizes')}"
-        )
-    if not d.get("failed") and not e.get("failed"):
-        lines.append(
-            f"default wall / exhaustive wall = {d['seconds']['wall'] / e['seconds']['wall']:.3f}"
-            + ("" if e.get("complete") else " (exhaustive INCOMPLETE: ratio understates)")
-        )
+    lines.append(_cost_line("default", d))
+    if e:
+        lines.append(_cost_line("exhaustive", e))
     if not shipped_ok:
         lines.append("vLLM-shipped file for this shape not found: no vllm column")
     return "\n".join(lines)
@@ -213,9 +214,12 @@ def table(dtype: str, ms: list[int], d: dict, e: dict, sbs: dict, shipped_ok: bo
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--smoke", action="store_true", help="tiny shape under the CPU interpreter")
-    ap.add_argument("--dtypes", default="bf16,fp8")
-    ap.add_argument("--batch-sizes", default=None)
-    ap.add_argument("--budget-s", type=float, default=400.0, help="wall budget for all dtypes")
+    ap.add_argument("--dtype", default="bf16", choices=("bf16", "fp8"))
+    ap.add_argument("--batch-sizes", default=None, help="default: vLLM's 18 (smoke: 1,2,8)")
+    ap.add_argument("--exhaustive-ms", default="1,64", help="'' to skip exhaustive mode")
+    ap.add_argument("--budget-s", type=float, default=270.0, help="wall budget of the script")
+    ap.add_argument("--default-budget-s", type=float, default=130.0)
+    ap.add_argument("--compile-budget", default=None, help="passed to the tuner (FIRST,LATER)")
     ap.add_argument(
         "--no-seed",
         action="store_true",
@@ -226,13 +230,14 @@ def main() -> int:
     t_start = time.perf_counter()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    ms = [
-        int(x)
-        for x in (a.batch_sizes or ("1,4,16" if a.smoke else "1,16,64,256,1024,4096")).split(",")
-    ]
-    dtypes = a.dtypes.split(",")
+    default_ms = "1,2,8" if a.smoke else ",".join(map(str, VLLM_DEFAULT))
+    ms = [int(x) for x in (a.batch_sizes or default_ms).split(",")]
+    ems = [int(x) for x in a.exhaustive_ms.split(",") if x.strip()]
     if a.smoke:  # the interpreter must be chosen before triton decorates any kernel
         os.environ.setdefault("TRITON_INTERPRET", "1")
+    # this process re-times default's picks: share its Triton cache so nothing recompiles
+    default_cache = tempfile.mkdtemp(prefix="triton-default-")
+    os.environ["TRITON_CACHE_DIR"] = default_cache
     import torch
     import triton
 
@@ -243,83 +248,92 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="tuner-bench-"))
     model_cfg = work / "config.json"
     model_cfg.write_text(json.dumps(TINY if a.smoke else QWEN3_30B))
-    for i, dtype in enumerate(dtypes):
-        left = a.budget_s - (time.perf_counter() - t_start)
-        share = left / (len(dtypes) - i)
-        print(f"### {dtype}: {share:.0f} s of budget", flush=True)
-        ship_name = "E=128,N=768,device_name=NVIDIA_H200.json"
-        if dtype == "fp8" and not a.smoke:
-            ship_name = (
-                "E=128,N=768,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128,128].json"
-            )
-        seed_file = None if a.no_seed else REF_DIR / ship_name
-        d = run_mode(
-            model_cfg,
-            dtype,
-            "default",
-            ms,
-            work / dtype / "default",
-            share * 0.4,
-            a.smoke,
-            seed_file,
-        )
-        spent = time.perf_counter() - t_start
-        left_dtype = share - (spent - (a.budget_s - left))
-        # keep ~25% of what is left for the side-by-side re-timing
-        e = run_mode(
-            model_cfg,
-            dtype,
-            "exhaustive",
-            ms,
-            work / dtype / "exhaustive",
-            max(left_dtype * 0.7, 10.0),
-            a.smoke,
-        )
-        ref_summary = d if not d.get("failed") else e
-        config_file = ref_summary.get("config_file", "")
-        shipped = shipped_configs(config_file.replace("CPU_TRITON_INTERPRET", "NVIDIA_H200"))
-        if a.smoke and shipped is None:  # the tiny shape has no shipped file: use Qwen's
-            shipped = shipped_configs("E=128,N=768,device_name=NVIDIA_H200.json")
-        picks: dict[int, dict[str, dict]] = {}
-        for m in ms:
-            p = {}
-            for name, s in (("default", d), ("exhaustive", e)):
-                if str(m) in s.get("entries", {}):
-                    p[name] = s["entries"][str(m)]["config"]
-            if shipped:
-                p["vllm"] = nearest(shipped, m)
-            picks[m] = p
-        sbs = {}
-        if "shape" in ref_summary:
-            sbs = side_by_side(
-                ref_summary["shape"], ref_summary["compute_dtype"], ms, picks, on_gpu
-            )
+    dtype = a.dtype
+    ship_name = "E=128,N=768,device_name=NVIDIA_H200.json"
+    if dtype == "fp8" and not a.smoke:
+        ship_name = "E=128,N=768,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128,128].json"
+    seed_file = None if a.no_seed else REF_DIR / ship_name
+    meta = {
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "device": torch.cuda.get_device_name(0) if on_gpu else "CPU (interpreter smoke)",
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "python": sys.version.split()[0],
+        "cpus": os.cpu_count(),
+        "smoke": a.smoke,
+        "batch_sizes": ms,
+        "exhaustive_batch_sizes": ems,
+        "budget_s": a.budget_s,
+        "default_seeded_with": None if seed_file is None else seed_file.name,
+        "compile_budget": a.compile_budget or "tuner default",
+    }
+    header = "\n".join(f"{k}: {v}" for k, v in meta.items())
+    print(header, flush=True)
+    extra = ["--compile-budget", a.compile_budget] if a.compile_budget else []
+    d = run_mode(
+        model_cfg, dtype, "default", ms, work / "default", a.default_budget_s, a.smoke,
+        seed_file, cache_dir=default_cache, extra=extra,
+    )  # fmt: skip
+    ref_summary = d
+    shipped = None
+    if not d.get("failed"):
+        shipped = shipped_configs(d["config_file"].replace("CPU_TRITON_INTERPRET", "NVIDIA_H200"))
+    if a.smoke and shipped is None:  # the tiny shape has no shipped file: use Qwen's
+        shipped = shipped_configs("E=128,N=768,device_name=NVIDIA_H200.json")
+    picks: dict[int, dict[str, dict]] = {}
+    for m in ms:
+        p = {}
+        if str(m) in d.get("entries", {}):
+            p["default"] = d["entries"][str(m)]["config"]
+        if shipped:
+            p["vllm"] = nearest(shipped, m)
+        picks[m] = p
+    e: dict = {}
+    sbs: dict = {}
+
+    def save(stage: str) -> None:
         txt = table(dtype, ms, d, e, sbs, shipped is not None)
-        meta = {
-            "date": datetime.now(UTC).isoformat(timespec="seconds"),
-            "device": torch.cuda.get_device_name(0) if on_gpu else "CPU (interpreter smoke)",
-            "torch": torch.__version__,
-            "triton": triton.__version__,
-            "python": sys.version.split()[0],
-            "smoke": a.smoke,
-            "batch_sizes": ms,
-            "budget_s": a.budget_s,
-            "default_seeded_with": None if seed_file is None else seed_file.name,
-        }
-        header = "\n".join(f"{k}: {v}" for k, v in meta.items())
         result = {
-            "meta": meta,
+            "meta": {**meta, "stage_reached": stage},
             "default": d,
             "exhaustive": e,
-            "side_by_side": sbs,
+            "side_by_side": {str(k): v for k, v in sbs.items()},
             "picks": {str(k): v for k, v in picks.items()},
         }
         (out / f"tuner_h200_{dtype}.json").write_text(json.dumps(result, indent=1, default=str))
-        (out / f"tuner_h200_{dtype}.txt").write_text(header + "\n" + txt + "\n")
-        print(header + "\n" + txt, flush=True)
-        spreads = [x["spread"] for s in sbs.values() for x in s.values()]
-        if spreads:
-            print(f"median side-by-side spread: {statistics.median(spreads):.4f}", flush=True)
+        (out / f"tuner_h200_{dtype}.txt").write_text(f"{header}\nstage: {stage}\n{txt}\n")
+        print(txt, flush=True)
+
+    save("default tuned")
+    if "shape" in ref_summary:
+        sbs = side_by_side(ref_summary["shape"], ref_summary["compute_dtype"], ms, picks, on_gpu)
+    save("default vs shipped re-timed")
+    left = a.budget_s - (time.perf_counter() - t_start)
+    if ems and left > 40 and "shape" in ref_summary:
+        e = run_mode(
+            model_cfg, dtype, "exhaustive", ems, work / "exhaustive", left - 25, a.smoke
+        )  # fmt: skip
+        eps = {}
+        for m in ems:
+            if str(m) in e.get("entries", {}) and picks.get(m, {}).get("default"):
+                eps[m] = {
+                    "default": picks[m]["default"],
+                    "exhaustive": e["entries"][str(m)]["config"],
+                }
+                if "vllm" in picks[m]:
+                    eps[m]["vllm"] = picks[m]["vllm"]
+                picks[m]["exhaustive"] = eps[m]["exhaustive"]
+        if eps:
+            again = side_by_side(
+                ref_summary["shape"], ref_summary["compute_dtype"], list(eps), eps, on_gpu
+            )
+            sbs.update(again)
+        save("exhaustive compared")
+    else:
+        print(f"exhaustive skipped ({left:.0f} s left)", flush=True)
+    spreads = [x["spread"] for s in sbs.values() for x in s.values()]
+    if spreads:
+        print(f"median side-by-side spread: {statistics.median(spreads):.4f}", flush=True)
     print(f"total wall {time.perf_counter() - t_start:.1f} s", flush=True)
     return 0
 

@@ -133,6 +133,8 @@ def test_csv_summary_and_log(tuned: Path) -> None:
         (["--tp", "3"], "not divisible by tp=3"),
         (["--max-configs", "0"], "--max-configs"),
         (["--backend", "vllm"], "vLLM"),
+        (["--compile-budget", "32"], "--compile-budget"),
+        (["--compile-budget", "0,4"], ">= 1"),
     ],
 )
 def test_bad_input_exits_2(tiny_cfg, tmp_path, capsys, args, message) -> None:
@@ -279,10 +281,16 @@ def test_seed_configs_and_refinement(tiny_cfg, tmp_path) -> None:
     assert len(first) == 3
     assert first[0]["config"] == seed  # seeds are timed first
     refine = [r for r in recs if r["stage"] == "refine"]
-    assert refine, "the best tiles' other GROUP_M/num_stages variants were not tried"
-    tile = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "num_warps")
-    tiles0 = {tuple(r["config"][k] for k in tile) for r in first}
-    assert all(tuple(r["config"][k] for k in tile) in tiles0 for r in refine)
+    assert refine, "no local-search moves around the best round-0 configs were tried"
+
+    def one_key_apart(a: dict, b: dict) -> bool:
+        return sum(a[k] != b[k] for k in a) == 1
+
+    # every move changes one key of a config timed before it (round 0 or an earlier move)
+    seen = [r["config"] for r in first]
+    for r in refine:
+        assert any(one_key_apart(r["config"], c) for c in seen), r["config"]
+        seen.append(r["config"])
     s = json.loads((out / "summary.json").read_text())
     assert s["seed_configs"] == str(table)
 
@@ -338,3 +346,45 @@ def test_float_dtypes(tiny_cfg, tmp_path, dtype, compute, file_suffix) -> None:
     assert s["config_file"] == "E=8,N=32,device_name=CPU_TRITON_INTERPRET" + file_suffix
     assert (out / "configs" / s["config_file"]).is_file()
     assert (s["compute_dtype_note"] is not None) == (dtype == "bf16")
+
+
+def test_compile_budget_respected(tiny_cfg, tmp_path) -> None:
+    """Default mode compiles at most FIRST new kernels at the first batch size of each
+    M-dependent specialisation and LATER at the others (counted from the log: a kernel is
+    a config at one specialisation, M x top-k == 1 / a multiple of 16 / neither)."""
+    out = tmp_path / "out"
+    ms = [1, 2, 8]  # 8 x top-2 = 16 rows: a second specialisation
+    rc = cli.main(
+        [
+            "--model-config",
+            str(tiny_cfg),
+            "--batch-sizes",
+            ",".join(map(str, ms)),
+            "--compile-budget",
+            "3,2",
+            "--out",
+            str(out),
+        ]
+    )
+    assert rc == 0
+    s = json.loads((out / "summary.json").read_text())
+    assert s["compile_budget"] == [3, 2]
+    recs = artifacts.TuningLog.read(out / "tuning_log.jsonl")
+    topk = TINY["num_experts_per_tok"]
+
+    def spec(m: int) -> tuple[bool, bool]:
+        return m * topk == 1, m * topk % 16 == 0
+
+    compiled: set = set()
+    class_first: dict = {}
+    for m in ms:
+        run_here = [r for r in recs if r["m"] == m and r["status"] in ("timed", "checked")]
+        assert run_here, f"nothing ran at M={m}"
+        new = {r["key"] for r in run_here} - {k for c, k in compiled if c == spec(m)}
+        first = class_first.setdefault(spec(m), m) == m
+        assert len(new) <= (3 if first else 2), (m, len(new))
+        assert s["entries"][str(m)]["new_compiles"] == len(new)
+        compiled |= {(spec(m), k) for k in new}
+    # the budget is what limits the search: more configs survive pruning than were run at M=1
+    kept = s["space"]["size"] - sum(1 for r in recs if r["m"] == 1 and r["status"] == "pruned")
+    assert kept > 3

@@ -91,6 +91,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--compile-workers", type=int, help="GPU only: compile processes per GPU")
     p.add_argument(
+        "--compile-budget",
+        help="default mode: FIRST,LATER new kernels per batch size (first batch size of each "
+        "specialisation, the others); 'none' for no limit (default 32,8 on GPU, 8,4 on CPU)",
+    )
+    p.add_argument(
         "--seed-configs",
         help="a vLLM config JSON (e.g. the one vLLM ships for this shape) whose nearest entry "
         "joins each batch size's candidates in default mode",
@@ -123,6 +128,7 @@ class Plan:
     compile_workers: int
     argv: list[str]
     time_budget_s: float | None = None
+    compile_budget: tuple[int, int] | None | str = "auto"
     seed_table: dict[int, dict[str, int]] | None = None
     config_file: str = ""
     act_note: str = ""
@@ -151,6 +157,25 @@ def _read_seed_table(path: str) -> dict[int, dict[str, int]]:
     return table
 
 
+def _parse_compile_budget(text: str | None) -> tuple[int, int] | None | str:
+    """'FIRST,LATER' -> (first, later); 'none' -> None; absent -> 'auto'."""
+    if text is None:
+        return "auto"
+    t = text.strip().lower()
+    if t == "none":
+        return None
+    parts = t.split(",")
+    try:
+        first, later = (int(x) for x in parts)
+    except ValueError:
+        raise UsageError(
+            f"--compile-budget={text!r}: expected FIRST,LATER (two integers, e.g. 32,8) or none"
+        ) from None
+    if first < 1 or later < 1:
+        raise UsageError(f"--compile-budget={text!r}: both numbers must be >= 1")
+    return first, later
+
+
 def _validate(args: argparse.Namespace, argv: list[str]) -> Plan:
     from ..shapes import ShapeError, moe_shape, read_model_config
 
@@ -159,6 +184,7 @@ def _validate(args: argparse.Namespace, argv: list[str]) -> Plan:
     if args.max_configs is not None and args.max_configs < 1:
         raise UsageError(f"--max-configs={args.max_configs} must be >= 1")
     batch_sizes = parse_batch_sizes(args.batch_sizes)
+    compile_budget = _parse_compile_budget(args.compile_budget)
     block = None if args.block_shape.lower() == "none" else args.block_shape
     # --dtype names the model's MoE dtype as the config does: a float dtype (also the compute
     # dtype unless --act-dtype says otherwise), fp8_w8a8, or auto (quantization_config).
@@ -245,6 +271,7 @@ def _validate(args: argparse.Namespace, argv: list[str]) -> Plan:
         compile_workers=workers if on_gpu else 0,
         argv=argv,
         time_budget_s=args.time_budget_s,
+        compile_budget=compile_budget,
         seed_table=seed_table,
         config_file=named.config_file_name(dev_name),
         act_note=act_note,
@@ -256,7 +283,7 @@ def _options(plan: Plan):
     from .search import TuneOptions
 
     if plan.on_gpu:
-        return TuneOptions(
+        opts = TuneOptions(
             mode=plan.mode,
             max_configs=plan.max_configs,
             seed=plan.seed,
@@ -265,7 +292,10 @@ def _options(plan: Plan):
             time_budget_s=plan.time_budget_s,
             seed_table=plan.seed_table,
         )
-    # interpreter: few repeats, two input sets, the whole tiny space
+        if plan.compile_budget != "auto":
+            opts.compile_budget = plan.compile_budget  # type: ignore[assignment]
+        return opts
+    # interpreter: few repeats, two input sets, a small budget (the tiny space is 16 configs)
     return TuneOptions(
         mode=plan.mode,
         max_configs=plan.max_configs,
@@ -279,6 +309,10 @@ def _options(plan: Plan):
         abandon_factor=3.0,
         time_budget_s=plan.time_budget_s,
         seed_table=plan.seed_table,
+        compile_budget=(8, 4) if plan.compile_budget == "auto" else plan.compile_budget,  # type: ignore[arg-type]
+        moves_per_round=4,
+        local_rounds=2,
+        round0_max=8,
     )
 
 
@@ -423,6 +457,9 @@ def _run_device(plan: Plan, batch_sizes: list[int], device_index: int) -> dict[s
             "input_sets_rotated": opts.rotate,
         },
         "resumed_log_records": log.resumed,
+        "compile_budget": list(opts.compile_budget)
+        if opts.mode == "default" and opts.compile_budget
+        else None,
         "skipped_batch_sizes": tuner.skipped,
         "device_index": device_index,
     }
@@ -468,7 +505,7 @@ def _run_all(plan: Plan) -> dict[str, Any]:
         for k, v in r["stats"].items():
             merged["stats"][k] = merged["stats"].get(k, 0) + v
         merged["per_device"].append({"device_index": r["device_index"], "wall_s": r["wall_s"]})
-        for k in ("space", "limits", "ceilings", "timing"):
+        for k in ("space", "limits", "ceilings", "timing", "compile_budget"):
             merged.setdefault(k, r[k])
         merged["resumed_log_records"] = r["resumed_log_records"]
         merged.setdefault("skipped_batch_sizes", []).extend(r["skipped_batch_sizes"])
@@ -614,6 +651,7 @@ def run(plan: Plan) -> dict[str, Any]:
         "ceilings": res["ceilings"],
         "timing": res["timing"],
         "max_configs": plan.max_configs,
+        "compile_budget": list(opts_budget) if (opts_budget := res.get("compile_budget")) else None,
         "seed_configs": plan.argv[plan.argv.index("--seed-configs") + 1]
         if "--seed-configs" in plan.argv
         else None,

@@ -5,11 +5,17 @@ In-container module: stdlib + torch (+ triton through the backend).
 Modes:
 - exhaustive: every config of the space that survives pruning is timed (configs whose first
   graph replay is far slower than the best so far stop there: their single sample is kept).
-- default: far fewer timings. A fixed random subset of the pruned space (the same order at
-  every batch size, so compiled kernels are reused), led by the finalists of the previous
-  batch size (warm start), goes through successive halving with more repeats each round; the
-  last few are re-timed side by side and picked by median, where differences inside the
+- default: a fixed budget of newly compiled kernels per batch size (compiling, not timing,
+  is what costs: ~0.7 CPU-s a kernel on an H200 host). Round 0 times the warm-start seeds
+  (previous batch size's finalists, the nearest entry of a given table such as vLLM's shipped
+  file), the best-ranked configs of the previous batch size that are already compiled, and
+  new configs chosen by structure (one per BM/BN/BK/warps tile, BM near the rows an expert
+  gets, warps sized for the tile, stages that fit shared memory), with few repeats. Local
+  search then tries one-key moves around the best two while the budget lasts; successive
+  halving re-times the leaders with more repeats, and the finalists (plus the table's config)
+  are re-timed side by side, interleaved, and picked by median, where differences inside the
   measured spread count as ties and the cheaper (less shared memory), earlier config wins.
+  A kernel compiled at one batch size is reused at the others with the same specialisation.
 
 Every candidate, including pruned ones and failures, goes to the tuning log; a killed run
 reads the log back and does not re-time what it already timed.
@@ -50,13 +56,18 @@ class TuneOptions:
     halving_repeats: tuple[int, ...] = (3, 7, 15)
     eta: int = 3  # successive halving keeps 1/eta each round
     finalists: int = 4
-    default_budget: int = 150  # random subset size in default mode (GPU)
+    # default mode: distinct kernels newly compiled at the first batch size / at each later
+    # one (seeds and local-search moves included); None = no limit
+    compile_budget: tuple[int, int] | None = (32, 8)
+    round0_max: int = 28  # configs timed in round 0 (compiled ones cost GPU time only)
+    reuse_ranked: int = 6  # best-ranked configs of the previous batch size re-timed (no compile)
+    local_rounds: int = 3  # rounds of one-key moves around the best two
+    moves_per_round: int = 8
     warm_start: int = 4  # finalists of the previous batch size to seed the next
     abandon_factor: float = 1.5  # stop timing a config whose first replay is this much slower
     check_correctness: bool = True
     compile_workers: int = 0  # >0: warm up (compile) candidates in worker processes
     time_budget_s: float | None = None  # stop (leaving later batch sizes untuned) past this
-    refine_tiles: int = 3  # best tiles of round 0 whose GROUP_M/stages variants all join
     seed_table: dict[int, dict[str, int]] | None = None  # e.g. vLLM's shipped configs
 
 
@@ -73,6 +84,8 @@ class Entry:
     candidates: int
     ties: list[str] = field(default_factory=list)
     error: float | None = None
+    new_compiles: int = 0  # distinct kernels first compiled at this batch size
+    tune_wall_s: float = 0.0  # wall seconds spent on this batch size
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -85,6 +98,8 @@ class Entry:
             "candidates_considered": self.candidates,
             "tied_with": self.ties,
             "error_vs_reference": self.error,
+            "new_compiles": self.new_compiles,
+            "tune_wall_s": self.tune_wall_s,
         }
 
 
@@ -99,6 +114,7 @@ class Stats:
     gpu_s: float = 0.0
     cpu_s: float = 0.0
     compile_cpu_s: float = 0.0
+    compiled: int = 0  # distinct kernels compiled (config x M-dependent specialisation)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -159,6 +175,11 @@ class Tuner:
         self.order = list(range(len(self.space)))
         rng.shuffle(self.order)  # one random order for all batch sizes
         self.finalists_prev: list[str] = []
+        self.ranked_prev: list[str] = []
+        # (M-dependent specialisation, config key) already compiled in this run
+        self.compiled: set[tuple[tuple[bool, bool], str]] = set()
+        self.new_compiles: dict[int, int] = {}
+        self.class_first: dict[tuple[bool, bool], int] = {}
         self.t_start = time.perf_counter()
         self.skipped: list[int] = []
 
@@ -180,6 +201,7 @@ class Tuner:
             self._fail(m, cfg, key, "check", f"{type(e).__name__}: {e}")
             return False, None
         finally:
+            self._note_compiled(m, key)
             self.stats.gpu_s += time.perf_counter() - t0 if self.opt.on_gpu else 0.0
         bound = self.backend.error_bound
         ok = err <= bound
@@ -228,8 +250,7 @@ class Tuner:
                 prev.get("abandoned", False),
                 0.0,
             )
-        if self.pool is not None:
-            self.pool.wait(m, cfg)
+        self._pool_wait(m, key, cfg)
         calls = [self.backend.call(p, cfg) for p in problems]
         try:
             t = time_calls(
@@ -242,6 +263,8 @@ class Tuner:
         except Exception as e:  # noqa: BLE001 - compile errors, out of resources, ...
             self._fail(m, cfg, key, stage, f"{type(e).__name__}: {str(e)[:300]}")
             return None
+        finally:
+            self._note_compiled(m, key)
         self.stats.timed += 1
         self.stats.gpu_s += t.wall_s if self.opt.on_gpu else 0.0
         self.log.append(
@@ -259,6 +282,11 @@ class Tuner:
             }
         )
         return t
+
+    def _pool_wait(self, m: int, key: str, cfg: dict[str, int]) -> None:
+        """Wait for a compile worker's warm-up of a kernel not compiled yet in this run."""
+        if self.pool is not None and not self._is_compiled(m, key):
+            self.pool.wait(m, cfg)
 
     # -- one batch size ---------------------------------------------------------------------
     def _candidates(self, m: int) -> list[tuple[str, dict[str, int]]]:
@@ -296,8 +324,8 @@ class Tuner:
         abandon: bool,
     ) -> list[tuple[float, int, str, dict[str, int], Timing]]:
         """Check (at the first batch size) and time `cands`; returns sorted (time, order, ...)."""
-        if self.pool is not None:
-            self.pool.prefetch(m, [c for _, c in cands])
+        if self.pool is not None:  # the workers compile ahead of the GPU (only new kernels)
+            self.pool.prefetch(m, [c for k, c in cands if not self._is_compiled(m, k)])
         results = []
         best = math.inf
         for i, (key, cfg) in enumerate(cands):
@@ -306,8 +334,7 @@ class Tuner:
             if self._over_budget():
                 raise BudgetExceeded(f"time budget {self.opt.time_budget_s} s spent at M={m}")
             if m == self.first_m and self.opt.check_correctness:
-                if self.pool is not None:  # let the workers compile it, not this process
-                    self.pool.wait(m, cfg)
+                self._pool_wait(m, key, cfg)  # let the workers compile it, not this process
                 ok, _ = self._check(m, cfg, key, problems, ref)
                 if not ok:
                     continue
@@ -412,11 +439,15 @@ class Tuner:
             rec = self.log.lookup(m, spaces.config_key(entry.config), "check")
             err = rec.get("error") if rec else None
         entry.error = err
+        entry.new_compiles = self.new_compiles.get(m, 0)
+        entry.tune_wall_s = time.perf_counter() - t0
+        self.stats.compiled = len(self.compiled)
         c1 = (self.stats.timed, self.stats.pruned, self.stats.failed)
         self.progress(
             f"[tune] M={m}: {c1[0] - c0[0]} timed, {c1[1] - c0[1]} pruned, "
             f"{c1[2] - c0[2]} failed of {len(cands)} candidates; best {entry.time_us:.2f} us "
-            f"({spaces.describe(entry.config)}); {time.perf_counter() - t0:.1f} s"
+            f"({spaces.describe(entry.config)}); {entry.new_compiles} new kernels; "
+            f"{entry.tune_wall_s:.1f} s"
         )
         return entry
 
@@ -424,6 +455,127 @@ class Tuner:
     def _tile(cfg: dict[str, int]) -> tuple[int, ...]:
         """The block shape and warp count: what matters most; GROUP_M and stages refine it."""
         return (cfg["BLOCK_SIZE_M"], cfg["BLOCK_SIZE_N"], cfg["BLOCK_SIZE_K"], cfg["num_warps"])
+
+    # -- compile accounting -------------------------------------------------------------------
+    def _spec(self, m: int) -> tuple[bool, bool]:
+        """The part of the kernel's specialisation that depends on M: Triton specialises integer
+        arguments on ==1 and divisibility by 16, and the row count is M x top-k."""
+        topk = int(getattr(getattr(self.backend, "shape", None), "topk", 1) or 1)
+        rows = m * topk
+        return rows == 1, rows % 16 == 0
+
+    def _is_compiled(self, m: int, key: str) -> bool:
+        return (self._spec(m), key) in self.compiled
+
+    def _note_compiled(self, m: int, key: str) -> None:
+        k = (self._spec(m), key)
+        if k not in self.compiled:
+            self.compiled.add(k)
+            self.new_compiles[m] = self.new_compiles.get(m, 0) + 1
+
+    def _compile_budget(self, m: int) -> int | None:
+        """New kernels allowed at batch size m: the larger budget at the first batch size of
+        each M-dependent specialisation (nothing compiled for it can be reused yet)."""
+        if self.opt.compile_budget is None:
+            return None
+        first, later = self.opt.compile_budget
+        spec = self._spec(m)
+        self.class_first.setdefault(spec, m)
+        return first if self.class_first[spec] == m else later
+
+    # -- structure ----------------------------------------------------------------------------
+    def _bm_target(self, m: int) -> int:
+        """Rows an expert gets on average (M x top-k / E), as a power of two in [16, 128]."""
+        sh = getattr(self.backend, "shape", None)
+        topk = int(getattr(sh, "topk", 1) or 1)
+        e = int(getattr(sh, "num_experts", 1) or 1)
+        rows = max(1, math.ceil(m * topk / e))
+        return min(max(16, 1 << (rows - 1).bit_length()), 128)
+
+    def _warps_for(self, cfg: dict[str, int], choices: list[int]) -> int:
+        """Warps that keep the fp32 accumulator at 32-128 values per thread (fewer is cheaper)."""
+        area = cfg["BLOCK_SIZE_M"] * cfg["BLOCK_SIZE_N"]
+        lanes = 64 if self.limits.platform == "rocm" else 32
+        ok = [w for w in sorted(choices) if area // (lanes * w) <= 128]
+        return ok[0] if ok else max(choices)
+
+    def _structured(
+        self, m: int, cands: list[tuple[str, dict[str, int]]], anchors: list[dict[str, int]]
+    ) -> list[tuple[str, dict[str, int]]]:
+        """Candidates in structural order: one representative per (BM, BN, BK, warps) tile with
+        the stages that fit shared memory comfortably and a GROUP_M suited to M, tiles ranked
+        by how close BM is to the rows an expert gets and BN/BK to the anchors' (the seeds),
+        the warp count sized for the tile first."""
+        if not cands:
+            return []
+        vals: dict[str, list[int]] = {}
+        for _, c in cands:
+            for kk, v in c.items():
+                vals.setdefault(kk, [])
+                if v not in vals[kk]:
+                    vals[kk].append(v)
+        bm_t = self._bm_target(m)
+        smem = self.limits.smem_bytes
+        group_pref = 1 if m <= 256 else 16
+        by_tile: dict[tuple[int, ...], list[tuple[str, dict[str, int]]]] = {}
+        for kc in cands:
+            by_tile.setdefault(self._tile(kc[1]), []).append(kc)
+
+        def rep(members: list[tuple[str, dict[str, int]]]) -> tuple[str, dict[str, int]]:
+            def cost(kc: tuple[str, dict[str, int]]) -> tuple[float, ...]:
+                c = kc[1]
+                need = spaces.smem_lower_bound(c, self.operand_bytes)
+                fits = smem is None or need <= 0.6 * smem
+                st = c.get("num_stages", 2)
+                return (
+                    0 if fits else 1,
+                    abs(st - 4) if smem is not None else 0,
+                    0 if c["GROUP_SIZE_M"] == group_pref else 1,
+                    abs(c.get("waves_per_eu", 0)),
+                )
+
+            return min(members, key=cost)
+
+        def lg(a: int, b: int) -> float:
+            return abs(math.log2(a) - math.log2(b))
+
+        def score(tile: tuple[int, ...]) -> tuple[float, ...]:
+            bm, bn, bk, w = tile
+            cfg = {"BLOCK_SIZE_M": bm, "BLOCK_SIZE_N": bn}
+            d = lg(bm, bm_t)
+            if anchors:
+                d += 0.5 * min(
+                    lg(bn, a["BLOCK_SIZE_N"]) + lg(bk, a["BLOCK_SIZE_K"]) for a in anchors
+                )
+            warps_off = 0 if w == self._warps_for(cfg, vals["num_warps"]) else 1
+            return (warps_off, d, -bk, bn)
+
+        tiles = sorted(by_tile, key=score)
+        return [rep(by_tile[t]) for t in tiles]
+
+    def _neighbours(
+        self, cfg: dict[str, int], by_key: dict[str, dict[str, int]]
+    ) -> list[tuple[str, dict[str, int]]]:
+        """Configs one step from cfg: other stages / warps / GROUP_M, BK, BN or BM x2 or /2."""
+        out = []
+        steps: list[tuple[str, list[int]]] = []
+        st = cfg.get("num_stages", 2)
+        steps.append(("num_stages", [st + 1, st - 1, st + 2, st - 2]))
+        steps.append(("num_warps", [cfg["num_warps"] * 2, cfg["num_warps"] // 2]))
+        for kk in ("BLOCK_SIZE_K", "BLOCK_SIZE_N"):
+            steps.append((kk, [cfg[kk] * 2, cfg[kk] // 2]))
+        steps.append(("GROUP_SIZE_M", [1, 16, 32, 64, 4, 8]))
+        steps.append(("BLOCK_SIZE_M", [cfg["BLOCK_SIZE_M"] * 2, cfg["BLOCK_SIZE_M"] // 2]))
+        for kk, values in steps:
+            for v in values:
+                if v == cfg.get(kk):
+                    continue
+                c = dict(cfg)
+                c[kk] = v
+                key = spaces.config_key(c)
+                if key in by_key:
+                    out.append((key, by_key[key]))
+        return out
 
     def _seed_configs(self, m: int, by_key: dict[str, dict[str, int]]):
         """Warm-start seeds: the previous batch size's finalists, then the nearest entry of a
@@ -440,46 +592,87 @@ class Tuner:
                 seen.add(k)
         return out
 
+    def _table_key(self, m: int) -> str | None:
+        table = self.opt.seed_table
+        if not table:
+            return None
+        return spaces.config_key(table[min(table, key=lambda k: (abs(k - m), k))])
+
     def _default_search(
         self, m: int, cands: list[tuple[str, dict[str, int]]], problems: list[Any], ref: Any
     ) -> Entry:
-        """Seeds + one random config per tile (then random fill up to the budget); after the
-        first round, every GROUP_M/num_stages variant of the best few tiles joins; then
-        successive halving and a side-by-side final."""
-        budget = self.opt.max_configs or (self.opt.default_budget if self.opt.on_gpu else 0)
+        """Budgeted search: seeds + the best already-compiled configs + structurally chosen new
+        ones (round 0, few repeats), then local search around the best two (one key changed at
+        a time) while the batch size's compile budget lasts, successive halving, and a
+        side-by-side final that always includes the seed table's config."""
+        budget = self._compile_budget(m)
         by_key = dict(cands)
         seeds = self._seed_configs(m, by_key)
-        taken = {k for k, _ in seeds}
-        tiles: set[tuple[int, ...]] = set()
-        cover, rest = [], []
-        for k, c in cands:  # cands are in the tuner's fixed random order
+        anchors = [c for _, c in seeds]
+        chosen: list[tuple[str, dict[str, int]]] = list(seeds)
+        taken = {k for k, _ in chosen}
+        # configs compiled at earlier batch sizes that ranked well there cost no compile
+        free = [
+            (k, by_key[k])
+            for k in self.ranked_prev
+            if k in by_key and k not in taken and self._is_compiled(m, k)
+        ][: self.opt.reuse_ranked]
+        chosen += free
+        taken.update(k for k, _ in free)
+        new_used = sum(1 for k, _ in chosen if not self._is_compiled(m, k))
+        explore_cap = None
+        if budget is not None:
+            reserve = max(budget // 3, 1)  # kept for the local search
+            explore_cap = max(budget - reserve, 0)
+        for k, c in self._structured(m, cands, anchors):
             if k in taken:
                 continue
-            t = self._tile(c)
-            (rest if t in tiles else cover).append((k, c))
-            tiles.add(t)
-        pool = seeds + cover
-        if budget:
-            pool = pool[: max(budget, len(seeds))]
-            pool += rest[: max(budget - len(pool), 0)]
-        else:
-            pool += rest
+            if self.opt.max_configs and len(chosen) >= self.opt.max_configs:
+                break
+            if len(chosen) >= self.opt.round0_max:
+                break
+            is_new = not self._is_compiled(m, k)
+            if is_new and explore_cap is not None and new_used >= explore_cap:
+                continue
+            chosen.append((k, c))
+            taken.add(k)
+            new_used += is_new
+        if self.opt.max_configs:
+            chosen = chosen[: max(self.opt.max_configs, len(seeds))]
         reps = self.opt.halving_repeats
-        ranked = self._screen(m, pool, problems, ref, "halving-0", reps[0], True)
+        ranked = self._screen(m, chosen, problems, ref, "halving-0", reps[0], True)
         if not ranked:
             raise RuntimeError(f"M={m}: every candidate config failed or was pruned")
-        top_tiles: list[tuple[int, ...]] = []
-        for r in ranked:
-            if self._tile(r[3]) not in top_tiles:
-                top_tiles.append(self._tile(r[3]))
-            if len(top_tiles) == self.opt.refine_tiles:
+        tried = set(taken)
+        extra_n = 0
+        # local search: one-key moves from the best two, new compiles within the budget
+        for _ in range(self.opt.local_rounds):
+            best_before = ranked[0][0]
+            moves: list[tuple[str, dict[str, int]]] = []
+            for r in ranked[:2]:
+                for k, c in self._neighbours(r[3], by_key):
+                    if k in tried or k in self.failed or any(k == x for x, _ in moves):
+                        continue
+                    is_new = not self._is_compiled(m, k)
+                    if is_new and budget is not None:
+                        if (
+                            self._new_at(m)
+                            + sum(1 for x, _ in moves if not self._is_compiled(m, x))
+                            >= budget
+                        ):
+                            continue
+                    moves.append((k, c))
+            moves = moves[: self.opt.moves_per_round]
+            if not moves:
                 break
-        in_pool = {k for k, _ in pool}
-        extra = [(k, c) for k, c in cands if self._tile(c) in top_tiles and k not in in_pool]
-        if extra:
-            ranked += self._screen(m, extra, problems, ref, "refine", reps[0], True)
+            tried.update(k for k, _ in moves)
+            extra_n += len(moves)
+            ranked += self._screen(m, moves, problems, ref, "refine", reps[0], True)
             ranked.sort(key=lambda r: (r[0], r[1]))
+            if ranked[0][0] >= best_before:
+                break
         alive = [(r[2], r[3]) for r in ranked]
+        round0 = [k for k, _ in alive]
         for rnd, n_rep in enumerate(reps[1:], start=1):
             keep = max(self.opt.finalists, math.ceil(len(alive) / self.opt.eta))
             alive = alive[:keep]
@@ -488,13 +681,22 @@ class Tuner:
             ranked = self._screen(m, alive, problems, ref, f"halving-{rnd}", n_rep, False)
             alive = [(r[2], r[3]) for r in ranked]
         finalists = alive[: self.opt.finalists]
+        tk = self._table_key(m)  # the shipped config stands beside the finalists
+        if tk is not None and tk in tried and tk not in self.failed:
+            if all(k != tk for k, _ in finalists):
+                finalists.append((tk, by_key[tk]))
         final = self._final(m, finalists, problems)
-        entry = self._pick(m, final, len(pool) + len(extra))
+        entry = self._pick(m, final, len(chosen) + extra_n)
         # next batch size starts from these (the pick first)
         self.finalists_prev = [spaces.config_key(entry.config)] + [
             k for k, _ in finalists if k != spaces.config_key(entry.config)
         ]
+        head = [k for k, _ in alive]
+        self.ranked_prev = head + [k for k in round0 if k not in set(head)]
         return entry
+
+    def _new_at(self, m: int) -> int:
+        return self.new_compiles.get(m, 0)
 
     def tune(self, batch_sizes: Sequence[int]) -> dict[int, Entry]:
         """Tune every batch size in increasing order (warm starts go from small to large).

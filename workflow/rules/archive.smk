@@ -26,6 +26,6 @@ rule archive:
         ),
         config_hash=cbconfig.config_hash(config),
     shell:
-        "{PYTHON_HOST} -m cellbench.archive --label {wildcards.label} --results results "
+        "python -m cellbench.archive --label {wildcards.label} --results results "
         "--cells {params.cells} --digests {params.digests} --config-hash {params.config_hash} "
         "--out {output} > {log} 2>&1"

@@ -11,7 +11,7 @@ rule tiny_model:
     params:
         kind=lambda wildcards: config["models"][wildcards.model]["build"],
     shell:
-        "{PYTHON_HOST} -m cellbench.assets model --kind {params.kind} --out {output} > {log} 2>&1"
+        "python -m cellbench.assets model --kind {params.kind} --out {output} > {log} 2>&1"
 
 
 rule gsm8k_set:
@@ -24,4 +24,4 @@ rule gsm8k_set:
     params:
         n=config["gsm8k"]["local_questions"],
     shell:
-        "{PYTHON_HOST} -m cellbench.assets gsm8k --n {params.n} --out {output} > {log} 2>&1"
+        "python -m cellbench.assets gsm8k --n {params.n} --out {output} > {log} 2>&1"

@@ -22,10 +22,14 @@ validate(config, schema="../schemas/config.schema.yaml")
 
 CELLS = cbconfig.cells(config)
 # Containers are labelled with the run that started them (cellbench.run).
-os.environ.setdefault("CELLBENCH_RUN_ID", time.strftime("%Y%m%dT%H%M%S") + f"-{os.getpid()}")
+os.environ.setdefault(
+    "CELLBENCH_RUN_ID", time.strftime("%Y%m%dT%H%M%S") + f"-{os.getpid()}"
+)
 ARMS = cbconfig.ARMS
 RUNTIME = config["runtime"]
 PYTHON_HOST = sys.executable
+# Jobs call `python`: the interpreter Snakemake runs under, wherever its environment lives.
+shell.prefix(f"export PATH={shlex.quote(os.path.dirname(sys.executable))}:$PATH; ")
 PINS = pins.Pins.for_config(config)
 # On the local runtime, steps that time things take every core (Snakemake caps threads at
 # --cores), so no other job perturbs their measurements; containerised steps time on GPUs.
@@ -123,4 +127,30 @@ def step_args(wildcards, *, env=()):
         ]
     for item in env:
         args += ["--env", item]
+    return shlex.join(args)
+
+
+def tune_args(wildcards):
+    """The tuner's command line for a cell; everything that changes the result is in here."""
+    model = model_entry(wildcards)
+    tune = config["tune"]
+    model_config = model.get("model_config") or model_source(wildcards)
+    args = ["--model-config", model_config, "--tp", wildcards.tp]
+    if int(wildcards.ep) > 1:
+        args.append("--ep")
+    dtype = model["dtype"]
+    if dtype in ("bf16", "fp16", "fp32"):
+        # Unquantised: no dtype in vLLM's file name; the activations' dtype is what differs.
+        args += ["--dtype", "none", "--act-dtype", dtype]
+    else:
+        args += ["--dtype", dtype]
+    block = model["block_shape"]
+    args += [
+        "--block-shape",
+        f"{block[0]},{block[1]}" if isinstance(block, list) else str(block or "none"),
+    ]
+    args += ["--batch-sizes", ",".join(map(str, cbconfig.batch_sizes(config)))]
+    args += ["--mode", tune["mode"], "--backend", tune["backend"]]
+    if tune["max_configs"]:
+        args += ["--max-configs", str(tune["max_configs"])]
     return shlex.join(args)

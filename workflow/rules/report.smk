@@ -16,5 +16,5 @@ rule report:
     params:
         runtime=RUNTIME,
     shell:
-        "{PYTHON_HOST} -m cellbench.report --results results --runtime {params.runtime} "
+        "python -m cellbench.report --results results --runtime {params.runtime} "
         "--out-dir results/report {input.cells} > {log} 2>&1"

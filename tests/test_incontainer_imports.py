@@ -9,7 +9,15 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "workflow" / "cellbench"
 IN_CONTAINER = ["shapes.py", "kernels", "tuner"]
-ALLOWED = set(sys.stdlib_module_names) | {"torch", "triton", "vllm", "cellbench", "__future__"}
+# huggingface_hub comes with vLLM (it loads models through it), so every vLLM image has it.
+ALLOWED = set(sys.stdlib_module_names) | {
+    "torch",
+    "triton",
+    "vllm",
+    "huggingface_hub",
+    "cellbench",
+    "__future__",
+}
 # Host modules an in-container module may never reach, even through cellbench itself.
 HOST_ONLY = {
     "cellbench.config",

@@ -180,3 +180,22 @@ def test_module_runs_as_script() -> None:
     )
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().endswith("E=128,N=768,device_name=D.json")
+
+
+def test_hub_id_resolves_through_the_hf_cache(tmp_path, monkeypatch):
+    """A model id (as the production config names models) is read from huggingface_hub's cache,
+    laid out here by hand the way the hub client writes it; no network is used."""
+    repo = tmp_path / "hub" / "models--Qwen--Qwen3-30B-A3B"
+    snapshot = repo / "snapshots" / ("0" * 40)
+    snapshot.mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("0" * 40)
+    src = Path(__file__).parent / "data" / "model_configs"
+    qwen3 = src / "qwen3-30b-a3b.json"
+    (snapshot / "config.json").write_text(qwen3.read_text())
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    cfg = read_model_config("Qwen/Qwen3-30B-A3B")
+    assert moe_shape(cfg, tp=2, ep=True).config_file_name("NVIDIA_H200").startswith("E=64,N=768,")
+    with pytest.raises(ShapeError, match="Qwen/Nope"):
+        read_model_config("Qwen/Nope")

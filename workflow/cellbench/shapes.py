@@ -102,8 +102,14 @@ class MoEShape:
 
 
 def read_model_config(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read a Hugging Face config.json (or a directory holding one) into a dict."""
+    """Read a Hugging Face config.json (or a directory holding one) into a dict.
+
+    A Hugging Face model id (``org/name``) that is not a local path is fetched through
+    huggingface_hub's cache, as vLLM itself does inside its image (HF_TOKEN from the environment).
+    """
     p = Path(path)
+    if not p.exists() and _looks_like_hub_id(str(path)):
+        p = _hub_config(str(path))
     if p.is_dir():
         p = p / "config.json"
     if not p.is_file():
@@ -115,6 +121,28 @@ def read_model_config(path: str | os.PathLike[str]) -> dict[str, Any]:
     if not isinstance(cfg, dict):
         raise ShapeError(f"model config {p} must hold a JSON object, got {type(cfg).__name__}")
     return cfg
+
+
+def _looks_like_hub_id(name: str) -> bool:
+    parts = name.split("/")
+    return len(parts) == 2 and all(parts) and not name.startswith((".", "~"))
+
+
+def _hub_config(repo_id: str) -> Path:
+    try:
+        from huggingface_hub import hf_hub_download  # in every vLLM image; not on a bare host
+    except ImportError as e:
+        raise ShapeError(
+            f"model config {repo_id!r} is neither a local path nor resolvable: "
+            "huggingface_hub is not installed"
+        ) from e
+    try:
+        return Path(hf_hub_download(repo_id, "config.json"))
+    except Exception as e:  # network, auth or missing repo: one clear message
+        raise ShapeError(
+            f"could not fetch config.json of {repo_id!r} from the Hugging Face "
+            f"hub: {type(e).__name__}: {e}"
+        ) from e
 
 
 def _text_config(cfg: dict[str, Any]) -> dict[str, Any]:

@@ -65,10 +65,31 @@ def test_every_stage_wrote_its_outputs(finished_run):
             for point in bench["points"]:
                 assert point["completed"] > 0 and point["failed"] == 0
                 assert point["mean_ttft_ms"] > 0 and point["output_throughput"] > 0
+            assert bench["interleaved"] is True
+            assert bench["arm_order"] == [["untuned", "tuned"], ["tuned", "untuned"]]
             gsm = json.loads((res / cell / f"gsm8k/{arm}.json").read_text())
             jsonschema.validate(gsm, gsm_schema)
             assert gsm["n_samples"] == 8
             assert (res / cell / f"serve/{arm}/server.log").stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_arms_were_interleaved(finished_run):
+    # One serve_pair job per cell: its points of both arms, in the order they were measured.
+    for cell in CELLS:
+        points = sorted(
+            (p["seq"], arm, p["repeat"], p["started_at"])
+            for arm in ("untuned", "tuned")
+            for p in json.loads(
+                (finished_run / "results" / cell / f"serve/{arm}/bench.json").read_text()
+            )["points"]
+        )
+        assert [seq for seq, *_ in points] == list(range(8))
+        # 2 grid points per arm and repeat: A A B B, then B B A A.
+        assert [arm for _, arm, _, _ in points] == ["untuned"] * 2 + ["tuned"] * 4 + ["untuned"] * 2
+        assert [rep for _, _, rep, _ in points] == [0] * 4 + [1] * 4
+        starts = [start for *_, start in points]
+        assert starts == sorted(starts)
 
 
 @pytest.mark.slow
@@ -91,7 +112,7 @@ def test_nothing_left_to_do_and_one_cell_reruns_alone(finished_run):
     proc = snakemake(finished_run, "-n", "all")
     assert proc.returncode == 0 and "Nothing to be done" in proc.stdout + proc.stderr
     # A new version of the in-container tuner code (a rule parameter) reruns every tune and
-    # what reads its configs (the tuned arms), never the untuned arms.
+    # what reads its configs: the pair jobs, which measure the untuned arm again alongside.
     config = finished_run / "config/local.yaml"
     original = config.read_text()
     config.write_text(original.replace("tune:\n", "tune:\n  code_version: '2'\n", 1))
@@ -103,10 +124,9 @@ def test_nothing_left_to_do_and_one_cell_reruns_alone(finished_run):
     jobs.pop("total", None)
     assert jobs == {
         "tune": "2",
-        "serve": "2",
-        "gsm8k": "2",
+        "serve_pair": "2",
+        "gsm8k": "4",
         "report": "1",
         "archive": "1",
         "all": "1",
     }, proc.stdout + proc.stderr
-    assert "serve/untuned" not in proc.stdout

@@ -122,7 +122,8 @@ def test_either_server_dying_fails_the_pair_and_stops_both(tmp_path, capsys):
     )
     assert serve_stage.main(args) == 1
     err = capsys.readouterr().err
-    assert "tuned server exited mid-run" in err and "exiting on purpose" in err, err
+    assert "pair failed: tuned server exited mid-run at tuned" in err, err
+    assert "exiting on purpose" in err
     out = tmp_path / "serve"
     assert "exiting on purpose" in (out / "tuned" / "server.log").read_text()
     assert "exiting on purpose" not in (out / "untuned" / "server.log").read_text()
@@ -144,7 +145,7 @@ def test_too_many_failures_on_one_arm_fails_the_pair(tmp_path, capsys):
     assert serve_stage.main(args) == 1
     err = capsys.readouterr().err
     # The untuned arm runs first in repeat 0, so it is the one reported.
-    assert "untuned: " in err and "requests failed" in err and "HTTP 500" in err, err
+    assert "pair failed: untuned: " in err and "requests failed" in err and "HTTP 500" in err, err
     for arm in ARMS:
         assert not (tmp_path / "serve" / arm / "bench.json").exists()
         assert _port_closed(_server_port(tmp_path / "serve" / arm / "server.log"))

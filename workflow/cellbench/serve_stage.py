@@ -236,8 +236,16 @@ class _ArmRun:
     points: list[dict[str, Any]] = field(default_factory=list)
 
 
-def _check_alive(runs: dict[str, _ArmRun], during: str) -> None:
-    # Every server, not only the one just measured: a dead idle server fails the job at once.
+def _check_alive(runs: dict[str, _ArmRun], during: str, suspect: str | None = None) -> None:
+    """Raise for the first server that has exited. Every server is checked, not only the one
+    just measured: a dead idle server fails the job at once. ``suspect`` (an arm whose requests
+    just failed) gets a moment to finish dying: its sockets close before its process is gone,
+    and a crash must be reported as one, not as failed requests or as the other arm's."""
+    if suspect is not None:
+        server = runs[suspect].server
+        deadline = time.monotonic() + 2.0
+        while server.alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
     for run in runs.values():
         if not run.server.alive():
             raise run.server.fail(f"{run.arm} server exited {during}")
@@ -346,7 +354,11 @@ def run_stage(cfg: StageConfig) -> dict[str, dict[str, Any]]:
                         pt["seq"] = seq
                         pt["started_at"] = point_started
                         seq += 1
-                        _check_alive(runs, f"mid-run at {arm} isl={ps.isl} osl={ps.osl}")
+                        _check_alive(
+                            runs,
+                            f"mid-run at {arm} isl={ps.isl} osl={ps.osl}",
+                            suspect=arm if pt["failed"] else None,
+                        )
                         try:
                             loadgen.check_failures(pt, cfg.max_failed_share)
                         except loadgen.TooManyFailures as e:

@@ -175,3 +175,37 @@ def test_config_checks_gpus_for_two_servers(interleave):
             cbconfig.validate(config)
     else:
         assert cbconfig.validate(config)["serve"]["interleave_arms"] is False
+
+
+def test_sigterm_stops_both_servers(tmp_path):
+    # Snakemake cancels a job with SIGTERM: both arms' servers must go, and no result stays.
+    import signal
+    import subprocess
+    import time
+
+    args = _pair_args(
+        tmp_path,
+        ["--ttft-ms", "2000"],
+        "--grid-json",
+        '[{"isl": 8, "osl": 4}]',
+        "--prompts-per-concurrency",
+        "50",
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cellbench.serve_stage", *args], stderr=subprocess.PIPE, text=True
+    )
+    logs = [tmp_path / "serve" / arm / "server.log" for arm in ARMS]
+    deadline = time.monotonic() + 60
+    # Both servers launched (the tuned one after the untuned one is ready), then a moment more.
+    while not all(log.exists() and "starting on" in log.read_text() for log in logs):
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.1)
+    time.sleep(1.5)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted; servers stopped" in err
+    for log in logs:
+        assert _port_closed(_server_port(log))
+    for arm in ARMS:
+        assert not (tmp_path / "serve" / arm / "bench.json").exists()

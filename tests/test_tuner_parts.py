@@ -178,3 +178,27 @@ def test_batch_sizes_split_over_gpus() -> None:
     assert [m for p in parts for m in p] == VLLM_DEFAULT  # contiguous, nothing lost
     assert len(parts) == 4 and max(map(len, parts)) - min(map(len, parts)) <= 3
     assert _split([1, 2], 8) == [[1], [2]]  # never more workers than batch sizes
+
+
+def test_tie_goes_to_the_seed_tables_config(tmp_path: Path) -> None:
+    """Finalists within the measured spread tie; the seed table's (vLLM-shipped) config wins
+    the tie even when another tied config needs less shared memory; outside the spread the
+    faster config wins."""
+    from cellbench.tuner.search import TuneOptions, Tuner
+    from cellbench.tuner.timing import Timing
+
+    shipped = _cfg(128, 256, 64, w=8, g=16, s=4)
+    cheaper = _cfg(128, 256, 64, w=8, g=1, s=3)
+    opts = TuneOptions(on_gpu=False, seed_table={4096: shipped})
+    t = Tuner(None, [shipped, cheaper], n=768, k=2048, operand_bytes=2, limits=H200,
+              options=opts, log=artifacts.TuningLog(tmp_path / "log.jsonl"))  # fmt: skip
+    k_s, k_c = spaces.config_key(shipped), spaces.config_key(cheaper)
+    noisy = [100.0, 98.0, 102.0, 99.0, 101.0]  # spread 1%
+    tied = [
+        (k_c, cheaper, Timing(100.0, noisy)),
+        (k_s, shipped, Timing(100.5, [x + 0.5 for x in noisy])),
+    ]
+    e = t._pick(4096, tied, 2)
+    assert e.config == shipped and e.ties == [spaces.describe(cheaper)]
+    apart = [(k_c, cheaper, Timing(90.0, [90.0] * 5)), (k_s, shipped, Timing(100.0, [100.0] * 5))]
+    assert t._pick(4096, apart, 2).config == cheaper

@@ -14,8 +14,9 @@ Modes:
   search then tries one-key moves around the best two while the budget lasts; successive
   halving re-times the leaders with more repeats, and the finalists (plus the table's config)
   are re-timed side by side, interleaved, and picked by median, where differences inside the
-  measured spread count as ties and the cheaper (less shared memory), earlier config wins.
-  A kernel compiled at one batch size is reused at the others with the same specialisation.
+  measured spread count as ties, won by the table's config, else the cheaper (less shared
+  memory), earlier one. A kernel compiled at one batch size is reused at the other batch
+  sizes with the same specialisation.
 
 Every candidate, including pruned ones and failures, goes to the tuning log; a killed run
 reads the log back and does not re-time what it already timed.
@@ -397,8 +398,17 @@ class Tuner:
         noise = max(max((t.spread for _, _, t in final), default=0.0), 0.005)
         tied = [(i, key, cfg, t) for i, (key, cfg, t) in enumerate(final)]
         tied = [x for x in tied if x[3].median_us <= best_t * (1 + noise)]
+        # the seed table's config (vLLM's shipped one) wins a tie: the H200 run of 2026-12-02
+        # picked a cheaper tied config at M=4096 that re-timed 1.8% slower than it; then
         # cheaper = less shared memory per block (more blocks resident), then earlier rank
-        tied.sort(key=lambda x: (spaces.smem_lower_bound(x[2], self.operand_bytes), x[0]))
+        tk = self._table_key(m)
+        tied.sort(
+            key=lambda x: (
+                x[1] != tk,
+                spaces.smem_lower_bound(x[2], self.operand_bytes),
+                x[0],
+            )
+        )
         _, key, cfg, t = tied[0]
         return Entry(
             m,

@@ -154,3 +154,79 @@ def tune_args(wildcards):
     if tune["max_configs"]:
         args += ["--max-configs", str(tune["max_configs"])]
     return shlex.join(args)
+
+
+def serve_inputs(wildcards, arms):
+    inputs = model_inputs(wildcards)
+    if "tuned" in arms:
+        inputs["tuned"] = os.path.join(CELL_DIR.format(**wildcards), "tune", "configs")
+    if config["gsm8k"]["local_questions"]:
+        inputs["gsm8k"] = "results/assets/gsm8k"
+    return inputs
+
+
+def serve_args(wildcards, input, arm):
+    """serve_stage's command line for one arm, or for both (arm="pair")."""
+    model = model_entry(wildcards)
+    serve, gsm8k = config["serve"], config["gsm8k"]
+    args = [
+        "--runtime",
+        RUNTIME,
+        "--cell-id",
+        f"{wildcards.image}/{wildcards.model}/tp{wildcards.tp}-ep{wildcards.ep}",
+        "--arm",
+        arm,
+        "--model",
+        model_source(wildcards),
+        "--served-model-name",
+        wildcards.model,
+        "--tp",
+        wildcards.tp,
+        "--ep",
+        wildcards.ep,
+        "--serve-args-json",
+        json.dumps(model["serve_args"]),
+        "--grid-json",
+        json.dumps(serve["grid"]),
+        "--concurrency",
+        ",".join(map(str, serve["concurrency"])),
+        "--prompts-per-concurrency",
+        str(serve["prompts_per_concurrency"]),
+        "--warmups-per-concurrency",
+        str(serve["warmups_per_concurrency"]),
+        "--repeats",
+        str(serve["repeats"]),
+        "--ignore-eos" if serve["ignore_eos"] else "--no-ignore-eos",
+        "--ready-timeout",
+        str(serve["ready_timeout_s"]),
+        "--max-failed-share",
+        str(serve["max_failed_share"]),
+        "--gsm8k-fewshot",
+        str(gsm8k["num_fewshot"]),
+        "--lease-dir",
+        "results/.leases",
+    ]
+    if gsm8k["limit"]:
+        args += ["--gsm8k-limit", str(gsm8k["limit"])]
+    if "gsm8k" in input.keys():
+        args += ["--gsm8k-task-dir", input.gsm8k]
+    if "tuned" in input.keys():
+        args += ["--tuned-config-dir", input.tuned]
+    if RUNTIME == "docker":
+        args += [
+            "--image-ref",
+            PINS.ref(wildcards.image),
+            "--image-digest",
+            PINS.digest(wildcards.image),
+            "--gpu-vendor",
+            config["gpu_vendor"],
+            "--gpus",  # per server
+            wildcards.tp,
+            "--total-gpus",
+            str(config["gpus"]),
+            "--hf-cache",
+            str(Path(config["hf_cache"]).expanduser()),
+        ]
+    else:
+        args += ["--image-digest", PINS.digest(wildcards.image)]
+    return shlex.join(args)

@@ -19,6 +19,7 @@ import time
 import uuid
 from pathlib import Path
 
+import docker
 import pytest
 import yaml
 from docker_env import (  # noqa: F401
@@ -93,6 +94,12 @@ def _output(proc: subprocess.Popen) -> str:
 
 
 def _ours(client, run_id: str) -> list:
+    # The SDK lists, then inspects each container: one removed in between raises NotFound.
+    for _ in range(20):
+        try:
+            return client.containers.list(all=True, filters={"label": f"cellbench.run={run_id}"})
+        except docker.errors.NotFound:
+            time.sleep(0.05)
     return client.containers.list(all=True, filters={"label": f"cellbench.run={run_id}"})
 
 

@@ -137,7 +137,9 @@ def _hub_config(repo_id: str) -> Path:
             "huggingface_hub is not installed"
         ) from e
     try:
-        return Path(hf_hub_download(repo_id, "config.json"))
+        # The cache folder is read from the environment now, not when huggingface_hub was imported.
+        cache = os.environ.get("HF_HUB_CACHE")
+        return Path(hf_hub_download(repo_id, "config.json", cache_dir=cache))
     except Exception as e:  # network, auth or missing repo: one clear message
         raise ShapeError(
             f"could not fetch config.json of {repo_id!r} from the Hugging Face "

@@ -127,6 +127,11 @@ class StageConfig:
             raise ValueError(f"--arm must be untuned, tuned or pair, got {self.arm!r}")
         if not self.cell_id:
             raise ValueError("--cell-id must not be empty")
+        if self.runtime == "docker" and "@sha256:" not in (self.image_ref or ""):
+            raise ValueError(
+                f"--image-ref {self.image_ref!r}: a docker run serves a pinned digest "
+                "(repo@sha256:...); run `cellbench images lock`"
+            )
         if not self.grid:
             raise ValueError("--grid-json must list at least one {isl, osl} point")
         for i, pt in enumerate(self.grid):

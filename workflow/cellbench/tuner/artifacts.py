@@ -14,10 +14,11 @@ import csv
 import io
 import json
 import os
-import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
+
+from cellbench import atomicio
 
 __all__ = [
     "atomic_write_text",
@@ -48,25 +49,9 @@ AITER_COLUMNS = (
 ).split(",")
 
 
-def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
-    """Write `text` to `path` via a same-folder temporary file and os.replace."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def atomic_write_json(path: str | os.PathLike[str], obj: Any, indent: int = 2) -> None:
-    """JSON version of `atomic_write_text` (ends with a newline)."""
-    atomic_write_text(path, json.dumps(obj, indent=indent) + "\n")
+# One atomic-write implementation for the whole package (stdlib only, so usable in the image).
+atomic_write_text = atomicio.write_text
+atomic_write_json = atomicio.write_json
 
 
 class TuningLog:

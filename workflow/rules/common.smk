@@ -31,6 +31,12 @@ PYTHON_HOST = sys.executable
 # Jobs call `python`: the interpreter Snakemake runs under, wherever its environment lives.
 shell.prefix(f"export PATH={shlex.quote(os.path.dirname(sys.executable))}:$PATH; ")
 PINS = pins.Pins.for_config(config)
+if PINS.unpinned():
+    # The plan is still shown (and `-n` stays useful); the jobs themselves refuse to run a tag.
+    logger.warning(
+        f"images not pinned in {config['image_lock']}: {', '.join(PINS.unpinned())}; "
+        "their jobs will refuse to start until `cellbench images lock` pins them"
+    )
 # On the local runtime, steps that time things take every core (Snakemake caps threads at
 # --cores), so no other job perturbs their measurements; containerised steps time on GPUs.
 MEASURING_THREADS = 1024 if RUNTIME == "local" else 1

@@ -104,3 +104,9 @@ def test_one_cell_is_one_target(tmp_path):
         target, "--configfile", str(_config_without_interleaving(tmp_path, "config.yaml"))
     )
     assert jobs == Counter({"tune": 1, "serve": 1, "gsm8k": 1})
+
+
+def test_slurm_profile_plans_the_production_matrix():
+    # The same workflow through Snakemake's own Slurm executor plugin: a dry run needs no cluster.
+    jobs = planned_jobs("--workflow-profile", str(ROOT / "profiles/slurm"), "all")
+    assert jobs["tune"] == 4 and jobs["report"] == 1 and jobs["archive"] == 2

@@ -61,12 +61,16 @@ def test_every_stage_wrote_its_outputs(finished_run):
         for arm in ("untuned", "tuned"):
             bench = json.loads((res / cell / f"serve/{arm}/bench.json").read_text())
             jsonschema.validate(bench, bench_schema)
-            assert len(bench["points"]) == 2 * 2  # grid points x repeats
+            assert len(bench["points"]) == 2 * 3  # grid points x repeats
             for point in bench["points"]:
                 assert point["completed"] > 0 and point["failed"] == 0
                 assert point["mean_ttft_ms"] > 0 and point["output_throughput"] > 0
             assert bench["interleaved"] is True
-            assert bench["arm_order"] == [["untuned", "tuned"], ["tuned", "untuned"]]
+            assert bench["arm_order"] == [
+                ["untuned", "tuned"],
+                ["tuned", "untuned"],
+                ["untuned", "tuned"],
+            ]
             gsm = json.loads((res / cell / f"gsm8k/{arm}.json").read_text())
             jsonschema.validate(gsm, gsm_schema)
             assert gsm["n_samples"] == 8
@@ -84,10 +88,11 @@ def test_arms_were_interleaved(finished_run):
                 (finished_run / "results" / cell / f"serve/{arm}/bench.json").read_text()
             )["points"]
         )
-        assert [seq for seq, *_ in points] == list(range(8))
-        # 2 grid points per arm and repeat: A A B B, then B B A A.
-        assert [arm for _, arm, _, _ in points] == ["untuned"] * 2 + ["tuned"] * 4 + ["untuned"] * 2
-        assert [rep for _, _, rep, _ in points] == [0] * 4 + [1] * 4
+        assert [seq for seq, *_ in points] == list(range(12))
+        # 2 grid points per arm and repeat: A A B B, then B B A A, then A A B B.
+        a, b = ["untuned"] * 2, ["tuned"] * 2
+        assert [arm for _, arm, _, _ in points] == a + b + b + a + a + b
+        assert [rep for _, _, rep, _ in points] == [0] * 4 + [1] * 4 + [2] * 4
         starts = [start for *_, start in points]
         assert starts == sorted(starts)
 

@@ -168,3 +168,39 @@ def test_archive_manifest_covers_every_file(results, tmp_path):
     assert archive.verify(manifest_path) == []
     (manifest_path.parent / CELL / "serve/tuned/bench.json").write_text("{}")
     assert archive.verify(manifest_path) == [f"{CELL}/serve/tuned/bench.json"]
+
+
+def test_holm_adjustment_by_hand():
+    # p sorted 0.01, 0.02, 0.04 -> 3*0.01, max(0.03, 2*0.02), max(0.04, 1*0.04); NaN kept out
+    adjusted = report.holm([0.04, 0.01, float("nan"), 0.02])
+    assert adjusted[1] == pytest.approx(0.03)
+    assert adjusted[3] == pytest.approx(0.04)
+    assert adjusted[0] == pytest.approx(0.04)
+    assert adjusted[2] != adjusted[2]  # NaN
+
+
+def test_concurrency_levels_are_kept_apart(tmp_path):
+    res = tmp_path / "results"
+    rows = []
+    for conc, ttft in ((1, 10.0), (16, 100.0)):
+        for repeat in range(2):
+            rows.append(
+                {
+                    "isl": 512,
+                    "osl": 512,
+                    "max_concurrency": conc,
+                    "repeat": repeat,
+                    "mean_ttft_ms": ttft + repeat,
+                    "mean_tpot_ms": 1.0,
+                    "mean_e2el_ms": 2.0,
+                    "output_throughput": 3.0,
+                }
+            )
+    files = []
+    for arm in ("untuned", "tuned"):
+        path = res / CELL / "serve" / arm / "bench.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"cell": CELL, "arm": arm, "points": rows}))
+        files.append(path)
+    text = report.write_report(files, tmp_path / "report", results=res).read_text()
+    assert "| 512-512 @c1  | 10.50" in text and "| 512-512 @c16 | 100.50" in text

@@ -136,18 +136,22 @@ def compare(a: list[float], b: list[float]) -> dict:
 
 
 def latency_tables(serve: pd.DataFrame, cell: str) -> list[str]:
-    """The seeds' three tables for one cell: ISL-OSL rows, arms as columns, an Average row."""
+    """The seeds' three tables for one cell: ISL-OSL rows, arms as columns, an Average row.
+    Repeats are averaged; concurrency levels are kept apart (one row each)."""
     out = []
     rows = serve[serve.cell == cell]
+    keys = ["isl", "osl", "max_concurrency"] if "max_concurrency" in rows else ["isl", "osl"]
+    several = rows["max_concurrency"].nunique() > 1 if "max_concurrency" in rows else False
     for title, metric in LATENCY_TABLES:
         pivot = (
-            rows.groupby(["isl", "osl", "arm"])[metric]
+            rows.groupby([*keys, "arm"])[metric]
             .mean()
             .unstack("arm")
             .reindex(columns=[a for a in ARM_LABELS if a in set(rows.arm)])
         )
         pivot = pivot.sort_index()
-        table = pd.DataFrame({"ISL-OSL": [f"{i}-{o}" for i, o in pivot.index]})
+        labels = [_point_label(*(tuple(k) + (None,))[:3], several) for k in pivot.index]
+        table = pd.DataFrame({"ISL-OSL": labels})
         for arm in pivot.columns:
             table[ARM_LABELS[arm]] = [_fmt(v) for v in pivot[arm]]
         average = {"ISL-OSL": "Average"}
@@ -192,8 +196,28 @@ def paired_gsm8k(a: pd.Series, b: pd.Series) -> str:
     )
 
 
+def _point_label(isl: int, osl: int, conc: int, several_levels: bool) -> str:
+    return f"{isl}-{osl} @c{conc}" if several_levels else f"{isl}-{osl}"
+
+
+def holm(p_values: list[float]) -> list[float]:
+    """Holm-Bonferroni adjusted p-values: a table tests many metrics and points at once, and
+    without this roughly one row in twenty would read "change" from noise alone."""
+    order = sorted(range(len(p_values)), key=lambda i: (math.isnan(p_values[i]), p_values[i]))
+    m = sum(1 for p in p_values if not math.isnan(p))
+    adjusted = [float("nan")] * len(p_values)
+    running = 0.0
+    for rank, i in enumerate(order):
+        if math.isnan(p_values[i]):
+            continue
+        running = max(running, min(1.0, (m - rank) * p_values[i]))
+        adjusted[i] = running
+    return adjusted
+
+
 def diff_table(serve: pd.DataFrame, key_a: dict, key_b: dict) -> str:
-    """Per grid point and metric: means of A and B over repeats, change, p-value, verdict."""
+    """Per grid point and metric: means of A and B over repeats, change, Holm-adjusted p-value
+    of Welch's t-test, and the verdict (change or noise)."""
 
     def select(key):
         mask = pd.Series(True, index=serve.index)
@@ -202,9 +226,14 @@ def diff_table(serve: pd.DataFrame, key_a: dict, key_b: dict) -> str:
         return serve[mask]
 
     a, b = select(key_a), select(key_b)
-    rows = []
-    for (isl, osl), pa in a.groupby(["isl", "osl"]):
-        pb = b[(b.isl == isl) & (b.osl == osl)]
+    several = a["max_concurrency"].nunique() > 1 if "max_concurrency" in a else False
+    keys = ["isl", "osl", "max_concurrency"] if "max_concurrency" in a else ["isl", "osl"]
+    rows, tests = [], []
+    for point, pa in a.groupby(keys):
+        isl, osl, conc = (*point, None)[:3]
+        pb = b
+        for k, v in zip(keys, point, strict=True):
+            pb = pb[pb[k] == v]
         if pb.empty:
             continue
         for metric in DIFF_METRICS:
@@ -214,19 +243,26 @@ def diff_table(serve: pd.DataFrame, key_a: dict, key_b: dict) -> str:
             if not va or not vb:
                 continue
             c = compare(va, vb)
+            tests.append(c)
             rows.append(
                 {
-                    "ISL-OSL": f"{isl}-{osl}",
+                    "ISL-OSL": _point_label(isl, osl, conc, several),
                     "metric": metric,
                     "A": _fmt(sum(va) / len(va)),
                     "B": _fmt(sum(vb) / len(vb)),
                     "runs A/B": f"{len(va)}/{len(vb)}",
                     "change": _fmt(100 * c["change"], 1) + "%",
-                    "p": _fmt(c["p_value"], 3),
-                    "verdict": c["verdict"],
                 }
             )
-    return _md(pd.DataFrame(rows)) if rows else "(no common grid points)"
+    if not rows:
+        return "(no common grid points)"
+    for row, c, p in zip(rows, tests, holm([c["p_value"] for c in tests]), strict=True):
+        row["p (Holm)"] = _fmt(p, 3)
+        if c["verdict"].startswith("n/a"):
+            row["verdict"] = c["verdict"]
+        else:
+            row["verdict"] = "change" if p < SIGNIFICANCE else "noise"
+    return _md(pd.DataFrame(rows))
 
 
 def tune_table(tune: pd.DataFrame, cell: str) -> str:
@@ -297,7 +333,8 @@ def render(serve: pd.DataFrame, gsm: pd.DataFrame, tune: pd.DataFrame, runtime: 
                         ]
     lines += [
         "",
-        f"Verdicts: Welch's t-test over repeats, p < {SIGNIFICANCE} -> change; "
+        f"Verdicts: Welch's t-test over repeats, Holm-adjusted within each table, "
+        f"p < {SIGNIFICANCE} -> change; "
         "GSM8K: exact McNemar test on the questions the two runs disagree on.",
         "",
     ]

@@ -406,15 +406,27 @@ def cmd_status(cfg: dict[str, Any], lock_path: Path, client, out: TextIO) -> int
 
 def main(argv: list[str] | None = None) -> int:
     """``cellbench images lock|bump NAME|status [--configfile F] [--lock F]``."""
-    parser = argparse.ArgumentParser(prog="cellbench images", description=__doc__.split("\n")[0])
-    parser.add_argument("--configfile", default="config/config.yaml")
-    parser.add_argument("--lock", help="lock file (default: the config's image_lock)")
+    # The options are accepted before or after the subcommand.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--configfile", default=argparse.SUPPRESS)
+    common.add_argument(
+        "--lock", default=argparse.SUPPRESS, help="lock file (default: the config's image_lock)"
+    )
+    parser = argparse.ArgumentParser(
+        prog="cellbench images", parents=[common], description=__doc__.split("\n")[0]
+    )
     sub = parser.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("lock", help="pin every configured image that has no pin yet")
-    bump = sub.add_parser("bump", help="move one image's pin to its tag's current digest")
+    sub.add_parser("lock", parents=[common], help="pin every configured image without a pin")
+    bump = sub.add_parser(
+        "bump", parents=[common], help="move one image's pin to its tag's current digest"
+    )
     bump.add_argument("name")
-    sub.add_parser("status", help="say, per image, whether its tag moved since it was pinned")
+    sub.add_parser(
+        "status", parents=[common], help="say, per image, whether its tag moved since it was pinned"
+    )
     args = parser.parse_args(argv)
+    args.configfile = getattr(args, "configfile", "config/config.yaml")
+    args.lock = getattr(args, "lock", None)
     out = sys.stdout
     try:
         cfg = _load_config(args.configfile)

@@ -289,3 +289,13 @@ def test_bump_reruns_exactly_that_images_jobs(docker_client, registry, tmp_path)
     refs = set(re.findall(r"--image-ref (\S+)", shell))
     assert refs == {images.ImageRef.parse(tags["rocm7.2"]).with_digest(new)}
     assert old != new
+
+
+def test_options_after_the_subcommand(tmp_path, capsys):
+    # `cellbench images status --configfile F` as the README writes it; a missing file is a
+    # clear error before any engine or registry is contacted.
+    missing = tmp_path / "nope.yaml"
+    assert images.main(["status", "--configfile", str(missing)]) == 2
+    assert str(missing) in capsys.readouterr().err
+    assert images.main(["--configfile", str(missing), "lock"]) == 2
+    assert str(missing) in capsys.readouterr().err

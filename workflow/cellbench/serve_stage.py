@@ -1,5 +1,5 @@
-"""Serve stage: the servers of one cell (one arm, or both arms interleaved), the load grid,
-then GSM8K.
+"""Serve stage: the servers of one cell (one arm, or both arms interleaved) or of two images'
+cells (interleaved), the load grid, then GSM8K.
 
 ``--arm untuned|tuned`` serves one arm: it takes a lease (port, and GPUs in the docker runtime),
 starts one server (``cellbench.server``), runs the grid in the order ``for repeat: for point:
@@ -11,6 +11,14 @@ it leases 2 x ``--gpus`` GPUs and two ports, starts the untuned server, then the
 (each on its own GPUs), and runs, per repeat, one arm's whole grid and then the other's,
 alternating which arm goes first (ABBA: ``arm_order`` in bench.json); then GSM8K on each arm's
 own server. Each arm's outputs go to ``OUT/ARM``.
+
+``--arm images`` runs the same interleaving with two servers that differ by image rather than by
+arm: each side (``--images-json``: name, its own cell id, image ref and digest, and that cell's
+tuned config folder) serves the TUNED arm of its image's cell. It measures the load grid only
+(``--no-gsm8k``) and writes one ``OUT/bench.json`` with both sides, each point tagged with its
+``image`` and the job-wide ``seq`` (``workflow/schemas/compare.schema.json``), plus
+``OUT/server-IMAGE.log`` per side. In the local runtime both sides are the same host
+environment, and the file says so (``same_environment``).
 
 Each arm's output folder gets:
 
@@ -32,7 +40,7 @@ The first run on an image whose cache folder (``--cache-dir``, default
 Usage (flags the serve rule builds from the config)::
 
     python -m cellbench.serve_stage \\
-        --runtime local|docker --cell-id IMAGE/MODEL/tpN-epM --arm untuned|tuned|pair \\
+        --runtime local|docker --cell-id IMAGE/MODEL/tpN-epM --arm untuned|tuned|pair|images \\
         --model PATH_OR_HF_ID [--served-model-name NAME] --tp N --ep M \\
         [--image-ref REF] [--image-digest D] [--gpu-vendor amd|nvidia|none] [--gpus N] \\
         [--total-gpus N] [--hf-cache DIR] [--cache-dir DIR] [--lease-dir DIR] \\
@@ -43,9 +51,11 @@ Usage (flags the serve rule builds from the config)::
         [--max-failed-share 0.05] [--tuned-config-dir DIR] \\
         [--gsm8k-task-dir DIR] [--gsm8k-fewshot 5] [--gsm8k-limit N] [--no-gsm8k] \\
         [--gsm8k-max-gen-toks 256] [--gsm8k-timeout SECONDS] \\
+        [--images-json '[{"name": A, "cell": CELL, "image_ref": R, "image_digest": D,
+                          "tuned_config_dir": DIR}, {...B...}]'] \\
         --out-dir DIR
 
-``--gpus`` is per server (a pair holds twice as many).
+``--gpus`` is per server (a pair or an images job holds twice as many).
 ``--server-command-json`` runs that command instead of ``transformers serve`` (local) or
 ``vllm serve`` (inside the image, docker); ``{port}``, ``{host}`` and ``{model}`` in it are filled
 in (bring-your-own server, and tests).
@@ -77,6 +87,52 @@ SCHEMA_PATH = Path(__file__).resolve().parents[1] / "schemas" / "bench.schema.js
 WARM_MARKER = ".cellbench-warm"
 ARMS = ("untuned", "tuned")
 PAIR = "pair"  # --arm value: both arms in one job, interleaved
+IMAGES = "images"  # --arm value: two images' tuned arms in one job, interleaved
+COMPARE_SCHEMA_PATH = SCHEMA_PATH.with_name("compare.schema.json")
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+@dataclass(frozen=True)
+class ImageSpec:
+    """One side of an ``--arm images`` job: an image and its own cell's tuned configs."""
+
+    name: str  # the config's image name; tags points and names the server log
+    cell_id: str  # the image's own cell (IMAGE/MODEL/tpN-epM), whose tune made the configs
+    tuned_config_dir: Path
+    image_ref: str | None = None
+    image_digest: str | None = None
+    server_command: list[str] | None = None  # overrides --server-command-json for this side
+
+    @classmethod
+    def from_json(cls, obj: Any, where: str) -> ImageSpec:
+        """Build from one ``--images-json`` entry; ValueError names the entry and key."""
+        if not isinstance(obj, dict):
+            raise ValueError(f"{where} must be an object, got {obj!r}")
+        known = {"name", "cell", "tuned_config_dir", "image_ref", "image_digest", "server_command"}
+        unknown = sorted(set(obj) - known)
+        if unknown:
+            raise ValueError(f"{where}: unknown key(s) {', '.join(unknown)}")
+        for key in ("name", "cell", "tuned_config_dir"):
+            if not isinstance(obj.get(key), str) or not obj[key]:
+                raise ValueError(f"{where}.{key} must be a non-empty string, got {obj.get(key)!r}")
+        for key in ("image_ref", "image_digest"):
+            if obj.get(key) is not None and not isinstance(obj[key], str):
+                raise ValueError(f"{where}.{key} must be a string, got {obj[key]!r}")
+        command = obj.get("server_command")
+        if command is not None and (
+            not isinstance(command, list)
+            or not command
+            or not all(isinstance(x, str) for x in command)
+        ):
+            raise ValueError(f"{where}.server_command must be a non-empty list of strings")
+        return cls(
+            name=obj["name"],
+            cell_id=obj["cell"],
+            tuned_config_dir=Path(obj["tuned_config_dir"]),
+            image_ref=obj.get("image_ref"),
+            image_digest=obj.get("image_digest"),
+            server_command=command,
+        )
 
 
 @dataclass
@@ -118,16 +174,21 @@ class StageConfig:
     gsm8k_limit: int | None = None
     gsm8k_timeout_s: float = 6 * 3600.0
     gsm8k_max_gen_toks: int = 256
+    images: list[ImageSpec] | None = None  # --arm images only: side A, side B
 
     def validate(self) -> None:
         """Raise ValueError naming the bad key and value."""
         if self.runtime not in ("local", "docker"):
             raise ValueError(f"--runtime must be local or docker, got {self.runtime!r}")
-        if self.arm not in (*ARMS, PAIR):
-            raise ValueError(f"--arm must be untuned, tuned or pair, got {self.arm!r}")
+        if self.arm not in (*ARMS, PAIR, IMAGES):
+            raise ValueError(f"--arm must be untuned, tuned, pair or images, got {self.arm!r}")
         if not self.cell_id:
             raise ValueError("--cell-id must not be empty")
-        if self.runtime == "docker" and "@sha256:" not in (self.image_ref or ""):
+        if self.arm == IMAGES:
+            self._validate_images()
+        elif self.images is not None:
+            raise ValueError("--images-json is only for --arm images")
+        elif self.runtime == "docker" and "@sha256:" not in (self.image_ref or ""):
             raise ValueError(
                 f"--image-ref {self.image_ref!r}: a docker run serves a pinned digest "
                 "(repo@sha256:...); run `cellbench images lock`"
@@ -164,16 +225,16 @@ class StageConfig:
         if self.tuned_config_dir is not None and not self.tuned_config_dir.is_dir():
             raise ValueError(f"--tuned-config-dir {self.tuned_config_dir} is not a directory")
         if self.runtime == "docker":
-            if not self.image_ref:
+            if not self.image_ref and self.arm != IMAGES:
                 raise ValueError("--runtime docker needs --image-ref")
             if self.gpus > self.total_gpus:
                 raise ValueError(f"--gpus {self.gpus} exceeds --total-gpus {self.total_gpus}")
-            if self.arm == PAIR and 2 * self.gpus > self.total_gpus:
+            if self.arm in (PAIR, IMAGES) and 2 * self.gpus > self.total_gpus:
                 raise ValueError(
-                    f"--arm pair runs two servers of --gpus {self.gpus} each, but --total-gpus "
-                    f"is {self.total_gpus}"
+                    f"--arm {self.arm} runs two servers of --gpus {self.gpus} each, but "
+                    f"--total-gpus is {self.total_gpus}"
                 )
-        if self.runtime == "local" and self.server_command is None:
+        if self.runtime == "local" and any(s.server_command is None for s in self.sides()):
             if not Path(self.model).is_dir():
                 raise ValueError(f"--model {self.model!r}: local runtime needs a model directory")
         if self.gsm8k and self.gsm8k_task_dir is not None:
@@ -186,21 +247,108 @@ class StageConfig:
         if self.gsm8k_limit is not None and self.gsm8k_limit < 1:
             raise ValueError(f"--gsm8k-limit must be >= 1, got {self.gsm8k_limit}")
 
+    def _validate_images(self) -> None:
+        """The checks of ``--arm images``: two distinct images, each with its own configs."""
+        if self.images is None or len(self.images) != 2:
+            n = 0 if self.images is None else len(self.images)
+            raise ValueError(f"--arm images needs --images-json with exactly 2 images, got {n}")
+        names = [spec.name for spec in self.images]
+        if names[0] == names[1]:
+            raise ValueError(f"--images-json: both images are named {names[0]!r}")
+        for i, spec in enumerate(self.images):
+            where = f"--images-json[{i}]"
+            if not _NAME_RE.match(spec.name):
+                raise ValueError(f"{where}.name {spec.name!r}: letters, digits, . _ - only")
+            if not spec.tuned_config_dir.is_dir():
+                raise ValueError(
+                    f"{where}.tuned_config_dir {str(spec.tuned_config_dir)!r} is not a directory"
+                )
+            if self.runtime == "docker" and "@sha256:" not in (spec.image_ref or ""):
+                raise ValueError(
+                    f"{where}.image_ref {spec.image_ref!r}: a docker run serves a pinned digest "
+                    "(repo@sha256:...); run `cellbench images lock`"
+                )
+        for flag, value in (
+            ("--tuned-config-dir", self.tuned_config_dir),
+            ("--image-ref", self.image_ref),
+            ("--image-digest", self.image_digest),
+        ):
+            if value is not None:
+                raise ValueError(f"{flag} is per image with --arm images: put it in --images-json")
+        if self.gsm8k:
+            raise ValueError(
+                "--arm images measures the load grid only (GSM8K runs in each cell's own job): "
+                "pass --no-gsm8k"
+            )
+
     @property
     def arms(self) -> list[str]:
         """The arms this job serves, in the order their servers start."""
+        if self.arm == IMAGES:
+            return ["tuned"]
         return list(ARMS) if self.arm == PAIR else [self.arm]
 
     def arm_dir(self, arm: str) -> Path:
         """Where an arm's outputs go: ``out_dir`` itself, or ``out_dir/ARM`` for a pair."""
         return self.out_dir / arm if self.arm == PAIR else self.out_dir
 
-    def resolved_cache_dir(self) -> Path:
+    def resolved_cache_dir(self, key: str | None = None) -> Path:
+        """The per-image cache folder: ``--cache-dir`` as given, or one per image digest.
+        An images job has two images, so there ``--cache-dir`` is the parent of one per key."""
+        key = key or self.image_digest or self.image_ref or "local"
+        safe = f"{self.runtime}-" + re.sub(r"[^A-Za-z0-9_.-]+", "_", key)[-100:]
         if self.cache_dir is not None:
-            return self.cache_dir
-        key = self.image_digest or self.image_ref or "local"
-        safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", key)[-100:]
-        return self.lease_dir.parent / ".cache" / f"{self.runtime}-{safe}"
+            return self.cache_dir / safe if self.arm == IMAGES else self.cache_dir
+        return self.lease_dir.parent / ".cache" / safe
+
+    def sides(self) -> list[Side]:
+        """The servers of this job, in the order they start: one per arm, or one per image."""
+        if self.arm == IMAGES:
+            return [
+                Side(
+                    name=spec.name,
+                    arm="tuned",
+                    cell_id=spec.cell_id,
+                    log_path=self.out_dir / f"server-{spec.name}.log",
+                    image_ref=spec.image_ref,
+                    image_digest=spec.image_digest,
+                    tuned_config_dir=spec.tuned_config_dir,
+                    cache_dir=self.resolved_cache_dir(spec.image_digest or spec.image_ref),
+                    server_command=spec.server_command or self.server_command,
+                )
+                for spec in self.images or []
+            ]
+        return [
+            Side(
+                name=arm,
+                arm=arm,
+                cell_id=self.cell_id,
+                log_path=self.arm_dir(arm) / "server.log",
+                image_ref=self.image_ref,
+                image_digest=self.image_digest,
+                tuned_config_dir=self.tuned_config_dir if arm == "tuned" else None,
+                cache_dir=self.resolved_cache_dir(),
+                server_command=self.server_command,
+            )
+            for arm in self.arms
+        ]
+
+
+@dataclass(frozen=True)
+class Side:
+    """One server of a job and what sets it apart from the other one: its arm (whether it reads
+    tuned configs) in an arms job, its image (and that image's own tuned configs) in an images
+    job. ``name`` is the arm or the image name: it keys the order, the logs and the points."""
+
+    name: str
+    arm: str
+    cell_id: str
+    log_path: Path
+    image_ref: str | None
+    image_digest: str | None
+    tuned_config_dir: Path | None
+    cache_dir: Path
+    server_command: list[str] | None
 
 
 def _now() -> str:
@@ -222,30 +370,41 @@ def _log(msg: str) -> None:
 
 
 def arm_order(arms: list[str], repeats: int) -> list[list[str]]:
-    """The order the arms run in, per repeat: A B, then B A, ... (ABBA), so that neither arm
-    always runs first after the other and slow drift of the machine weighs on both alike."""
+    """The order the sides (arms or images) run in, per repeat: A B, then B A, ... (ABBA), so
+    that neither always runs first after the other and slow drift weighs on both alike."""
     return [list(arms) if rep % 2 == 0 else list(reversed(arms)) for rep in range(repeats)]
 
 
 @dataclass
-class _ArmRun:
-    """One arm's live server and what has been measured on it so far."""
+class _SideRun:
+    """One side's live server and what has been measured on it so far."""
 
-    arm: str
-    out: Path
+    side: Side
     server: RunningServer
     ready_s: float
     ignore_eos: bool
     tok: Any
     gpu_indices: tuple[int, ...]
+    cold: bool
     points: list[dict[str, Any]] = field(default_factory=list)
 
 
-def _check_alive(runs: dict[str, _ArmRun], during: str, suspect: str | None = None) -> None:
+@dataclass
+class _Measured:
+    """What one job measured: per side its run, the order per repeat, and the job's times."""
+
+    runs: dict[str, _SideRun]
+    order: list[list[str]]
+    server_info: dict[str, dict[str, Any]]
+    started: str
+    finished: str
+
+
+def _check_alive(runs: dict[str, _SideRun], during: str, suspect: str | None = None) -> None:
     """Raise for the first server that has exited. Every server is checked, not only the one
-    just measured: a dead idle server fails the job at once. ``suspect`` (an arm whose requests
+    just measured: a dead idle server fails the job at once. ``suspect`` (a side whose requests
     just failed) gets a moment to finish dying: its sockets close before its process is gone,
-    and a crash must be reported as one, not as failed requests or as the other arm's."""
+    and a crash must be reported as one, not as failed requests or as the other side's."""
     if suspect is not None:
         server = runs[suspect].server
         deadline = time.monotonic() + 2.0
@@ -253,85 +412,83 @@ def _check_alive(runs: dict[str, _ArmRun], during: str, suspect: str | None = No
             time.sleep(0.05)
     for run in runs.values():
         if not run.server.alive():
-            raise run.server.fail(f"{run.arm} server exited {during}")
+            raise run.server.fail(f"{run.side.name} server exited {during}")
 
 
-def run_stage(cfg: StageConfig) -> dict[str, dict[str, Any]]:
-    """Run one serve job (see module docstring); return each arm's bench.json content."""
+def _measure(cfg: StageConfig, sides: list[Side], point_tag: str | None = None) -> _Measured:
+    """Start one server per side, run the grid on them interleaved side by side (per repeat
+    A B, then B A, ...), run GSM8K on each if asked, stop them all. ``point_tag`` names a key
+    that each point gets, holding its side's name. The same path serves both arms of a cell
+    and two images of a cell; only the sides differ."""
     from contextlib import ExitStack
 
     from cellbench.leases import gpu_lease
 
-    cfg.validate()
-    arms = cfg.arms
-    for arm in arms:
-        out = cfg.arm_dir(arm)
-        out.mkdir(parents=True, exist_ok=True)
-        # Outputs of an earlier run must not survive a failure of this one.
-        (out / "bench.json").unlink(missing_ok=True)
-        for d in (out / "lm_eval", out / "lm_eval.partial"):
-            shutil.rmtree(d, ignore_errors=True)
-        (out / "server.log").write_bytes(b"")
-    cache_dir = cfg.resolved_cache_dir()
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    cold = not (cache_dir / WARM_MARKER).exists()
+    names = [side.name for side in sides]
+    # Measured before any server starts: a first start is what fills the cache.
+    cold = {side.name: not (side.cache_dir / WARM_MARKER).exists() for side in sides}
     started = _now()
-    per_arm = cfg.gpus if cfg.runtime == "docker" else 0
-    n_gpus = per_arm * len(arms)
-    order = arm_order(arms, cfg.repeats)
+    per_side = cfg.gpus if cfg.runtime == "docker" else 0
+    n_gpus = per_side * len(sides)
+    order = arm_order(names, cfg.repeats)
     seq = 0
 
     with ExitStack() as stack:
-        # All GPUs of the job in one lease: holding one arm's while waiting for the other's
-        # could deadlock with another job doing the same. Each further arm adds a port.
+        # All GPUs of the job in one lease: holding one side's while waiting for the other's
+        # could deadlock with another job doing the same. Each further side adds a port.
         lease = stack.enter_context(gpu_lease(n_gpus, max(cfg.total_gpus, n_gpus), cfg.lease_dir))
         ports = [lease.port]
-        for _ in arms[1:]:
+        for _ in sides[1:]:
             ports.append(stack.enter_context(gpu_lease(0, 0, cfg.lease_dir)).port)
-        runs: dict[str, _ArmRun] = {}
+        runs: dict[str, _SideRun] = {}
         # Started one after the other, not at once: two first starts of one image would
         # otherwise fill the shared compile cache concurrently.
-        for i, arm in enumerate(arms):
-            out = cfg.arm_dir(arm)
-            gpus = lease.gpu_indices[i * per_arm : (i + 1) * per_arm]
-            tuned_dir = cfg.tuned_config_dir if arm == "tuned" else None
+        for i, side in enumerate(sides):
+            gpus = lease.gpu_indices[i * per_side : (i + 1) * per_side]
+            docker = cfg.runtime == "docker"
             spec = ServerSpec(
                 runtime=cfg.runtime,
                 model=cfg.model,
                 port=ports[i],
-                log_path=out / "server.log",
+                log_path=side.log_path,
                 served_model_name=cfg.served_model_name,
                 ready_timeout_s=cfg.ready_timeout_s,
                 serve_args=list(cfg.serve_args),
-                command=cfg.server_command,
-                image_ref=cfg.image_ref,
+                command=side.server_command,
+                image_ref=side.image_ref,
                 tp=cfg.tp,
                 ep=cfg.ep,
                 gpu_vendor=cfg.gpu_vendor,
                 gpu_indices=list(gpus),
-                tuned_config_dir=tuned_dir if cfg.runtime == "docker" else None,
-                cache_dir=cache_dir if cfg.runtime == "docker" else None,
+                tuned_config_dir=side.tuned_config_dir if docker else None,
+                cache_dir=side.cache_dir if docker else None,
                 hf_cache=cfg.hf_cache,
-                labels={"cellbench.cell": cfg.cell_id, "cellbench.arm": arm},
+                labels={
+                    "cellbench.cell": side.cell_id,
+                    "cellbench.arm": side.arm,
+                    **({"cellbench.compare": cfg.cell_id} if cfg.arm == IMAGES else {}),
+                },
             )
             t0 = time.monotonic()
-            _log(f"starting {cfg.runtime} server for {cfg.cell_id} {arm} on port {ports[i]}")
+            _log(f"starting {cfg.runtime} server for {side.cell_id} {side.arm} on port {ports[i]}")
             server = stack.enter_context(serve(spec))
             ready_s = time.monotonic() - t0
-            _log(f"{arm} server ready in {ready_s:.1f} s as model id {server.model_id!r}")
+            _log(f"{side.name} server ready in {ready_s:.1f} s as model id {server.model_id!r}")
             ignore_eos = cfg.ignore_eos and loadgen.probe_ignore_eos(
                 server.base_url, server.model_id
             )
             if cfg.ignore_eos and not ignore_eos:
-                _log(f"{arm} server refuses ignore_eos: real output lengths are recorded instead")
+                _log(f"{side.name} server refuses ignore_eos: real output lengths are recorded")
             tok = loadgen.load_tokenizer(cfg.model, server.base_url, server.model_id)
-            runs[arm] = _ArmRun(arm, out, server, ready_s, ignore_eos, tok, tuple(gpus))
+            runs[side.name] = _SideRun(
+                side, server, ready_s, ignore_eos, tok, tuple(gpus), cold[side.name]
+            )
         _check_alive(runs, "before the grid started")
-        if len(arms) > 1:
-            _log("arm order per repeat: " + "; ".join(" ".join(o) for o in order))
+        if len(sides) > 1:
+            _log("order per repeat: " + "; ".join(" ".join(o) for o in order))
         for rep, rep_order in enumerate(order):
-            for arm in rep_order:
-                run = runs[arm]
+            for name in rep_order:
+                run = runs[name]
                 for gp in cfg.grid:
                     for conc in cfg.concurrency:
                         ps = loadgen.PointSpec(
@@ -342,7 +499,7 @@ def run_stage(cfg: StageConfig) -> dict[str, dict[str, Any]]:
                             num_warmups=cfg.warmups_per_concurrency * conc,
                             request_rate=cfg.request_rate,
                             # Fresh prompts per repeat (a prefix cache must not serve repeat 2),
-                            # the same ones for both arms (paired comparison).
+                            # the same ones for both sides (paired comparison).
                             seed=cfg.seed + rep,
                         )
                         point_started = _now_ms()
@@ -354,55 +511,89 @@ def run_stage(cfg: StageConfig) -> dict[str, dict[str, Any]]:
                             ignore_eos=run.ignore_eos,
                             backend="vllm" if cfg.runtime == "docker" else "openai",
                         )
+                        if point_tag is not None:
+                            pt[point_tag] = name
                         pt["repeat"] = rep
-                        # Job-wide order of the points of every arm: the interleaving audit.
+                        # Job-wide order of the points of every side: the interleaving audit.
                         pt["seq"] = seq
                         pt["started_at"] = point_started
                         seq += 1
                         _check_alive(
                             runs,
-                            f"mid-run at {arm} isl={ps.isl} osl={ps.osl}",
-                            suspect=arm if pt["failed"] else None,
+                            f"mid-run at {name} isl={ps.isl} osl={ps.osl}",
+                            suspect=name if pt["failed"] else None,
                         )
                         try:
                             loadgen.check_failures(pt, cfg.max_failed_share)
                         except loadgen.TooManyFailures as e:
-                            raise run.server.fail(f"{arm}: {e}") from e
+                            raise run.server.fail(f"{name}: {e}") from e
                         _log(
-                            f"#{pt['seq']} repeat {rep} {arm} isl={ps.isl} osl={ps.osl} "
+                            f"#{pt['seq']} repeat {rep} {name} isl={ps.isl} osl={ps.osl} "
                             f"c={conc}: {pt['completed']} ok, {pt['failed']} failed, "
                             f"TTFT {pt['mean_ttft_ms']:.1f} ms, TPOT {pt['mean_tpot_ms']:.2f} ms"
                         )
                         run.points.append(pt)
         if cfg.gsm8k:
-            for arm in arms:
-                run = runs[arm]
-                _log(f"running lm-eval GSM8K on the {arm} server")
+            for name, run in runs.items():
+                out = run.side.log_path.parent
+                _log(f"running lm-eval GSM8K on the {name} server")
                 run_lm_eval(
                     run.server.base_url,
                     run.server.model_id,
-                    run.out / "lm_eval.partial",
-                    run.out / "lm_eval.log",
+                    out / "lm_eval.partial",
+                    out / "lm_eval.log",
                     task_dir=cfg.gsm8k_task_dir,
                     num_fewshot=cfg.gsm8k_fewshot,
                     limit=cfg.gsm8k_limit,
                     timeout_s=cfg.gsm8k_timeout_s,
                     max_gen_toks=cfg.gsm8k_max_gen_toks,
                 )
-                _check_alive(runs, f"during lm-eval on the {arm} server")
+                _check_alive(runs, f"during lm-eval on the {name} server")
         server_info = {
-            arm: {
+            name: {
                 "launcher": cfg.runtime,
                 "model": cfg.model,
                 "model_id": run.server.model_id,
                 "ready_s": run.ready_s,
                 "command": [str(a) for a in run.server.describe["command"]],
             }
-            for arm, run in runs.items()
+            for name, run in runs.items()
         }
-    finished = _now()
+    return _Measured(runs, order, server_info, started, _now())
+
+
+def _mark_warm(cfg: StageConfig, sides: list[Side]) -> None:
+    for cache_dir in {side.cache_dir for side in sides}:
+        (cache_dir / WARM_MARKER).write_text(f"{_now()} {cfg.cell_id} {cfg.arm}\n")
+
+
+def _prepare(cfg: StageConfig, sides: list[Side]) -> None:
+    """Clear what an earlier run of this job left: it must not survive a failure of this one."""
+    cfg.out_dir.mkdir(parents=True, exist_ok=True)
+    if cfg.arm == IMAGES:
+        (cfg.out_dir / "bench.json").unlink(missing_ok=True)
+    for side in sides:
+        out = side.log_path.parent
+        out.mkdir(parents=True, exist_ok=True)
+        if cfg.arm != IMAGES:
+            (out / "bench.json").unlink(missing_ok=True)
+            for d in (out / "lm_eval", out / "lm_eval.partial"):
+                shutil.rmtree(d, ignore_errors=True)
+        side.log_path.write_bytes(b"")
+        side.cache_dir.mkdir(parents=True, exist_ok=True)
+
+
+def run_stage(cfg: StageConfig) -> dict[str, dict[str, Any]]:
+    """Run one serve job (see module docstring); return each arm's bench.json content, or for
+    ``--arm images`` the comparison's content under the key ``"images"``."""
+    cfg.validate()
+    if cfg.arm == IMAGES:
+        return {IMAGES: run_images(cfg)}
+    sides = cfg.sides()
+    _prepare(cfg, sides)
+    m = _measure(cfg, sides)
     benches = {}
-    for arm, run in runs.items():
+    for arm, run in m.runs.items():
         bench = {
             "schema_version": 1,
             "cell": cfg.cell_id,
@@ -410,7 +601,7 @@ def run_stage(cfg: StageConfig) -> dict[str, dict[str, Any]]:
             "runtime": cfg.runtime,
             "image_ref": cfg.image_ref,
             "image_digest": cfg.image_digest,
-            "cold": cold,
+            "cold": run.cold,
             "ignore_eos": run.ignore_eos,
             "ignore_eos_requested": cfg.ignore_eos,
             "tp": cfg.tp,
@@ -422,11 +613,11 @@ def run_stage(cfg: StageConfig) -> dict[str, dict[str, Any]]:
             ),
             # transformers serve (local runtime) has no use for vLLM's tuned Triton configs.
             "tuned_config_applied": cfg.runtime == "docker" and arm == "tuned",
-            "started": started,
-            "finished": finished,
-            "interleaved": len(arms) > 1,
-            "arm_order": order,
-            "server": server_info[arm],
+            "started": m.started,
+            "finished": m.finished,
+            "interleaved": len(sides) > 1,
+            "arm_order": m.order,
+            "server": m.server_info[arm],
             "gsm8k": (
                 {
                     "task_dir": str(cfg.gsm8k_task_dir) if cfg.gsm8k_task_dir else None,
@@ -441,17 +632,89 @@ def run_stage(cfg: StageConfig) -> dict[str, dict[str, Any]]:
         }
         _validate_bench(bench)
         benches[arm] = bench
-    for arm in arms:
+    for arm in cfg.arms:
         out = cfg.arm_dir(arm)
         if cfg.gsm8k:
             os.replace(out / "lm_eval.partial", out / "lm_eval")
         else:
             (out / "lm_eval").mkdir()  # the rule declares it; empty means GSM8K was switched off
-    for arm in arms:
+    for arm in cfg.arms:
         # Last: a bench.json's presence means the whole job succeeded.
         write_json(cfg.arm_dir(arm) / "bench.json", benches[arm])
-    (cache_dir / WARM_MARKER).write_text(f"{_now()} {cfg.cell_id} {cfg.arm}\n")
+    _mark_warm(cfg, sides)
     return benches
+
+
+def validate_comparison(data: dict[str, Any]) -> None:
+    """Check an image comparison (``--arm images`` bench.json) against compare.schema.json, and
+    each of its points against bench.schema.json's point schema plus its ``image`` key."""
+    import jsonschema
+
+    jsonschema.validate(data, json.loads(COMPARE_SCHEMA_PATH.read_text()))
+    point_schema = json.loads(SCHEMA_PATH.read_text())["properties"]["points"]["items"]
+    for point in data["points"]:
+        jsonschema.validate(point, point_schema)
+
+
+def run_images(cfg: StageConfig) -> dict[str, Any]:
+    """Serve the tuned arm of two images' cells side by side and interleave them per repeat;
+    write ``OUT/bench.json`` (both sides, each point tagged with its image) and return it."""
+    cfg.validate()
+    sides = cfg.sides()
+    _prepare(cfg, sides)
+    m = _measure(cfg, sides, point_tag="image")
+    docker = cfg.runtime == "docker"
+    points = sorted((p for run in m.runs.values() for p in run.points), key=lambda p: p["seq"])
+    data = {
+        "schema_version": 1,
+        "kind": "image_comparison",
+        "comparison": cfg.cell_id,
+        "images": [side.name for side in sides],
+        "arm": "tuned",
+        "arm_note": (
+            "Both sides ran the TUNED arm: each image's server was given its own cell's tuned "
+            "fused-MoE configs (tuned_config_dir per side)."
+            + ("" if docker else " The local runtime's server does not read them.")
+        ),
+        "runtime": cfg.runtime,
+        "same_environment": not docker,
+        "environment_note": (
+            "Each side ran in its own pinned image (image_digest per side)."
+            if docker
+            else "Local runtime: both sides ran the same host environment (no image), so this "
+            "file exercises the interleaving, not a difference between images."
+        ),
+        "model": cfg.model,
+        "tp": cfg.tp,
+        "ep": cfg.ep,
+        "gpu_vendor": cfg.gpu_vendor,
+        "ignore_eos_requested": cfg.ignore_eos,
+        "started": m.started,
+        "finished": m.finished,
+        "interleaved": True,
+        "side_order": m.order,
+        "sides": {
+            name: {
+                "cell": run.side.cell_id,
+                "image_ref": run.side.image_ref,
+                "image_digest": run.side.image_digest,
+                "cold": run.cold,
+                "tuned_config_dir": str(run.side.tuned_config_dir),
+                "tuned_config_applied": docker,
+                "ignore_eos": run.ignore_eos,
+                "gpu_indices": list(run.gpu_indices),
+                "server": m.server_info[name],
+                "server_log": run.side.log_path.name,
+            }
+            for name, run in m.runs.items()
+        },
+        "points": points,
+    }
+    validate_comparison(data)
+    # Last: the file's presence means the whole job succeeded.
+    write_json(cfg.out_dir / "bench.json", data)
+    _mark_warm(cfg, sides)
+    return data
 
 
 def _json_arg(text: str, flag: str) -> Any:
@@ -476,7 +739,7 @@ def parse_args(argv: list[str] | None = None) -> StageConfig:
     a = p.add_argument
     a("--runtime", required=True, choices=["local", "docker"])
     a("--cell-id", required=True)
-    a("--arm", required=True, choices=[*ARMS, PAIR])
+    a("--arm", required=True, choices=[*ARMS, PAIR, IMAGES])
     a("--model", required=True)
     a("--served-model-name", default=None)
     a("--tp", type=int, default=1)
@@ -508,6 +771,7 @@ def parse_args(argv: list[str] | None = None) -> StageConfig:
     a("--gsm8k-limit", type=int, default=None)
     a("--gsm8k-timeout", type=float, default=6 * 3600.0)
     a("--gsm8k-max-gen-toks", type=int, default=256)
+    a("--images-json", default=None)
     a("--out-dir", required=True, type=Path)
     ns = p.parse_args(argv)
     serve_args = _json_arg(ns.serve_args_json, "--serve-args-json")
@@ -524,6 +788,12 @@ def parse_args(argv: list[str] | None = None) -> StageConfig:
             raise ValueError(
                 f"--server-command-json must be a non-empty list of strings: {command!r}"
             )
+    images = None
+    if ns.images_json is not None:
+        raw = _json_arg(ns.images_json, "--images-json")
+        if not isinstance(raw, list):
+            raise ValueError(f"--images-json must be a JSON list of objects: {raw!r}")
+        images = [ImageSpec.from_json(obj, f"--images-json[{i}]") for i, obj in enumerate(raw)]
     try:
         rate = float(ns.request_rate)
     except ValueError:
@@ -566,6 +836,7 @@ def parse_args(argv: list[str] | None = None) -> StageConfig:
         gsm8k_limit=ns.gsm8k_limit,
         gsm8k_timeout_s=ns.gsm8k_timeout,
         gsm8k_max_gen_toks=ns.gsm8k_max_gen_toks,
+        images=images,
     )
     cfg.validate()
     return cfg
@@ -587,18 +858,22 @@ def main(argv: list[str] | None = None) -> int:
     try:
         benches = run_stage(cfg)
     except KeyboardInterrupt:
-        for arm in cfg.arms:
-            shutil.rmtree(cfg.arm_dir(arm) / "lm_eval.partial", ignore_errors=True)
+        for side in cfg.sides():
+            shutil.rmtree(side.log_path.parent / "lm_eval.partial", ignore_errors=True)
         print(f"serve_stage: {cfg.cell_id} {cfg.arm} interrupted; servers stopped", file=sys.stderr)
         return 130
     except (ServerError, loadgen.TooManyFailures, RuntimeError, OSError, TimeoutError) as e:
         print(f"serve_stage: {cfg.cell_id} {cfg.arm} failed: {e}", file=sys.stderr)
-        for arm in cfg.arms:
-            shutil.rmtree(cfg.arm_dir(arm) / "lm_eval.partial", ignore_errors=True)
-            tail = log_tail(cfg.arm_dir(arm) / "server.log")
+        for side in cfg.sides():
+            shutil.rmtree(side.log_path.parent / "lm_eval.partial", ignore_errors=True)
+            tail = log_tail(side.log_path)
             if tail and not isinstance(e, ServerError):
-                print(f"last lines of the {arm} server log:\n{tail}", file=sys.stderr)
+                print(f"last lines of the {side.name} server log:\n{tail}", file=sys.stderr)
         return 1
+    if cfg.arm == IMAGES:
+        n = len(benches[IMAGES]["points"])
+        print(f"wrote {cfg.out_dir / 'bench.json'} ({n} points, both images)")
+        return 0
     for arm, bench in benches.items():
         print(f"wrote {cfg.arm_dir(arm) / 'bench.json'} ({len(bench['points'])} points)")
     return 0

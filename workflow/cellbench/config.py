@@ -75,6 +75,37 @@ class Cell:
         return out
 
 
+@dataclass(frozen=True, order=True)
+class Comparison:
+    """Two images' cells of one (model, tp, ep), served side by side (serve.compare_images)."""
+
+    image_a: str
+    image_b: str
+    model: str
+    tp: int
+    ep: int
+
+    @property
+    def comparison_id(self) -> str:
+        return f"{self.image_a}-vs-{self.image_b}/{self.model}/tp{self.tp}-ep{self.ep}"
+
+    @property
+    def path(self) -> str:
+        """The comparison's result folder, relative to the working directory."""
+        return f"results/compare/{self.comparison_id}"
+
+    @property
+    def cells(self) -> tuple[Cell, Cell]:
+        """The two cells compared: image A's, image B's."""
+        return (
+            Cell(self.image_a, self.model, self.tp, self.ep),
+            Cell(self.image_b, self.model, self.tp, self.ep),
+        )
+
+    def target(self) -> str:
+        return f"{self.path}/bench.json"
+
+
 def _key_path(error: jsonschema.ValidationError) -> str:
     parts = []
     for p in error.absolute_path:
@@ -173,6 +204,8 @@ def _check_semantics(config: dict[str, Any]) -> None:
                 f"config error: {where}.ep = true with tp = 1: expert parallel "
                 "needs more than one rank"
             )
+    if config["serve"]["compare_images"]:
+        _check_compare_images(config)
     for name, model in models.items():
         if model.get("build") and runtime == "docker":
             raise ConfigError(
@@ -189,6 +222,28 @@ def _check_semantics(config: dict[str, Any]) -> None:
         raise ConfigError(
             'config error: gpu_vendor = "none" with runtime: docker: the vLLM image needs GPUs'
         )
+
+
+def _check_compare_images(config: dict[str, Any]) -> None:
+    pairs = comparisons(config)
+    if not pairs:
+        raise ConfigError(
+            "config error: serve.compare_images = true needs at least 2 images that share a "
+            "(model, tp, ep) cell; no two configured images do (set it to false)"
+        )
+    if "compare" in config["images"]:
+        raise ConfigError(
+            "config error: images.compare: with serve.compare_images the name 'compare' is "
+            "taken by results/compare/; rename the image"
+        )
+    if config["runtime"] == "docker":
+        for pair in pairs:
+            if 2 * pair.tp > config["gpus"]:
+                raise ConfigError(
+                    f"config error: serve.compare_images: {pair.comparison_id} runs two servers "
+                    f"of tp = {pair.tp} GPUs at once and needs {2 * pair.tp} GPUs, but "
+                    f"gpus = {config['gpus']}"
+                )
 
 
 def load(path: str | Path) -> dict[str, Any]:
@@ -212,6 +267,22 @@ def cells(config: dict[str, Any]) -> list[Cell]:
                 tp = group["tp"]
                 seen[Cell(image, model, tp, tp if group["ep"] else 1)] = None
     return list(seen)
+
+
+def comparisons(config: dict[str, Any]) -> list[Comparison]:
+    """Every (image A, image B, model, tp, ep) whose two cells both exist, A before B in the
+    order of ``images``; what serve.compare_images runs (whatever its value)."""
+    present = set(cells(config))
+    order = {name: i for i, name in enumerate(config["images"])}
+    layouts = sorted({(c.model, c.tp, c.ep) for c in present})
+    images = sorted({c.image for c in present}, key=order.__getitem__)
+    out = []
+    for i, a in enumerate(images):
+        for b in images[i + 1 :]:
+            for model, tp, ep in layouts:
+                if Cell(a, model, tp, ep) in present and Cell(b, model, tp, ep) in present:
+                    out.append(Comparison(a, b, model, tp, ep))
+    return out
 
 
 def batch_sizes(config: dict[str, Any]) -> list[int]:

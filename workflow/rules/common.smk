@@ -21,6 +21,8 @@ except cbconfig.ConfigError as exc:
 validate(config, schema="../schemas/config.schema.yaml")
 
 CELLS = cbconfig.cells(config)
+# serve.compare_images: image-vs-image comparisons interleaved on one host (an extra aggregate).
+COMPARISONS = cbconfig.comparisons(config) if config["serve"]["compare_images"] else []
 # Containers are labelled with the run that started them (cellbench.run).
 os.environ.setdefault(
     "CELLBENCH_RUN_ID", time.strftime("%Y%m%dT%H%M%S") + f"-{os.getpid()}"
@@ -44,6 +46,8 @@ MEASURING_THREADS = 1024 if RUNTIME == "local" else 1
 
 wildcard_constraints:
     image="|".join(re.escape(name) for name in config["images"]),
+    image_a="|".join(re.escape(name) for name in config["images"]),
+    image_b="|".join(re.escape(name) for name in config["images"]),
     model="|".join(re.escape(name) for name in config["models"]),
     tp=r"\d+",
     ep=r"\d+",
@@ -53,13 +57,22 @@ wildcard_constraints:
 CELL_DIR = "results/{image}/{model}/tp{tp}-ep{ep}"
 LOG_DIR = "results/logs/{image}/{model}/tp{tp}-ep{ep}"
 BENCH_DIR = "results/benchmarks/{image}/{model}/tp{tp}-ep{ep}"
+COMPARE_ID = "{image_a}-vs-{image_b}/{model}/tp{tp}-ep{ep}"
 
 
 def all_targets():
-    """What `all` builds: every cell's outputs, the report and one archive per label."""
-    return ["results/report/report.md"] + [
-        f"results/archive/{label}/MANIFEST.json" for label in archive_labels()
-    ]
+    """What `all` builds: every cell's outputs, the report and one archive per label (and the
+    image comparisons, with serve.compare_images)."""
+    return (
+        ["results/report/report.md"]
+        + [f"results/archive/{label}/MANIFEST.json" for label in archive_labels()]
+        + compare_targets()
+    )
+
+
+def compare_targets():
+    """The comparisons' bench.json files; none unless serve.compare_images is set."""
+    return [c.target() for c in COMPARISONS]
 
 
 def archive_labels():
@@ -171,17 +184,11 @@ def serve_inputs(wildcards, arms):
     return inputs
 
 
-def serve_args(wildcards, input, arm):
-    """serve_stage's command line for one arm, or for both (arm="pair")."""
+def load_args(wildcards):
+    """serve_stage's flags that every serve job shares: the model, its layout, the load grid."""
     model = model_entry(wildcards)
-    serve, gsm8k = config["serve"], config["gsm8k"]
-    args = [
-        "--runtime",
-        RUNTIME,
-        "--cell-id",
-        f"{wildcards.image}/{wildcards.model}/tp{wildcards.tp}-ep{wildcards.ep}",
-        "--arm",
-        arm,
+    serve = config["serve"]
+    return [
         "--model",
         model_source(wildcards),
         "--served-model-name",
@@ -207,6 +214,35 @@ def serve_args(wildcards, input, arm):
         str(serve["ready_timeout_s"]),
         "--max-failed-share",
         str(serve["max_failed_share"]),
+    ]
+
+
+def docker_server_args(wildcards):
+    """serve_stage's flags for containerised servers: vendor, GPUs per server, HF cache."""
+    return [
+        "--gpu-vendor",
+        config["gpu_vendor"],
+        "--gpus",  # per server
+        wildcards.tp,
+        "--total-gpus",
+        str(config["gpus"]),
+        "--hf-cache",
+        str(Path(config["hf_cache"]).expanduser()),
+    ]
+
+
+def serve_args(wildcards, input, arm):
+    """serve_stage's command line for one arm, or for both (arm="pair")."""
+    gsm8k = config["gsm8k"]
+    # Flag order is part of the job's params: keep it stable, or finished cells rerun.
+    args = [
+        "--runtime",
+        RUNTIME,
+        "--cell-id",
+        f"{wildcards.image}/{wildcards.model}/tp{wildcards.tp}-ep{wildcards.ep}",
+        "--arm",
+        arm,
+        *load_args(wildcards),
         "--gsm8k-fewshot",
         str(gsm8k["num_fewshot"]),
         "--lease-dir",
@@ -219,20 +255,61 @@ def serve_args(wildcards, input, arm):
     if "tuned" in input.keys():
         args += ["--tuned-config-dir", input.tuned]
     if RUNTIME == "docker":
-        args += [
-            "--image-ref",
-            PINS.ref(wildcards.image),
-            "--image-digest",
-            PINS.digest(wildcards.image),
-            "--gpu-vendor",
-            config["gpu_vendor"],
-            "--gpus",  # per server
-            wildcards.tp,
-            "--total-gpus",
-            str(config["gpus"]),
-            "--hf-cache",
-            str(Path(config["hf_cache"]).expanduser()),
-        ]
-    else:
-        args += ["--image-digest", PINS.digest(wildcards.image)]
+        args += ["--image-ref", PINS.ref(wildcards.image)]
+    args += ["--image-digest", PINS.digest(wildcards.image)]
+    if RUNTIME == "docker":
+        args += docker_server_args(wildcards)
+    return shlex.join(args)
+
+
+def compare_cell_dir(wildcards, image):
+    return CELL_DIR.format(
+        image=image, model=wildcards.model, tp=wildcards.tp, ep=wildcards.ep
+    )
+
+
+def compare_inputs(wildcards):
+    """A comparison reads the model and both cells' tuned configs (it serves the tuned arm)."""
+    inputs = model_inputs(wildcards)
+    inputs["tuned_a"] = os.path.join(
+        compare_cell_dir(wildcards, wildcards.image_a), "tune", "configs"
+    )
+    inputs["tuned_b"] = os.path.join(
+        compare_cell_dir(wildcards, wildcards.image_b), "tune", "configs"
+    )
+    return inputs
+
+
+def compare_args(wildcards, input):
+    """serve_stage's command line for a comparison: two images' tuned arms (--arm images)."""
+    sides = []
+    for image, tuned in (
+        (wildcards.image_a, input.tuned_a),
+        (wildcards.image_b, input.tuned_b),
+    ):
+        sides.append(
+            {
+                "name": image,
+                "cell": f"{image}/{wildcards.model}/tp{wildcards.tp}-ep{wildcards.ep}",
+                "image_ref": PINS.ref(image) if RUNTIME == "docker" else None,
+                "image_digest": PINS.digest(image),
+                "tuned_config_dir": tuned,
+            }
+        )
+    args = [
+        "--runtime",
+        RUNTIME,
+        "--cell-id",
+        COMPARE_ID.format(**wildcards),
+        "--arm",
+        "images",
+        *load_args(wildcards),
+        "--lease-dir",
+        "results/.leases",
+        "--no-gsm8k",
+        "--images-json",
+        json.dumps(sides),
+    ]
+    if RUNTIME == "docker":
+        args += docker_server_args(wildcards)
     return shlex.join(args)

@@ -4,6 +4,8 @@
 rule report:
     input:
         cells=cell_outputs(CELLS),
+        # Image comparisons interleaved on one host (serve.compare_images); none otherwise.
+        compare=compare_targets(),
     output:
         report="results/report/report.md",
         serve="results/report/serve.csv",
@@ -17,4 +19,4 @@ rule report:
         runtime=RUNTIME,
     shell:
         "python -m cellbench.report --results results --runtime {params.runtime} "
-        "--out-dir results/report {input.cells} > {log} 2>&1"
+        "--out-dir results/report {input.cells} {input.compare} > {log} 2>&1"

@@ -7,6 +7,11 @@ per cell and batch size) and `report.md` in the seeds' shapes (TTFT, TPOT, E2E t
 ISL-OSL with arms as columns and an Average row; GSM8K strict-match and flexible-extract),
 followed by diff sections (untuned vs tuned; image A vs image B) that tell change from noise.
 
+Image comparisons (`results/compare/A-vs-B/MODEL/tpN-epM/bench.json`, serve.compare_images),
+when given, are what the image-vs-image section of the tuned arm uses ("interleaved on one
+host"); otherwise, and for the untuned arm, it compares the separately run cells ("separate
+runs"). Their points go to `compare.csv`.
+
     python -m cellbench.report --results results --out-dir results/report [FILES...]
 """
 
@@ -52,13 +57,53 @@ def _cell_of(path: Path, results: Path) -> str:
     return "/".join(parts[:3])
 
 
+def _is_comparison(path: Path, results: Path) -> bool:
+    """results/compare/A-vs-B/MODEL/tpN-epM/bench.json"""
+    parts = path.resolve().relative_to(results.resolve()).parts
+    return parts[0] == "compare" and path.name == "bench.json"
+
+
+def load_comparisons(files: Iterable[str | Path], results: str | Path = "results") -> pd.DataFrame:
+    """Image comparisons (serve.compare_images) among ``files`` as one tidy frame: one row per
+    point, tagged with its comparison, its image (side) and that side's digest."""
+    results = Path(results)
+    rows = []
+    for f in map(Path, files):
+        if not _is_comparison(f, results):
+            continue
+        data = _read_json(f)
+        image_a, image_b = data["images"]
+        _, model, layout = data["comparison"].split("/")
+        tp, ep = layout.removeprefix("tp").split("-ep")
+        for point in data["points"]:
+            side = data["sides"][point["image"]]
+            row = {
+                "comparison": data["comparison"],
+                "image_a": image_a,
+                "image_b": image_b,
+                "model": model,
+                "tp": int(tp),
+                "ep": int(ep),
+                "arm": data["arm"],
+                "image_digest": side.get("image_digest"),
+                "cold": side.get("cold"),
+                "same_environment": data["same_environment"],
+            }
+            row.update({k: v for k, v in point.items() if not isinstance(v, (list, dict))})
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
 def load_tables(
     files: Iterable[str | Path], results: str | Path = "results"
 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """Read stage outputs into three tidy frames: serve, gsm8k, tune."""
+    """Read stage outputs into three tidy frames: serve, gsm8k, tune (image comparisons are
+    left to ``load_comparisons``)."""
     results = Path(results)
     serve_rows, gsm_rows, tune_rows = [], [], []
     for f in map(Path, files):
+        if _is_comparison(f, results):
+            continue
         cell = _split_cell(_cell_of(f, results))
         if f.name == "bench.json":
             bench = _read_json(f)
@@ -284,7 +329,74 @@ def tune_table(tune: pd.DataFrame, cell: str) -> str:
     )
 
 
-def render(serve: pd.DataFrame, gsm: pd.DataFrame, tune: pd.DataFrame, runtime: str) -> str:
+def image_sections(serve: pd.DataFrame, compare: pd.DataFrame | None = None) -> list[str]:
+    """Image A vs image B per (model, tp, ep) and arm. The tuned arm comes from an image
+    comparison when there is one (both images served side by side and interleaved: "interleaved
+    on one host"); otherwise from the two cells' own runs ("separate runs")."""
+    compare = compare if compare is not None else pd.DataFrame()
+    images = set(serve.image) if len(serve) else set()
+    layouts = set(map(tuple, serve[["model", "tp", "ep"]].values.tolist())) if len(serve) else set()
+    if len(compare):
+        images |= set(compare.image)
+        layouts |= set(map(tuple, compare[["model", "tp", "ep"]].values.tolist()))
+    lines = []
+    images = sorted(images)
+    for i, img_a in enumerate(images):
+        for img_b in images[i + 1 :]:
+            for model, tp, ep in sorted(layouts):
+                interleaved = pd.DataFrame()
+                if len(compare):
+                    interleaved = compare[
+                        (compare.model == model)
+                        & (compare.tp == tp)
+                        & (compare.ep == ep)
+                        & (
+                            ((compare.image_a == img_a) & (compare.image_b == img_b))
+                            | ((compare.image_a == img_b) & (compare.image_b == img_a))
+                        )
+                    ]
+                for arm in ARM_LABELS:
+                    if arm == "tuned" and len(interleaved):
+                        source, label = interleaved, "interleaved on one host"
+                        ka, kb = {"image": img_a}, {"image": img_b}
+                    else:
+                        source, label = serve, "separate runs"
+                        ka = {"image": img_a, "model": model, "tp": tp, "ep": ep, "arm": arm}
+                        kb = {**ka, "image": img_b}
+                        if not len(serve):
+                            continue
+                    lines += [
+                        f"## {img_a} (A) vs {img_b} (B): {model} tp{tp}-ep{ep}, {arm} ({label})",
+                        "",
+                    ]
+                    if label != "separate runs":
+                        digests = {
+                            img: sorted(set(source[source.image == img].image_digest.dropna()))
+                            for img in (img_a, img_b)
+                        }
+                        lines += [
+                            "Both images' servers ran at once on this host, their repeats "
+                            "alternated (A B, B A, ...); each served with its own cell's tuned "
+                            f"configs. A: `{', '.join(digests[img_a]) or 'n/a'}`, "
+                            f"B: `{', '.join(digests[img_b]) or 'n/a'}`."
+                            + (
+                                " Both sides ran the same local environment (no image)."
+                                if source.same_environment.any()
+                                else ""
+                            ),
+                            "",
+                        ]
+                    lines += [diff_table(source, ka, kb), ""]
+    return lines
+
+
+def render(
+    serve: pd.DataFrame,
+    gsm: pd.DataFrame,
+    tune: pd.DataFrame,
+    runtime: str,
+    compare: pd.DataFrame | None = None,
+) -> str:
     cells = sorted(
         set(serve.get("cell", [])) | set(gsm.get("cell", [])) | set(tune.get("cell", []))
     )
@@ -317,20 +429,7 @@ def render(serve: pd.DataFrame, gsm: pd.DataFrame, tune: pd.DataFrame, runtime: 
                 diff_table(serve, {"cell": cell, "arm": "untuned"}, {"cell": cell, "arm": "tuned"}),
                 "",
             ]
-    if len(serve):
-        images = sorted(set(serve.image))
-        for i, img_a in enumerate(images):
-            for img_b in images[i + 1 :]:
-                for (model, tp, ep), _ in serve.groupby(["model", "tp", "ep"]):
-                    for arm in ARM_LABELS:
-                        ka = {"image": img_a, "model": model, "tp": tp, "ep": ep, "arm": arm}
-                        kb = {**ka, "image": img_b}
-                        lines += [
-                            f"## {img_a} (A) vs {img_b} (B): {model} tp{tp}-ep{ep}, {arm}",
-                            "",
-                            diff_table(serve, ka, kb),
-                            "",
-                        ]
+    lines += image_sections(serve, compare)
     lines += [
         "",
         f"Verdicts: Welch's t-test over repeats, Holm-adjusted within each table, "
@@ -347,12 +446,18 @@ def write_report(
     results: str | Path = "results",
     runtime: str = "docker",
 ) -> Path:
+    files = list(files)
     serve, gsm, tune = load_tables(files, results)
+    compare = load_comparisons(files, results)
     out_dir = Path(out_dir)
-    for name, df in (("serve", serve), ("gsm8k", gsm), ("tune", tune)):
+    tables = [("serve", serve), ("gsm8k", gsm), ("tune", tune)]
+    if len(compare):
+        tables.append(("compare", compare))
+    for name, df in tables:
         atomicio.write_text(out_dir / f"{name}.csv", df.to_csv(index=False))
     report = out_dir / "report.md"
-    atomicio.write_text(report, render(serve, gsm, tune, runtime))  # written last: the marker
+    # Written last: the marker.
+    atomicio.write_text(report, render(serve, gsm, tune, runtime, compare))
     return report
 
 

@@ -328,3 +328,67 @@ def _workdir(tmp_path: Path) -> Path:
         else:
             shutil.copy(src, work / name)
     return work
+
+
+@pytest.mark.slow
+def test_compare_rule_runs_on_the_embedded_default(tmp_path):
+    # The real rule end to end on the local runtime: two "images" (the same host environment),
+    # each cell tuned under the Triton interpreter, then one job serving both tuned arms with
+    # `transformers serve` and alternating them per repeat.
+    import subprocess
+
+    work = _workdir(tmp_path)
+    config = _config("local.yaml", compare_images=True, grid=[{"isl": 32, "osl": 16}])
+    config["images"]["host-cpu-b"] = {"ref": "local/host-cpu-b:none"}
+    config["cells"] = [
+        {"images": ["host-cpu", "host-cpu-b"], "models": ["tiny-qwen3-moe"], "tp": 1}
+    ]
+    configfile = _write(tmp_path, config, "two-images.yaml")
+    target = "results/compare/host-cpu-vs-host-cpu-b/tiny-qwen3-moe/tp1-ep1/bench.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--cores", "2", target, "--configfile", configfile],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    data = json.loads((work / target).read_text())
+    serve_stage.validate_comparison(data)
+    assert data["same_environment"] is True and data["runtime"] == "local"
+    a, b = "host-cpu", "host-cpu-b"
+    assert [p["image"] for p in data["points"]] == [a, b, b, a, a, b]  # 3 repeats, A B / B A
+    assert [p["seq"] for p in data["points"]] == list(range(6))
+    assert all(p["completed"] > 0 and p["failed"] == 0 for p in data["points"])
+    for name in ("host-cpu", "host-cpu-b"):
+        side = data["sides"][name]
+        assert side["tuned_config_dir"] == f"results/{name}/tiny-qwen3-moe/tp1-ep1/tune/configs"
+        assert side["image_digest"].startswith("local:python")
+        assert (work / target).with_name(f"server-{name}.log").stat().st_size > 0
+    # No per-cell serve job was needed, and the comparison is now up to date.
+    assert not (work / "results/host-cpu/tiny-qwen3-moe/tp1-ep1/serve").exists()
+    assert "Nothing to be done" in planned_text(work, target, configfile)
+
+
+def planned_text(work: Path, target: str, configfile: str) -> str:
+    import subprocess
+
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "-n",
+            "--cores",
+            "2",
+            target,
+            "--configfile",
+            configfile,
+        ],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout + proc.stderr

@@ -58,7 +58,8 @@ Usage (flags the serve rule builds from the config)::
 ``--gpus`` is per server (a pair or an images job holds twice as many).
 ``--server-command-json`` runs that command instead of ``transformers serve`` (local) or
 ``vllm serve`` (inside the image, docker); ``{port}``, ``{host}`` and ``{model}`` in it are filled
-in (bring-your-own server, and tests).
+in (bring-your-own server, and tests); an ``--images-json`` entry's optional ``server_command``
+replaces it for that side only.
 Without ``--gsm8k-task-dir`` lm-eval's own ``gsm8k`` task is used.
 """
 

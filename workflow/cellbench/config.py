@@ -17,31 +17,11 @@ from typing import Any
 import jsonschema
 import yaml
 
+# Batch-size tiers by name are the tuner's own lists (stdlib-only at import).
+from cellbench.tuner.cli import BATCH_SIZE_TIERS
+
 SCHEMA_PATH = Path(__file__).resolve().parent.parent / "schemas" / "config.schema.yaml"
 ARMS = ("untuned", "tuned")
-
-# Batch-size tiers the tuner understands by name.
-VLLM_DEFAULT_BATCH_SIZES = (
-    1,
-    2,
-    4,
-    8,
-    16,
-    24,
-    32,
-    48,
-    64,
-    96,
-    128,
-    256,
-    512,
-    1024,
-    1536,
-    2048,
-    3072,
-    4096,
-)
-AITER16_BATCH_SIZES = tuple(2**i for i in range(16))
 
 
 class ConfigError(ValueError):
@@ -287,10 +267,8 @@ def comparisons(config: dict[str, Any]) -> list[Comparison]:
 
 def batch_sizes(config: dict[str, Any]) -> list[int]:
     spec = config["tune"]["batch_sizes"]
-    if spec == "vllm_default":
-        return list(VLLM_DEFAULT_BATCH_SIZES)
-    if spec == "aiter16":
-        return list(AITER16_BATCH_SIZES)
+    if isinstance(spec, str):
+        return list(BATCH_SIZE_TIERS[spec])
     return sorted(set(spec))
 
 

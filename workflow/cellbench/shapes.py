@@ -311,23 +311,30 @@ def device_name() -> str:
     return _sanitise(torch.cuda.get_device_name(0))
 
 
+def add_shape_arguments(p: argparse.ArgumentParser, *, dtype_help: str) -> None:
+    """Options naming a fused-MoE shape, shared by `cellbench shapes` and `cellbench tune`."""
+    p.add_argument(
+        "--model-config",
+        required=True,
+        help="config.json, a model directory, or a Hugging Face model id",
+    )
+    p.add_argument("--tp", type=int, default=1, help="tensor parallel size (default 1)")
+    p.add_argument("--ep", action="store_true", help="expert parallel (EP size = TP)")
+    p.add_argument("--dtype", default="auto", help=dtype_help)
+    p.add_argument(
+        "--block-shape", default="auto", help="'n,k' (e.g. 128,128), 'none', or 'auto' (default)"
+    )
+    p.add_argument("--device-name", help="device name in the file name (default: this machine)")
+
+
 def _build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="cellbench shapes",
         description="Print the per-rank fused-MoE shape and vLLM's tuned-config file name.",
     )
-    p.add_argument("--model-config", required=True, help="config.json or a model directory")
-    p.add_argument("--tp", type=int, default=1, help="tensor parallel size (default 1)")
-    p.add_argument("--ep", action="store_true", help="expert parallel (EP size = TP)")
-    p.add_argument(
-        "--dtype",
-        default="auto",
-        help="fp8_w8a8, int8_w8a16, ..., 'none' for bf16/fp16, 'auto' from the config (default)",
+    add_shape_arguments(
+        p, dtype_help="fp8_w8a8, int8_w8a16, ..., 'none' for bf16/fp16, 'auto' from the config"
     )
-    p.add_argument(
-        "--block-shape", default="auto", help="'n,k' (e.g. 128,128), 'none', or 'auto' (default)"
-    )
-    p.add_argument("--device-name", help="device name for the file name (default: this machine)")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     return p
 

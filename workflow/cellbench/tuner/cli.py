@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..shapes import add_shape_arguments
+
 __all__ = ["main", "parse_batch_sizes", "BATCH_SIZE_TIERS", "UsageError"]
 
 _FLOAT_DTYPES = {
@@ -73,15 +75,12 @@ def _parser() -> argparse.ArgumentParser:
         prog="cellbench tune",
         description="Tune vLLM's fused-MoE Triton configs for one model shape.",
     )
-    p.add_argument("--model-config", required=True, help="HF config.json or a model folder")
-    p.add_argument("--tp", type=int, default=1, help="tensor parallel size")
-    p.add_argument("--ep", action="store_true", help="expert parallel (EP size = TP)")
-    p.add_argument("--dtype", default="auto", help="fp8_w8a8, none/bf16, or auto (from config)")
-    p.add_argument("--block-shape", default="auto", help="n,k (e.g. 128,128), none, or auto")
+    add_shape_arguments(
+        p, dtype_help="fp8_w8a8; none, bf16, fp16 or fp32 for unquantised; auto (from config)"
+    )
     p.add_argument("--batch-sizes", default="vllm_default", help="1,16,64 | vllm_default | aiter16")
     p.add_argument("--mode", choices=("default", "exhaustive"), default="default")
     p.add_argument("--backend", choices=("builtin", "vllm"), default="builtin")
-    p.add_argument("--device-name", help="device name in the config file name (default: detected)")
     p.add_argument("--max-configs", type=int, help="cap on configs considered per batch size")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(

@@ -17,7 +17,7 @@ import pytest
 import yaml
 from cellbench import config as cbconfig
 from cellbench import report, serve_stage
-from test_workflow import planned_jobs
+from test_workflow import fresh_copy, planned_jobs
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMED = [sys.executable, "-m", "cellbench.testing.timed_server", "--port", "{port}"]
@@ -309,25 +309,10 @@ def test_dry_run_local_runtime_with_two_images(tmp_path):
     for group in config["cells"]:
         group["images"].append("host-cpu-b")
     jobs = planned_jobs(
-        "all", "--configfile", _write(tmp_path, config, "local2.yaml"), cwd=_workdir(tmp_path)
+        "all", "--configfile", _write(tmp_path, config, "local2.yaml"), cwd=fresh_copy(tmp_path)
     )
     assert jobs["compare_images"] == 2  # the tp1-ep1 and tp2-ep2 cells
     assert jobs["serve_pair"] == 4 and jobs["tune"] == 4 and jobs["report"] == 1
-
-
-def _workdir(tmp_path: Path) -> Path:
-    """The workflow without the checkout's results/, so the plan starts from nothing."""
-    import shutil
-
-    work = tmp_path / "work"
-    work.mkdir()
-    for name in ("Snakefile", "workflow", "config", "profiles"):
-        src = ROOT / name
-        if src.is_dir():
-            shutil.copytree(src, work / name, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy(src, work / name)
-    return work
 
 
 @pytest.mark.slow
@@ -337,7 +322,7 @@ def test_compare_rule_runs_on_the_embedded_default(tmp_path):
     # `transformers serve` and alternating them per repeat.
     import subprocess
 
-    work = _workdir(tmp_path)
+    work = fresh_copy(tmp_path)
     config = _config("local.yaml", compare_images=True, grid=[{"isl": 32, "osl": 16}])
     config["images"]["host-cpu-b"] = {"ref": "local/host-cpu-b:none"}
     config["cells"] = [

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +15,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 from cellbench import archive
+from test_workflow import fresh_copy
 
 ROOT = Path(__file__).resolve().parents[1]
 CELLS = ["host-cpu/tiny-qwen3-moe/tp1-ep1", "host-cpu/tiny-qwen3-moe/tp2-ep2"]
@@ -33,14 +33,7 @@ def snakemake(workdir: Path, *args: str, timeout: int = 900) -> subprocess.Compl
 
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory) -> Path:
-    work = tmp_path_factory.mktemp("pipeline")
-    for name in ("Snakefile", "workflow", "config", "profiles"):
-        src = ROOT / name
-        (shutil.copytree if src.is_dir() else shutil.copy)(
-            src,
-            work / name,
-            **({"ignore": shutil.ignore_patterns("__pycache__")} if src.is_dir() else {}),
-        )
+    work = fresh_copy(tmp_path_factory.mktemp("pipeline"))
     proc = snakemake(work, "all")
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     return work

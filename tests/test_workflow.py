@@ -70,8 +70,9 @@ def test_production_dry_run_lists_every_job(tmp_path):
     )
 
 
-def _fresh_copy(tmp_path: Path) -> Path:
-    """The workflow without the checkout's results/, so the plan starts from nothing."""
+def fresh_copy(tmp_path: Path) -> Path:
+    """The workflow without the checkout's results/, so a plan or a run starts from nothing.
+    Other test modules import this."""
     work = tmp_path / "work"
     work.mkdir()
     for name in ("Snakefile", "workflow", "config", "profiles"):
@@ -84,7 +85,7 @@ def _fresh_copy(tmp_path: Path) -> Path:
 
 
 def test_embedded_default_dry_run(tmp_path):
-    work = _fresh_copy(tmp_path)
+    work = fresh_copy(tmp_path)
     jobs = planned_jobs("all", cwd=work)  # the default workflow profile selects local.yaml
     assert jobs["tiny_model"] == 1 and jobs["gsm8k_set"] == 1
     assert jobs["tune"] == 2 and jobs["serve_pair"] == 2 and jobs["gsm8k"] == 4

@@ -31,6 +31,7 @@ need=()
 [ -x /usr/sbin/dockerd ] || need+=(docker.io)
 command -v docker-registry >/dev/null || need+=(docker-registry)
 command -v debootstrap >/dev/null || need+=(debootstrap)
+command -v curl >/dev/null || need+=(curl)
 if [ "${#need[@]}" -gt 0 ]; then
   log "installing ${need[*]}"
   apt-get update -qq

@@ -19,10 +19,12 @@ if not torch.cuda.is_available():
 
 import pytest  # noqa: E402
 from cellbench.kernels import (  # noqa: E402
+    DECODE_MAX_TOKENS,
     MoEProblem,
     QuantArgs,
     fused_moe,
     interpreter_active,
+    kernel_path,
     make_problem,
     moe_align_block_size,
     run_fused,
@@ -142,6 +144,42 @@ def test_run_gemms_is_the_fused_call_without_the_sum() -> None:
     ref = torch_moe_reference(p)
     assert relative_error(summed, ref) < error_bound("fp32"), f"seed {seed}"
     assert relative_error(run_fused(p, cfg), summed) < 1e-6, f"seed {seed}"
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])  # no tl.dot: bf16 is fine here
+@pytest.mark.parametrize("m", [1, 2, 3])
+@pytest.mark.parametrize(
+    "shape",
+    # The second shape has N % BLOCK_SIZE_N != 0 (wrapped columns) and K % BLOCK_SIZE_K != 0.
+    [TINY, MoEShape(6, 24, 40, 3)],
+    ids=["tiny", "ragged"],
+)
+def test_decode_path_matches_reference(dtype: str, m: int, shape: MoEShape) -> None:
+    seed = fresh_seed()
+    p = make_problem(shape, m, dtype, DEVICE, seed)
+    cfg = CONFIGS[0]
+    out = torch.full_like(p.hidden_states, float("nan"))
+    run_fused(p, cfg, out=out, path="decode")
+    assert torch.isfinite(out).all(), f"seed {seed}"
+    ref = torch_moe_reference(p)
+    assert relative_error(out, ref) < problem_error_bound(p), f"seed {seed}"
+    # The GEMM-only entry point returns the per-block partials; their sum is the output.
+    part = run_gemms(p, cfg, path="decode")
+    summed = part.sum(dim=1).reshape(m, shape.topk, -1).sum(dim=1)
+    assert relative_error(summed, ref) < problem_error_bound(p), f"seed {seed}"
+
+
+def test_kernel_path_rules() -> None:
+    q = QuantArgs("fp8_w8a8", torch.ones(1), torch.ones(1))
+    assert kernel_path(1, None) == "decode"
+    assert kernel_path(DECODE_MAX_TOKENS, None) == "decode"
+    assert kernel_path(DECODE_MAX_TOKENS + 1, None) == "grouped"
+    assert kernel_path(1, q) == "grouped"  # fp8 always takes the grouped GEMMs
+    assert kernel_path(1, None, "grouped") == "grouped"
+    with pytest.raises(ValueError, match="unquantised"):
+        kernel_path(1, q, "decode")
+    with pytest.raises(ValueError, match="path='fast'"):
+        kernel_path(1, None, "fast")
 
 
 def test_non_power_of_two_shape() -> None:

@@ -19,10 +19,12 @@ if "TRITON_INTERPRET" not in os.environ and not torch.cuda.is_available():
 from .align import moe_align_block_size  # noqa: E402
 from .fused_moe import (  # noqa: E402
     CONFIG_KEYS,
+    DECODE_MAX_TOKENS,
     MoEProblem,
     QuantArgs,
     fused_moe,
     interpreter_active,
+    kernel_path,
     make_problem,
     run_fused,
     run_gemms,
@@ -30,10 +32,12 @@ from .fused_moe import (  # noqa: E402
 
 __all__ = [
     "CONFIG_KEYS",
+    "DECODE_MAX_TOKENS",
     "MoEProblem",
     "QuantArgs",
     "fused_moe",
     "interpreter_active",
+    "kernel_path",
     "make_problem",
     "moe_align_block_size",
     "run_fused",

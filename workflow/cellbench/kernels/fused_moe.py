@@ -272,6 +272,109 @@ def _sum_topk_kernel(
     tl.store(out_ptr + t * stride_out + cols, y.to(out_ptr.dtype.element_ty), mask=cols < K)
 
 
+@triton.jit
+def _moe_decode_kernel(
+    x_ptr,
+    w1_ptr,
+    w2_ptr,
+    part_ptr,
+    topk_ids_ptr,
+    topk_weights_ptr,
+    N,
+    K,
+    num_n_blocks,
+    stride_xm,
+    stride_w1e,
+    stride_w1n,
+    stride_w2e,
+    stride_w2k,
+    stride_pr,
+    TOPK: tl.constexpr,
+    EVEN_K: tl.constexpr,
+    BLOCK_SIZE_N: tl.constexpr,
+    BLOCK_SIZE_K: tl.constexpr,
+):
+    """Both GEMMs and the activation of one (token, expert) pair, for BLOCK_SIZE_N of the N
+    intermediate columns, in one program (the few-token path).
+
+    h = silu(x . W1g[e, cols]) * (x . W1u[e, cols]) * routing weight, then the partial output
+    W2[e][:, cols] @ h (all K outputs) goes to row pair * num_n_blocks + block of `part`
+    (float32); `_sum_rows_kernel` adds a token's rows. Each weight element is read once, and
+    a single launch replaces GEMM 1, SiLU-and-mul and GEMM 2: at one token the time is the
+    weight stream plus one launch, not three.
+    """
+    pair = tl.program_id(0).to(tl.int64)
+    nb = tl.program_id(1)
+    tok = pair // TOPK
+    expert = tl.load(topk_ids_ptr + pair).to(tl.int64)
+    weight = tl.load(topk_weights_ptr + pair)
+    offs_n = nb * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)
+    n_ok = offs_n < N
+    offs_wn = offs_n % N  # wrapped so weight loads need no mask; h is zeroed past N
+    offs_k = tl.arange(0, BLOCK_SIZE_K)
+    x_ptrs = x_ptr + tok * stride_xm + offs_k
+    g_ptrs = w1_ptr + expert * stride_w1e + offs_wn[:, None] * stride_w1n + offs_k[None, :]
+    u_ptrs = g_ptrs + N * stride_w1n
+    acc_g = tl.zeros((BLOCK_SIZE_N, BLOCK_SIZE_K), dtype=tl.float32)
+    acc_u = tl.zeros((BLOCK_SIZE_N, BLOCK_SIZE_K), dtype=tl.float32)
+    for kb in range(0, tl.cdiv(K, BLOCK_SIZE_K)):
+        if EVEN_K:
+            xv = tl.load(x_ptrs)
+            g = tl.load(g_ptrs)
+            u = tl.load(u_ptrs)
+        else:
+            k_ok = offs_k < K - kb * BLOCK_SIZE_K
+            xv = tl.load(x_ptrs, mask=k_ok, other=0.0)
+            g = tl.load(g_ptrs, mask=k_ok[None, :], other=0.0)
+            u = tl.load(u_ptrs, mask=k_ok[None, :], other=0.0)
+        xf = xv.to(tl.float32)[None, :]
+        acc_g += g.to(tl.float32) * xf
+        acc_u += u.to(tl.float32) * xf
+        x_ptrs += BLOCK_SIZE_K
+        g_ptrs += BLOCK_SIZE_K
+        u_ptrs += BLOCK_SIZE_K
+    gate = tl.sum(acc_g, axis=1)
+    up = tl.sum(acc_u, axis=1)
+    h = tl.where(n_ok, gate / (1.0 + tl.exp(-gate)) * up * weight, 0.0)
+    # GEMM 2 over all K outputs, BLOCK_SIZE_K rows of W2 at a time.
+    offs_o = tl.arange(0, BLOCK_SIZE_K)
+    w2_ptrs = w2_ptr + expert * stride_w2e + offs_o[:, None] * stride_w2k + offs_wn[None, :]
+    out_ptrs = part_ptr + (pair * num_n_blocks + nb) * stride_pr + offs_o
+    for ob in range(0, tl.cdiv(K, BLOCK_SIZE_K)):
+        if EVEN_K:
+            w2 = tl.load(w2_ptrs)
+            tl.store(out_ptrs, tl.sum(w2.to(tl.float32) * h[None, :], axis=1))
+        else:
+            o_ok = offs_o < K - ob * BLOCK_SIZE_K
+            w2 = tl.load(w2_ptrs, mask=o_ok[:, None], other=0.0)
+            tl.store(out_ptrs, tl.sum(w2.to(tl.float32) * h[None, :], axis=1), mask=o_ok)
+        w2_ptrs += BLOCK_SIZE_K * stride_w2k
+        out_ptrs += BLOCK_SIZE_K
+
+
+@triton.jit
+def _sum_rows_kernel(
+    in_ptr,
+    out_ptr,
+    R,
+    K,
+    stride_in,
+    stride_out,
+    R_BLOCK: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    """out[t] = sum of in's rows t*R ... t*R + R-1 (float32), R_BLOCK rows per load."""
+    t = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    rows = tl.arange(0, R_BLOCK)
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for r0 in range(0, R, R_BLOCK):
+        m = ((r0 + rows) < R)[:, None] & (cols[None, :] < K)
+        ptrs = in_ptr + (t * R + r0 + rows)[:, None] * stride_in + cols[None, :]
+        acc += tl.sum(tl.load(ptrs, mask=m, other=0.0).to(tl.float32), axis=0)
+    tl.store(out_ptr + t * stride_out + cols, acc.to(out_ptr.dtype.element_ty), mask=cols < K)
+
+
 # ----------------------------------------------------------------------------- host side
 
 
@@ -440,6 +543,63 @@ def _gemm(
     )
 
 
+# Unquantised calls of at most this many tokens take the few-token path (_moe_decode_kernel:
+# both GEMMs in one launch, no alignment); more tokens share weights best in grouped GEMMs.
+DECODE_MAX_TOKENS = 2
+PATHS = ("auto", "grouped", "decode")
+
+
+def kernel_path(m: int, quant: QuantArgs | None, path: str = "auto") -> str:
+    """Which kernels a call of m tokens runs: "decode" (few-token path) or "grouped"."""
+    if path not in PATHS:
+        raise ValueError(f"path={path!r} must be one of {', '.join(PATHS)}")
+    if path == "decode" and quant is not None:
+        raise ValueError("the few-token path runs unquantised weights only")
+    if path == "auto":
+        return "decode" if quant is None and m <= DECODE_MAX_TOKENS else "grouped"
+    return path
+
+
+def _decode(
+    x: torch.Tensor,
+    w1: torch.Tensor,
+    w2: torch.Tensor,
+    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+    config: dict[str, Any],
+) -> tuple[torch.Tensor, int]:
+    """Few-token path: both GEMMs per pair in one launch. Returns the float32 partial outputs
+    (pairs * n_blocks, K), routing weight applied, and n_blocks (rows per pair)."""
+    m, topk = topk_ids.shape
+    n, k = w2.shape[2], x.shape[1]
+    bn, bk = config["BLOCK_SIZE_N"], config["BLOCK_SIZE_K"]
+    nb = triton.cdiv(n, bn)
+    x, w1, w2 = (t if t.stride(-1) == 1 else t.contiguous() for t in (x, w1, w2))
+    part = torch.empty((m * topk * nb, k), dtype=torch.float32, device=x.device)
+    _moe_decode_kernel[(m * topk, nb)](
+        x, w1, w2, part, topk_ids.contiguous(), topk_weights.contiguous(), n, k, nb,
+        x.stride(0), w1.stride(0), w1.stride(1), w2.stride(0), w2.stride(1), part.stride(0),
+        TOPK=topk, EVEN_K=k % bk == 0, BLOCK_SIZE_N=bn, BLOCK_SIZE_K=bk,
+        **_launch_options(config),
+    )  # fmt: skip
+    return part, nb
+
+
+def _sum_rows(
+    part: torch.Tensor, m: int, rows: int, out_dtype: torch.dtype, out: torch.Tensor | None
+) -> torch.Tensor:
+    """(m * rows, K) float32 partials -> (m, K): each token's `rows` rows added."""
+    k = part.shape[1]
+    if out is None:
+        out = torch.empty((m, k), dtype=out_dtype, device=part.device)
+    blk = 32
+    _sum_rows_kernel[(m, triton.cdiv(k, blk))](
+        part, out, rows, k, part.stride(0), out.stride(0),
+        R_BLOCK=min(256, triton.next_power_of_2(rows)), BLOCK=blk,
+    )  # fmt: skip
+    return out
+
+
 def _group_quant(
     x: torch.Tensor, n_cols: int, group: int, silu_mul: bool
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -525,12 +685,16 @@ def fused_moe(
     *,
     quant: QuantArgs | None = None,
     out: torch.Tensor | None = None,
+    path: str = "auto",
 ) -> torch.Tensor:
     """The whole fused-MoE forward: align, GEMM 1, SiLU-and-mul, GEMM 2 (x routing weight),
     sum over top-k. Returns (M, K) in hidden_states' dtype (written into `out` if given).
 
     hidden_states (M, K) fp32/fp16/bf16; w1 (E, 2N, K) and w2 (E, K, N) in the same dtype, or
     fp8 with `quant`; topk_weights (M, topk) float; topk_ids (M, topk) int32/int64 in [0, E).
+    path: "auto" takes the few-token path (GEMMs and activation in one launch, configured by
+    BLOCK_SIZE_N, BLOCK_SIZE_K, num_warps and num_stages) for unquantised calls of at most
+    DECODE_MAX_TOKENS tokens, else the grouped GEMMs; "grouped" or "decode" forces one.
     """
     _check_inputs(hidden_states, w1, w2, topk_weights, topk_ids, quant)
     check_config(config, quant)
@@ -545,6 +709,9 @@ def fused_moe(
     num_experts = w1.shape[0]
     dtype = hidden_states.dtype
     tw = topk_weights.contiguous()
+    if kernel_path(m, quant, path) == "decode":
+        part, nb = _decode(hidden_states, w1, w2, tw, topk_ids, config)
+        return _sum_rows(part, m, topk * nb, dtype, out)
     align = moe_align_block_size(topk_ids, config["BLOCK_SIZE_M"], num_experts)
     if quant is None:
         a1, a1_scale = hidden_states, None
@@ -686,12 +853,17 @@ def _prepare(problem: MoEProblem, config: dict[str, Any]) -> dict[str, Any]:
     return prep
 
 
-def run_gemms(problem: MoEProblem, config: dict[str, Any]) -> torch.Tensor:
-    """Only the two grouped GEMMs (on inputs aligned and quantised beforehand, once per
-    BLOCK_SIZE_M). Returns GEMM 2's (M*topk, K) output, routing weight applied."""
+def run_gemms(problem: MoEProblem, config: dict[str, Any], path: str = "auto") -> torch.Tensor:
+    """Only the two GEMMs. Grouped path: on inputs aligned and quantised beforehand (once per
+    BLOCK_SIZE_M); returns GEMM 2's (M*topk, K) output, routing weight applied. Few-token
+    path (see `fused_moe`): the one launch that does both; returns its float32 partials
+    (M*topk, N / BLOCK_SIZE_N, K), whose sum over dims 1 is GEMM 2's output."""
     check_config(config, problem.quant)
-    prep = _prepare(problem, config)
     p, q = problem, problem.quant
+    if kernel_path(p.m, q, path) == "decode":
+        part, nb = _decode(p.hidden_states, p.w1, p.w2, p.topk_weights, p.topk_ids, config)
+        return part.view(p.topk_ids.numel(), nb, -1)
+    prep = _prepare(problem, config)
     _gemm(prep["a1"], prep["a1_scale"], p.w1, q.w1_scale if q else None, prep["c1"],
           p.topk_weights, prep["align"], p.shape.topk, False, config, q)  # fmt: skip
     _gemm(prep["c2"], prep["c2_scale"], p.w2, q.w2_scale if q else None, prep["c3"],
@@ -700,10 +872,12 @@ def run_gemms(problem: MoEProblem, config: dict[str, Any]) -> torch.Tensor:
 
 
 def run_fused(
-    problem: MoEProblem, config: dict[str, Any], out: torch.Tensor | None = None
+    problem: MoEProblem,
+    config: dict[str, Any],
+    out: torch.Tensor | None = None,
+    path: str = "auto",
 ) -> torch.Tensor:
     """The whole fused call on the problem's inputs; returns (M, K) (into `out` if given)."""
     p = problem
-    return fused_moe(
-        p.hidden_states, p.w1, p.w2, p.topk_weights, p.topk_ids, config, quant=p.quant, out=out
-    )
+    return fused_moe(p.hidden_states, p.w1, p.w2, p.topk_weights, p.topk_ids, config,
+                     quant=p.quant, out=out, path=path)  # fmt: skip

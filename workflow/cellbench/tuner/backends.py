@@ -83,11 +83,19 @@ class BuiltinBackend:
         run(problem, config)  # align/quantise once outside any timed region
         return lambda: run(problem, config)
 
+    def kernel_path(self, problem: Any) -> str:
+        """Kernel path of the call: 'decode' (few-token, both GEMMs in one launch) or
+        'grouped'."""
+        return self._k.kernel_path(problem.m, problem.quant)
+
     def gemm_calls(self, problem: Any, config: dict[str, int]):
-        """(GEMM 1, GEMM 2) closures, each alone; None when the kernel module lacks the hooks.
+        """(GEMM 1, GEMM 2) closures, each alone; None when the kernel module lacks the hooks
+        or the call takes the few-token path (one launch for both GEMMs).
 
         Uses the kernel module's internal `_prepare`/`_gemm` (guarded: they may change).
         """
+        if self.kernel_path(problem) == "decode":
+            return None  # the few-token path does both GEMMs in one launch
         fm = getattr(self._k, "fused_moe", None)
         mod = inspect.getmodule(self._k.run_gemms)
         prep_fn = getattr(mod, "_prepare", None)
@@ -189,6 +197,9 @@ class VllmBackend(BuiltinBackend):
 
     def gemm_calls(self, problem: Any, config: dict[str, int]):
         return None
+
+    def kernel_path(self, problem: Any) -> str:
+        return "grouped"  # vLLM's fused_experts: grouped GEMMs at every batch size
 
 
 def make_backend(name: str, shape: Any, act_dtype: str, device: Any, seed: int = 0):

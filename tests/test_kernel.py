@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import random
+import sys
 
 import torch
 
@@ -30,7 +31,12 @@ from cellbench.kernels import (  # noqa: E402
     run_fused,
     run_gemms,
 )
-from cellbench.kernels.fused_moe import _gemm, _quantise_rows, fp8_dtype  # noqa: E402
+from cellbench.kernels.fused_moe import (  # noqa: E402
+    _gemm,
+    _quantise_rows,
+    _use_b_descriptor,
+    fp8_dtype,
+)
 from cellbench.kernels.reference import (  # noqa: E402
     error_bound,
     problem_error_bound,
@@ -107,9 +113,9 @@ def test_align_rejects_bad_block() -> None:
         moe_align_block_size(ids.flatten(), 16, 4)
 
 
-def _check_fused(problem: MoEProblem, config: dict, seed: int) -> None:
+def _check_fused(problem: MoEProblem, config: dict, seed: int, path: str = "auto") -> None:
     out = torch.full_like(problem.hidden_states, float("nan"))
-    run_fused(problem, config, out=out)
+    run_fused(problem, config, out=out, path=path)
     assert torch.isfinite(out).all(), f"unwritten or non-finite output (seed {seed})"
     err = relative_error(out, torch_moe_reference(problem))
     assert err < problem_error_bound(problem), f"rel err {err:.3g} (seed {seed}, {config})"
@@ -121,6 +127,26 @@ def _check_fused(problem: MoEProblem, config: dict, seed: int) -> None:
 def test_fused_matches_reference(dtype: str, m: int, config: dict) -> None:
     seed = fresh_seed()
     _check_fused(make_problem(TINY, m, dtype, DEVICE, seed), config, seed)
+
+
+@pytest.fixture
+def weights_through_descriptors(monkeypatch):
+    """Grouped GEMMs load weight tiles through tensor descriptors (TMA on a GPU that has it;
+    the interpreter emulates them)."""
+    monkeypatch.setattr(sys.modules["cellbench.kernels.fused_moe"], "B_OPERAND_TMA", True)
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "fp16"])
+@pytest.mark.parametrize("m", [5, 33])
+@pytest.mark.parametrize("config", CONFIGS, ids=["bm16", "bm32", "bm64"])
+@pytest.mark.parametrize("shape", [TINY, MoEShape(6, 24, 40, 3)], ids=["tiny", "ragged"])
+def test_grouped_gemms_with_weight_descriptors(
+    weights_through_descriptors, dtype: str, m: int, config: dict, shape: MoEShape
+) -> None:
+    seed = fresh_seed()
+    p = make_problem(shape, m, dtype, DEVICE, seed)
+    assert _use_b_descriptor(p.w1, config) and _use_b_descriptor(p.w2, config)
+    _check_fused(p, config, seed, path="grouped")
 
 
 @pytest.mark.skipif(DEVICE == "cpu", reason="the Triton interpreter's bf16 tl.dot is unusable")
@@ -202,13 +228,15 @@ def _torch_quant(x: torch.Tensor, group: int | None) -> tuple[torch.Tensor, torc
     return q.reshape(r, c), s
 
 
+@pytest.mark.parametrize("b_tma", [False, True], ids=["pointers", "descriptors"])
 @pytest.mark.parametrize("block", [None, (32, 32)], ids=["per-tensor", "block32"])
-def test_fp8_gemm_with_torch_quantised_activations(block) -> None:
+def test_fp8_gemm_with_torch_quantised_activations(block, b_tma: bool, monkeypatch) -> None:
     """The fp8 grouped GEMM (scales per expert or per block) on activations quantised by
     torch: compared with float64 on the same dequantised values, so only accumulation
-    order differs."""
+    order differs. Weight tiles through pointers or through tensor descriptors."""
     from cellbench.kernels.reference import _dequantise
 
+    monkeypatch.setattr(sys.modules["cellbench.kernels.fused_moe"], "B_OPERAND_TMA", b_tma)
     seed = fresh_seed()
     shape = MoEShape(8, 64, 128, 2, "fp8_w8a8", block)
     p = make_problem(shape, 5, "fp32", DEVICE, seed)

@@ -77,6 +77,7 @@ class QuantArgs:
 def _moe_gemm_kernel(
     a_ptr,
     b_ptr,
+    b_desc,
     c_ptr,
     a_scale_ptr,
     b_scale_ptr,
@@ -107,6 +108,7 @@ def _moe_gemm_kernel(
     QUANT: tl.constexpr,
     EVEN_K: tl.constexpr,
     IEEE: tl.constexpr,
+    B_DESC: tl.constexpr,
     BLOCK_SIZE_M: tl.constexpr,
     BLOCK_SIZE_N: tl.constexpr,
     BLOCK_SIZE_K: tl.constexpr,
@@ -116,6 +118,9 @@ def _moe_gemm_kernel(
 
     A rows are pair indices // A_DIV (A_DIV = topk for GEMM 1, whose A is per token; 1 for
     GEMM 2, whose A is per pair). B is (E, N, K). C is written at the pair index.
+    With B_DESC the B tiles come through b_desc, a tensor descriptor over B viewed as
+    (E*N, K) (TMA on Hopper); a tile past N reads the next expert's rows, whose columns the
+    masked store drops.
     """
     pid = tl.program_id(0)
     num_pid_m = tl.cdiv(EM, BLOCK_SIZE_M)
@@ -145,13 +150,18 @@ def _moe_gemm_kernel(
         bs_ptrs = b_scale_ptr + expert * stride_bse + (offs_bn // GROUP_N) * stride_bsn
 
     acc = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
+    b_row = (expert * N + pid_n * BLOCK_SIZE_N).to(tl.int32)
     for kb in range(0, tl.cdiv(K, BLOCK_SIZE_K)):
         if EVEN_K:
             a = tl.load(a_ptrs, mask=row_ok[:, None], other=0.0)
-            b = tl.load(b_ptrs)
         else:
             k_ok = offs_k < K - kb * BLOCK_SIZE_K
             a = tl.load(a_ptrs, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+        if B_DESC:
+            b = b_desc.load([b_row, kb * BLOCK_SIZE_K]).T
+        elif EVEN_K:
+            b = tl.load(b_ptrs)
+        else:
             b = tl.load(b_ptrs, mask=k_ok[:, None], other=0.0)
         if QUANT == 2:
             kg = (kb * BLOCK_SIZE_K) // GROUP_K
@@ -378,6 +388,42 @@ def _sum_rows_kernel(
 # ----------------------------------------------------------------------------- host side
 
 
+# Grouped GEMMs load weight tiles through TMA descriptors: None = where the GPU has TMA
+# (CUDA capability >= 9), True/False = always/never (True also under the interpreter).
+B_OPERAND_TMA: bool | None = None
+
+
+def _use_b_descriptor(w: torch.Tensor, config: dict[str, Any]) -> bool:
+    """Whether this GEMM's weight tiles can and should come through a tensor descriptor."""
+    want = B_OPERAND_TMA
+    if want is None:
+        want = (
+            torch.cuda.is_available()
+            and w.is_cuda
+            and not getattr(torch.version, "hip", None)
+            and torch.cuda.get_device_capability(w.device)[0] >= 9
+        )
+    if not want:
+        return False
+    e, n, k = w.shape
+    elt = w.element_size()
+    # Descriptor rules: unit inner stride, 16-byte aligned base and row stride, and an inner
+    # block of at least 16 bytes.
+    return (
+        w.is_contiguous()
+        and w.data_ptr() % 16 == 0
+        and (k * elt) % 16 == 0
+        and config["BLOCK_SIZE_K"] * elt >= 16
+    )
+
+
+def _b_descriptor(w: torch.Tensor, config: dict[str, Any]) -> Any:
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    e, n, k = w.shape
+    return TensorDescriptor(w, [e * n, k], [k, 1], [config["BLOCK_SIZE_N"], config["BLOCK_SIZE_K"]])
+
+
 def _launch_options(config: dict[str, Any]) -> dict[str, Any]:
     """Triton launch options from a vLLM config; ROCm-only keys only reach Triton on ROCm."""
     opts = {k: int(config[k]) for k in _OPTIONAL_KEYS if k in config}
@@ -502,9 +548,11 @@ def _gemm(
     else:
         mode, (group_n, group_k) = _Q_BLOCK, quant.block_shape
         sa, sw = a_scale.stride(), w_scale.stride()
+    use_desc = _use_b_descriptor(w, config)
     _moe_gemm_kernel[grid](
         a,
         w,
+        _b_descriptor(w, config) if use_desc else w,
         out,
         a_scale,
         w_scale,
@@ -535,6 +583,7 @@ def _gemm(
         QUANT=mode,
         EVEN_K=k_in % bk_ == 0,
         IEEE=a.dtype == torch.float32,
+        B_DESC=use_desc,
         BLOCK_SIZE_M=bm,
         BLOCK_SIZE_N=bn_,
         BLOCK_SIZE_K=bk_,

@@ -208,12 +208,125 @@ def sweep(label: str, shape: MoEShape, ms: list[int]) -> list[dict]:
     return best
 
 
+def _set_b_tma(value: bool | None) -> None:
+    sys.modules["cellbench.kernels.fused_moe"].B_OPERAND_TMA = value
+
+
+def _variants_for(fp8: bool, m: int) -> list[tuple[str, str, bool | None]]:
+    """(name, path, weight tiles through TMA) of the kernel variants compared at M."""
+    out = [("grouped-ptr", "grouped", False), ("grouped-tma", "grouped", True)]
+    if not fp8 and m <= 8:
+        out.append(("decode", "decode", None))
+    return out
+
+
+def variants(label: str, shape: MoEShape, table: dict, ms: list[int], rounds: int = 3) -> list:
+    """Kernel variants side by side with the shipped config: rounds of A B C / C B A graph
+    timings, median per variant (two GEMMs, and the whole call)."""
+    fp8 = shape.dtype is not None
+    base = make_problem(shape, 1, "bf16", "cuda", seed=1)
+    out = []
+    for m in ms:
+        cfg = nearest_config(table, m)
+        probs = [make_problem(shape, m, "bf16", "cuda", seed=100 * m + r, weights_from=base)
+                 for r in range(ROT)]  # fmt: skip
+        seq = [probs[i % ROT] for i in range(CALLS)]
+        ref = torch_moe_reference(probs[0])
+        vs = _variants_for(fp8, m)
+        times: dict[str, dict[str, list[float]]] = {v[0]: {"gemms": [], "fused": []} for v in vs}
+        errs = {}
+        for r in range(rounds):
+            for name, path, tma in vs if r % 2 == 0 else vs[::-1]:
+                _set_b_tma(tma)
+                if r == 0:
+                    errs[name] = relative_error(run_fused(probs[0], cfg, path=path), ref)
+                t = times[name]
+                t["gemms"].append(
+                    graph_time_us([lambda p=p, c=cfg, a=path: run_gemms(p, c, path=a) for p in seq])
+                )
+                t["fused"].append(graph_time_us(
+                    [lambda p=p, c=cfg, a=path: run_fused(p, c, path=a) for p in seq]))  # fmt: skip
+        _set_b_tma(None)
+        row = {"dtype": label, "M": m, "config": cfg,
+               "us": {k: {kk: statistics.median(vv) for kk, vv in v.items()}
+                      for k, v in times.items()},
+               "samples": times, "rel_err": errs}  # fmt: skip
+        out.append(row)
+        print(f"  variants {label} M={m}: " + "  ".join(
+            f"{k} gemms {v['gemms']:.1f} fused {v['fused']:.1f} err {errs[k]:.1e}"
+            for k, v in row["us"].items()), flush=True)  # fmt: skip
+        del probs, seq
+        torch.cuda.empty_cache()
+    return out
+
+
+def decode_sweep(shape: MoEShape, ms: list[int]) -> list[dict]:
+    """Few-token path: its launch parameters at small M (BLOCK_SIZE_M/GROUP_SIZE_M unused)."""
+    base = make_problem(shape, 1, "bf16", "cuda", seed=1)
+    best = []
+    for m in ms:
+        probs = [make_problem(shape, m, "bf16", "cuda", seed=100 * m + r, weights_from=base)
+                 for r in range(ROT)]  # fmt: skip
+        seq = [probs[i % ROT] for i in range(CALLS)]
+        res = []
+        for bn in (16, 32, 64):
+            for bk in (64, 128, 256):
+                for w in (2, 4, 8):
+                    for st in (1, 3):
+                        cfg = _cfg(16, bn, bk, 1, w, st)
+                        try:
+                            t = graph_time_us(
+                                [lambda p=p, c=cfg: run_gemms(p, c, path="decode") for p in seq]
+                            )
+                        except Exception as e:  # noqa: BLE001 - e.g. out of registers
+                            print(f"  decode sweep M={m} {cfg}: {type(e).__name__}")
+                            continue
+                        res.append((t, cfg))
+        res.sort(key=lambda x: x[0])
+        for t, cfg in res[:5]:
+            print(f"  decode sweep M={m}: {t:.1f} us {cfg}", flush=True)
+        best.append({"M": m, "top": [{"gemms_us": t, "config": c} for t, c in res[:10]],
+                     "tried": len(res)})  # fmt: skip
+    return best
+
+
+def tma_sweep(label: str, shape: MoEShape, ms: list[int]) -> list[dict]:
+    """SWEEP's configs with weight tiles through pointers and through TMA, interleaved."""
+    base = make_problem(shape, 1, "bf16", "cuda", seed=1)
+    out = []
+    for m in ms:
+        probs = [make_problem(shape, m, "bf16", "cuda", seed=100 * m + r, weights_from=base)
+                 for r in range(ROT)]  # fmt: skip
+        seq = [probs[i % ROT] for i in range(CALLS)]
+        for cfg in SWEEP.get(("bf16", m), []):
+            if shape.block_shape and shape.block_shape[1] % cfg["BLOCK_SIZE_K"]:
+                continue
+            row = {"dtype": label, "M": m, "config": cfg}
+            for tma in (False, True):
+                _set_b_tma(tma)
+                try:
+                    row["tma" if tma else "ptr"] = graph_time_us(
+                        [lambda p=p, c=cfg: run_gemms(p, c) for p in seq])  # fmt: skip
+                except Exception as e:  # noqa: BLE001 - out of shared memory etc.
+                    row["tma" if tma else "ptr"] = None
+                    print(f"  tma sweep {label} M={m} tma={tma} {cfg}: {type(e).__name__}")
+            _set_b_tma(None)
+            out.append(row)
+            print(f"  tma sweep {label} M={m} ptr {row['ptr']} tma {row['tma']} {cfg}",
+                  flush=True)  # fmt: skip
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ms", default="1,16,64,256,1024,4096")
     ap.add_argument("--dtypes", default="bf16,fp8_block")
     ap.add_argument("--json", help="also write all rows as JSON here")
     ap.add_argument("--sweep", action="store_true", help="also try SWEEP's configs")
+    ap.add_argument("--variants", action="store_true",
+                    help="also compare kernel variants (pointer/TMA weight tiles, few-token "
+                         "path) side by side, sweep the few-token path at M<=4 and TMA at "
+                         "SWEEP's batch sizes")  # fmt: skip
     args = ap.parse_args()
     ms = [int(x) for x in args.ms.split(",")]
     dev = device_name()
@@ -229,6 +342,9 @@ def main() -> int:
     print(f"# graphs of {CALLS} calls over {ROT} input sets, median of {REPLAYS} replays")
     rows: list[dict] = []
     sweeps: list[dict] = []
+    var_rows: list[dict] = []
+    dec_rows: list[dict] = []
+    tma_rows: list[dict] = []
     for label in args.dtypes.split(","):
         if label == "bf16":
             shape = MoEShape(128, 768, 2048, 8)
@@ -243,6 +359,11 @@ def main() -> int:
         rows += bench_dtype(label, shape, table, ms, ceil)
         if args.sweep:
             sweeps += sweep(label, shape, [m for m in ms if (label, m) in SWEEP])
+        if args.variants:
+            var_rows += variants(label, shape, table, ms)
+            if label == "bf16":
+                dec_rows += decode_sweep(shape, [m for m in ms if m <= 4])
+            tma_rows += tma_sweep(label, shape, [m for m in ms if ("bf16", m) in SWEEP])
     print(
         "\n| dtype | M | gemms us | fused us | fused/gemms | roofline (gemms) | "
         "roofline (fused) | FLOP-rate frac (gemms) | rel err |"
@@ -254,7 +375,8 @@ def main() -> int:
               f"{r['flop_frac_gemms']:.1%} | {r['rel_err']:.2e}"
               f"{'' if r['ok'] else ' FAIL'} |")  # fmt: skip
     if args.json:
-        doc = {"ceilings": ceil, "rows": rows, "sweeps": sweeps}
+        doc = {"ceilings": ceil, "rows": rows, "sweeps": sweeps, "variants": var_rows,
+               "decode_sweep": dec_rows, "tma_sweep": tma_rows}  # fmt: skip
         Path(args.json).write_text(json.dumps(doc, indent=1))
     return 0 if all(r["ok"] for r in rows) else 1
 

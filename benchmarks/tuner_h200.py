@@ -174,7 +174,9 @@ def _cost_line(name: str, s: dict) -> str:
     return (
         f"{name:>10}: wall {sec['wall']:.1f} s (process {s['wall_outer_s']:.1f} s), "
         f"cpu {sec['cpu']:.1f} s (compile workers {sec['compile_cpu']:.1f}), gpu "
-        f"{sec['gpu']:.1f} s; timed {c['timed']}, pruned {c['pruned']}, failed {c['failed']}; "
+        f"{sec['gpu']:.1f} s; setup {sec.get('setup', 0):.1f} s, waiting for compile "
+        f"workers {sec.get('compile_wait', 0):.1f} s; "
+        f"timed {c['timed']}, pruned {c['pruned']}, failed {c['failed']}; "
         f"complete={s.get('complete')} skipped={s.get('skipped_batch_sizes')}"
     )
 
@@ -206,6 +208,11 @@ def table(dtype: str, ms: list[int], d: dict, e: dict, sbs: dict, shipped_ok: bo
     lines.append(_cost_line("default", d))
     if e:
         lines.append(_cost_line("exhaustive", e))
+        same = set(d.get("entries", {})) == set(e.get("entries", {}))
+        if same and e.get("complete") and not d.get("failed"):
+            dw, ew = d["seconds"]["wall"], e["seconds"]["wall"]
+            lines.append(f"whole runs over the same batch sizes: default wall / exhaustive wall "
+                         f"= {dw:.1f} / {ew:.1f} = {dw / ew:.3f}")  # fmt: skip
     if not shipped_ok:
         lines.append("vLLM-shipped file for this shape not found: no vllm column")
     return "\n".join(lines)

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import os
 import random
+import subprocess
 import sys
+from pathlib import Path
 
 import torch
 
@@ -350,3 +352,45 @@ def test_bad_configs_and_inputs_are_named() -> None:
         fused_moe(f.hidden_states, f.w1, f.w2, f.topk_weights, f.topk_ids, base, quant=q)
     with pytest.raises(ValueError, match="no error bound"):
         error_bound("int4")
+
+
+_WARM_SCRIPT = """
+import sys, torch
+from cellbench.kernels import make_problem, run_fused, warm_config
+from cellbench.shapes import MoEShape
+what, m, block = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "block"
+shape = MoEShape(16, 256, 512, 4, "fp8_w8a8", (128, 128)) if block else MoEShape(16, 256, 512, 4)
+cfg = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 1,
+       "num_warps": 4, "num_stages": 3}
+if what == "warm":
+    warm_config(shape, m, "bf16", cfg, "cuda")
+else:
+    run_fused(make_problem(shape, m, "bf16", "cuda", seed=0), cfg)
+    torch.cuda.synchronize()
+"""
+
+
+def _compiled(cache: Path) -> set[str]:
+    """Names of the config-dependent kernels compiled into a Triton cache directory."""
+    names = ("_moe_gemm_kernel", "_moe_decode_kernel")
+    return {str(p.relative_to(cache)) for p in cache.rglob("*.json") if p.stem in names}
+
+
+@pytest.mark.skipif(DEVICE == "cpu", reason="needs a GPU: the interpreter compiles nothing")
+@pytest.mark.parametrize(
+    "m, block", [(1, False), (64, False), (64, True)], ids=["decode", "grouped", "fp8-block"]
+)
+def test_warm_config_compiles_what_the_real_call_uses(tmp_path: Path, m: int, block: bool) -> None:
+    """warm_config compiles without running; a later real call in another process (as the
+    tuner's compile workers and main process are) then finds every config-dependent kernel
+    in the cache and compiles none of them again."""
+    env = {**os.environ, "TRITON_CACHE_DIR": str(tmp_path / "cache"),
+           "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "workflow")}  # fmt: skip
+    kind = "block" if block else "bf16"
+    for what in ("warm", "run"):
+        subprocess.run([sys.executable, "-c", _WARM_SCRIPT, what, str(m), kind], env=env,
+                       check=True, timeout=300)  # fmt: skip
+        if what == "warm":
+            warmed = _compiled(tmp_path / "cache")
+            assert warmed, "warm_config compiled nothing"
+    assert _compiled(tmp_path / "cache") == warmed, "the real call compiled its kernel again"

@@ -202,3 +202,28 @@ def test_tie_goes_to_the_seed_tables_config(tmp_path: Path) -> None:
     assert e.config == shipped and e.ties == [spaces.describe(cheaper)]
     apart = [(k_c, cheaper, Timing(90.0, [90.0] * 5)), (k_s, shipped, Timing(100.0, [100.0] * 5))]
     assert t._pick(4096, apart, 2).config == cheaper
+
+
+def test_compile_pool_warms_configs_in_worker_processes() -> None:
+    """The pool's plumbing: spawned workers take configs per batch size, and the main process
+    waits on each exactly once. Here (no GPU, index -1) a builtin worker's compile-only
+    warm-up is a no-op under the interpreter; the GPU test in test_kernel.py checks that it
+    really compiles what the real call then uses."""
+    from cellbench.shapes import MoEShape
+    from cellbench.tuner.compilepool import CompilePool
+
+    shape = MoEShape(num_experts=8, intermediate_size=32, hidden_size=64, topk=2)
+    cfgs = [
+        {"BLOCK_SIZE_M": bm, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 32, "GROUP_SIZE_M": 1,
+         "num_warps": 4, "num_stages": 2}
+        for bm in (16, 32)
+    ]  # fmt: skip
+    pool = CompilePool(2, "builtin", shape.to_dict(), "fp32", -1)
+    try:
+        pool.prefetch(4, cfgs)
+        for cfg in cfgs + cfgs:  # the second wait on the same config counts nothing
+            pool.wait(4, cfg)
+        pool.wait(1, cfgs[0])  # not prefetched: queued by wait
+    finally:
+        pool.close()
+    assert pool.compiled == 3

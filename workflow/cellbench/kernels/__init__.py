@@ -28,6 +28,7 @@ from .fused_moe import (  # noqa: E402
     make_problem,
     run_fused,
     run_gemms,
+    warm_config,
 )
 
 __all__ = [
@@ -42,4 +43,5 @@ __all__ = [
     "moe_align_block_size",
     "run_fused",
     "run_gemms",
+    "warm_config",
 ]

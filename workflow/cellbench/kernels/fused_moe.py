@@ -18,6 +18,7 @@ In-container module: standard library, torch and triton only.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -549,7 +550,9 @@ def _gemm(
         mode, (group_n, group_k) = _Q_BLOCK, quant.block_shape
         sa, sw = a_scale.stride(), w_scale.stride()
     use_desc = _use_b_descriptor(w, config)
-    _moe_gemm_kernel[grid](
+    _launch(
+        _moe_gemm_kernel,
+        grid,
         a,
         w,
         _b_descriptor(w, config) if use_desc else w,
@@ -592,6 +595,14 @@ def _gemm(
     )
 
 
+def _launch(kernel: Any, grid: tuple[int, ...], *args: Any, **kwargs: Any) -> None:
+    """Launch, or only compile when the arguments are placeholders (see `warm_config`)."""
+    if isinstance(args[0], _Placeholder):
+        kernel.warmup(*args, grid=grid, **kwargs)
+    else:
+        kernel[grid](*args, **kwargs)
+
+
 # Unquantised calls of at most this many tokens take the few-token path (_moe_decode_kernel:
 # both GEMMs in one launch, no alignment); more tokens share weights best in grouped GEMMs.
 DECODE_MAX_TOKENS = 2
@@ -623,10 +634,14 @@ def _decode(
     n, k = w2.shape[2], x.shape[1]
     bn, bk = config["BLOCK_SIZE_N"], config["BLOCK_SIZE_K"]
     nb = triton.cdiv(n, bn)
-    x, w1, w2 = (t if t.stride(-1) == 1 else t.contiguous() for t in (x, w1, w2))
-    part = torch.empty((m * topk * nb, k), dtype=torch.float32, device=x.device)
-    _moe_decode_kernel[(m * topk, nb)](
-        x, w1, w2, part, topk_ids.contiguous(), topk_weights.contiguous(), n, k, nb,
+    if isinstance(x, _Placeholder):
+        part = _Placeholder((m * topk * nb, k), torch.float32, x.device)
+    else:
+        x, w1, w2 = (t if t.stride(-1) == 1 else t.contiguous() for t in (x, w1, w2))
+        part = torch.empty((m * topk * nb, k), dtype=torch.float32, device=x.device)
+    _launch(
+        _moe_decode_kernel, (m * topk, nb), x, w1, w2, part, topk_ids.contiguous(),
+        topk_weights.contiguous(), n, k, nb,
         x.stride(0), w1.stride(0), w1.stride(1), w2.stride(0), w2.stride(1), part.stride(0),
         TOPK=topk, EVEN_K=k % bk == 0, BLOCK_SIZE_N=bn, BLOCK_SIZE_K=bk,
         **_launch_options(config),
@@ -775,6 +790,105 @@ def fused_moe(
     c3 = torch.empty((pairs, w2.shape[1]), dtype=dtype, device=hidden_states.device)
     _gemm(c2, c2_scale, w2, w2s, c3, tw, align, 1, True, config, quant)
     return _sum_topk(c3, m, topk, dtype, out)
+
+
+# ----------------------------------------------------------------------------- compile only
+
+
+class _Placeholder:
+    """A contiguous tensor's shape, dtype and device, no memory: what Triton needs to
+    specialise and compile a kernel (its address reads as 0, i.e. 16-byte aligned, as the
+    caching allocator's tensors are)."""
+
+    def __init__(self, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device):
+        self.shape = tuple(int(d) for d in shape)
+        self.dtype = dtype
+        self.device = device
+        self.is_cuda = device.type == "cuda"
+
+    def stride(self, dim: int | None = None) -> Any:
+        st, acc = [], 1
+        for d in reversed(self.shape):
+            st.append(acc)
+            acc *= d
+        st = tuple(reversed(st))
+        return st if dim is None else st[dim]
+
+    def data_ptr(self) -> int:
+        return 0
+
+    def element_size(self) -> int:
+        return self.dtype.itemsize
+
+    def is_contiguous(self) -> bool:
+        return True
+
+    def contiguous(self) -> _Placeholder:
+        return self
+
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+
+def warm_config(
+    shape: MoEShape, m: int, act_dtype: str, config: dict[str, Any], device: Any
+) -> None:
+    """Compile, without running anything or touching GPU memory, the kernels whose code
+    depends on `config` for a call of m tokens (the GEMMs, or the few-token kernel), with
+    the same specialisation as the real call: Triton's cache then serves the real call.
+
+    The config-independent kernels (alignment per BLOCK_SIZE_M, activation, sums) are few
+    and compile on first use in the caller.
+    """
+    check_config(config, None)
+    if interpreter_active():
+        return  # the interpreter compiles nothing
+    dev = torch.device(device)
+    act = _DTYPES[_DTYPE_ALIASES.get(act_dtype, act_dtype)]
+    e, n, k, topk = shape.num_experts, shape.intermediate_size, shape.hidden_size, shape.topk
+    quant = None
+    wdt = act
+    if shape.dtype == "fp8_w8a8":
+        wdt = fp8_dtype()
+        bs = shape.block_shape
+        if bs is None:
+            s1 = s2 = _Placeholder((e,), torch.float32, dev)
+        else:
+            s1 = _Placeholder((e, 2 * n // bs[0], k // bs[1]), torch.float32, dev)
+            s2 = _Placeholder((e, k // bs[0], n // bs[1]), torch.float32, dev)
+        quant = QuantArgs("fp8_w8a8", s1, s2, bs)  # type: ignore[arg-type]
+        check_config(config, quant)
+    pairs = m * topk
+
+    def ph(*size: int, dtype: torch.dtype = act) -> Any:
+        return _Placeholder(size, dtype, dev)
+
+    w1, w2 = ph(e, 2 * n, k, dtype=wdt), ph(e, k, n, dtype=wdt)
+    tw = ph(m, topk, dtype=torch.float32)
+    if kernel_path(m, quant) == "decode":
+        _decode(ph(m, k), w1, w2, tw, ph(m, topk, dtype=torch.int32), config)  # type: ignore[arg-type]
+        return
+    from .align import max_padded_tokens
+
+    bm = config["BLOCK_SIZE_M"]
+    em = max_padded_tokens(pairs, e, bm)
+    align = (ph(em, dtype=torch.int32), ph(triton.cdiv(em, bm), dtype=torch.int32),
+             ph(1, dtype=torch.int32))  # fmt: skip
+
+    def activation(rows: int, cols: int) -> tuple[Any, Any]:
+        if quant is None:
+            return ph(rows, cols), None
+        if quant.block_shape is None:
+            return ph(rows, cols, dtype=wdt), ph(1, dtype=torch.float32)
+        return ph(rows, cols, dtype=wdt), ph(rows, cols // quant.block_shape[1],
+                                             dtype=torch.float32)  # fmt: skip
+
+    a1, a1s = activation(m, k)
+    _gemm(a1, a1s, w1, quant.w1_scale if quant else None, ph(pairs, 2 * n), tw, align, topk,
+          False, config, quant)  # type: ignore[arg-type]  # fmt: skip
+    a2, a2s = activation(pairs, n)
+    _gemm(a2, a2s, w2, quant.w2_scale if quant else None, ph(pairs, k), tw, align, 1, True,
+          config, quant)  # type: ignore[arg-type]  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- problems

@@ -395,41 +395,43 @@ def _run_device(plan: Plan, batch_sizes: list[int], device_index: int) -> dict[s
 
     t_wall = time.perf_counter()
     c_self = time.process_time()
-    if plan.on_gpu:
-        torch.cuda.set_device(device_index)
-        device = torch.device("cuda", device_index)
-    else:
-        device = torch.device("cpu")
-        torch.set_num_threads(max(os.cpu_count() or 1, 1))
-    backend = make_backend(plan.backend, plan.shape, plan.act_dtype, device, seed=plan.seed)
-    space_name, space = _space(plan)
-    limits = spaces.HardwareLimits.detect()
     opts = _options(plan)
-    log = TuningLog(plan.out / LOG_NAME)
     pool = None
     if plan.on_gpu and opts.compile_workers > 0:
         from .compilepool import CompilePool
 
+        # Started first: the workers import and initialise while this process builds weights.
         pool = CompilePool(
             opts.compile_workers, plan.backend, plan.shape.to_dict(), plan.act_dtype, device_index
         )
-    ceil = roofline.measure_ceilings(device) if plan.on_gpu else roofline.Ceilings(None, None)
-    if plan.on_gpu and plan.shape.dtype == "fp8_w8a8":
-        fp8 = roofline.measure_ceilings(device, backend.base.w1.dtype)
-        ceil = roofline.Ceilings(ceil.copy_bytes_per_s, fp8.matmul_flops_per_s, fp8.matmul_dtype,
-                                 fp8.note)  # fmt: skip
-    tuner = Tuner(
-        backend,
-        space,
-        n=plan.shape.intermediate_size,
-        k=plan.shape.hidden_size,
-        operand_bytes=_operand_bytes(plan),
-        limits=limits,
-        options=opts,
-        log=log,
-        compile_pool=pool,
-    )
     try:
+        if plan.on_gpu:
+            torch.cuda.set_device(device_index)
+            device = torch.device("cuda", device_index)
+        else:
+            device = torch.device("cpu")
+            torch.set_num_threads(max(os.cpu_count() or 1, 1))
+        backend = make_backend(plan.backend, plan.shape, plan.act_dtype, device, seed=plan.seed)
+        space_name, space = _space(plan)
+        limits = spaces.HardwareLimits.detect()
+        log = TuningLog(plan.out / LOG_NAME)
+        ceil = roofline.measure_ceilings(device) if plan.on_gpu else roofline.Ceilings(None, None)
+        if plan.on_gpu and plan.shape.dtype == "fp8_w8a8":
+            fp8 = roofline.measure_ceilings(device, backend.base.w1.dtype)
+            ceil = roofline.Ceilings(ceil.copy_bytes_per_s, fp8.matmul_flops_per_s,
+                                     fp8.matmul_dtype, fp8.note)  # fmt: skip
+        setup_s = time.perf_counter() - t_wall
+        tuner = Tuner(
+            backend,
+            space,
+            n=plan.shape.intermediate_size,
+            k=plan.shape.hidden_size,
+            operand_bytes=_operand_bytes(plan),
+            limits=limits,
+            options=opts,
+            log=log,
+            compile_pool=pool,
+        )
         entries = tuner.tune(batch_sizes)
         details = {}
         for m, e in entries.items():
@@ -442,6 +444,9 @@ def _run_device(plan: Plan, batch_sizes: list[int], device_index: int) -> dict[s
     if pool is not None:
         stats.compile_cpu_s = pool.cpu_s
     stats.cpu_s = time.process_time() - c_self + stats.compile_cpu_s
+    stats.setup_s = setup_s
+    if pool is not None:
+        stats.compile_wait_s = pool.wait_s
     return {
         "entries": {str(m): d for m, d in details.items()},
         "stats": stats.to_dict(),
@@ -647,6 +652,8 @@ def run(plan: Plan) -> dict[str, Any]:
             "cpu": st.get("cpu_s", 0.0),
             "gpu": st.get("gpu_s", 0.0),
             "compile_cpu": st.get("compile_cpu_s", 0.0),
+            "setup": st.get("setup_s", 0.0),
+            "compile_wait": st.get("compile_wait_s", 0.0),
         },
         "space": res["space"],
         "hardware_limits": res["limits"],

@@ -2,12 +2,14 @@
 
 In-container module: stdlib + torch (+ triton through the backend).
 
-Each worker builds the same backend on the same GPU and runs a candidate once on a problem
-of the same batch size: Triton compiles it and stores the binary in its on-disk cache, so the
-main process's first launch of that config only loads it. Kernel specialisation depends on
-the shapes and strides, which are the same in the worker, so the cache keys agree. A worker
-that hits a compile error just reports it; the main process meets the same error when it
-times the config and logs it as a failure.
+Builtin kernel: a worker compiles a candidate without running it (`kernels.warm_config`,
+placeholder tensors of the real shapes and dtypes): no weights, no GPU memory, no GPU time
+taken from the timings. Triton stores the binary in its on-disk cache; the main process's
+first launch of that config only loads it, since the specialisation (shapes, strides,
+dtypes, alignment) is the same. vLLM's kernel has no compile-only entry point, so there a
+worker builds the backend and runs the candidate once on a problem of the same batch size.
+A worker that hits a compile error just reports it; the main process meets the same error
+when it times the config and logs it as a failure.
 """
 
 from __future__ import annotations
@@ -30,7 +32,6 @@ def _init(backend_name: str, shape_dict: dict[str, Any], act_dtype: str, device_
     import torch
 
     from ..shapes import MoEShape
-    from .backends import make_backend
 
     torch.set_num_threads(1)  # many workers share the cores
     device = "cpu"  # index -1: the CPU interpreter (only to exercise the pool)
@@ -38,23 +39,33 @@ def _init(backend_name: str, shape_dict: dict[str, Any], act_dtype: str, device_
         torch.cuda.set_device(device_index)
         device = f"cuda:{device_index}"
     shape = MoEShape.from_dict(shape_dict)
-    _W["backend"] = make_backend(backend_name, shape, act_dtype, device)
-    _W["problems"] = {}
+    _W.update(shape=shape, act_dtype=act_dtype, device=device, problems={})
+    if backend_name == "builtin":
+        from ..kernels import warm_config
+
+        _W["warm_config"] = warm_config
+    else:
+        from .backends import make_backend
+
+        _W["backend"] = make_backend(backend_name, shape, act_dtype, device)
 
 
 def _warm(m: int, cfg: dict[str, int]) -> tuple[bool, str, float]:
     import torch
 
     r0 = resource.getrusage(resource.RUSAGE_SELF)
-    be = _W["backend"]
-    probs = _W["problems"]
-    if m not in probs:
-        probs.clear()  # one batch size at a time: keeps memory flat
-        probs[m] = be.make_problem(m, 0)
     try:
-        be.output(probs[m], cfg)
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
+        if "warm_config" in _W:
+            _W["warm_config"](_W["shape"], m, _W["act_dtype"], cfg, _W["device"])
+        else:
+            be = _W["backend"]
+            probs = _W["problems"]
+            if m not in probs:
+                probs.clear()  # one batch size at a time: keeps memory flat
+                probs[m] = be.make_problem(m, 0)
+            be.output(probs[m], cfg)
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
         ok, msg = True, ""
     except Exception as e:  # noqa: BLE001 - reported; the main process logs the failure
         ok, msg = False, f"{type(e).__name__}: {str(e)[:200]}"

@@ -116,6 +116,8 @@ class Stats:
     cpu_s: float = 0.0
     compile_cpu_s: float = 0.0
     compiled: int = 0  # distinct kernels compiled (config x M-dependent specialisation)
+    setup_s: float = 0.0  # weights, compile workers' start, ceilings: before the first timing
+    compile_wait_s: float = 0.0  # the GPU loop waiting for compile workers
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)

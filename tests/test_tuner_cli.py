@@ -117,6 +117,14 @@ def test_csv_summary_and_log(tuned: Path) -> None:
     assert all(r["time_us"] > 0 and r["samples_us"] for r in timed)
     checks = [r for r in recs if r["stage"] == "check"]
     assert checks and {r["m"] for r in checks} == {1}  # correctness at the first batch size
+    # M=1 takes the few-token path, which ignores BLOCK_SIZE_M and GROUP_SIZE_M: configs that
+    # differ only there are pruned as the same kernel, so no kernel is timed twice at M=1.
+    assert any("same kernel" in r["reason"] for r in pruned if r["m"] == 1)
+    assert not any("same kernel" in r["reason"] for r in pruned if r["m"] > DECODE_MAX_TOKENS)
+    screened = [r["config"] for r in timed if r["m"] == 1 and r["stage"] != "final"]
+    kernels = {tuple(sorted((k, v) for k, v in c.items() if k not in ("BLOCK_SIZE_M",
+               "GROUP_SIZE_M"))) for c in screened}  # fmt: skip
+    assert len(kernels) == len({json.dumps(c, sort_keys=True) for c in screened})
     # the chosen config at each M is among the final side-by-side timings, with the lowest
     # median up to the measured spread
     for m, e in s["entries"].items():

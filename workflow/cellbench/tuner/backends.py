@@ -88,6 +88,16 @@ class BuiltinBackend:
         'grouped'."""
         return self._k.kernel_path(problem.m, problem.quant)
 
+    def kernel_identity(self, m: int, config: dict[str, int]) -> str:
+        """Configs with equal identities at batch size m run the same compiled kernels: on the
+        few-token path BLOCK_SIZE_M and GROUP_SIZE_M play no part."""
+        from .spaces import config_key
+
+        if self._k.kernel_path(m, self.base.quant) == "decode":
+            rest = {k: v for k, v in config.items() if k not in ("BLOCK_SIZE_M", "GROUP_SIZE_M")}
+            return "decode:" + config_key(rest)
+        return config_key(config)
+
     def gemm_calls(self, problem: Any, config: dict[str, int]):
         """(GEMM 1, GEMM 2) closures, each alone; None when the kernel module lacks the hooks
         or the call takes the few-token path (one launch for both GEMMs).
@@ -200,6 +210,11 @@ class VllmBackend(BuiltinBackend):
 
     def kernel_path(self, problem: Any) -> str:
         return "grouped"  # vLLM's fused_experts: grouped GEMMs at every batch size
+
+    def kernel_identity(self, m: int, config: dict[str, int]) -> str:
+        from .spaces import config_key
+
+        return config_key(config)
 
 
 def make_backend(name: str, shape: Any, act_dtype: str, device: Any, seed: int = 0):

@@ -294,12 +294,20 @@ class Tuner:
     # -- one batch size ---------------------------------------------------------------------
     def _candidates(self, m: int) -> list[tuple[str, dict[str, int]]]:
         kept: list[tuple[str, dict[str, int]]] = []
+        identity = getattr(self.backend, "kernel_identity", None)
+        first_of: dict[str, str] = {}  # kernel identity -> first config key kept
         for idx in self.order:
             cfg = self.space[idx]
             key = spaces.config_key(cfg)
             why = spaces.prune_reason(
                 cfg, m=m, n=self.n, k=self.k, operand_bytes=self.operand_bytes, limits=self.limits
             )
+            if why is None and identity is not None and key not in self.failed:
+                kid = identity(m, cfg)
+                if kid in first_of:  # e.g. the few-token path ignores BLOCK_SIZE_M
+                    why = f"same kernel at M={m} as {first_of[kid]} (keys this path ignores)"
+                else:
+                    first_of[kid] = key
             if why is not None:
                 self.stats.pruned += 1
                 self.log.append(

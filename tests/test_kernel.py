@@ -22,7 +22,6 @@ if not torch.cuda.is_available():
 
 import pytest  # noqa: E402
 from cellbench.kernels import (  # noqa: E402
-    DECODE_MAX_TOKENS,
     MoEProblem,
     QuantArgs,
     fused_moe,
@@ -147,7 +146,8 @@ def test_grouped_gemms_with_weight_descriptors(
 ) -> None:
     seed = fresh_seed()
     p = make_problem(shape, m, dtype, DEVICE, seed)
-    assert _use_b_descriptor(p.w1, config) and _use_b_descriptor(p.w2, config)
+    pairs = p.topk_ids.numel()
+    assert _use_b_descriptor(p.w1, config, pairs) and _use_b_descriptor(p.w2, config, pairs)
     _check_fused(p, config, seed, path="grouped")
 
 
@@ -197,12 +197,15 @@ def test_decode_path_matches_reference(dtype: str, m: int, shape: MoEShape) -> N
     assert relative_error(summed, ref) < problem_error_bound(p), f"seed {seed}"
 
 
-def test_kernel_path_rules() -> None:
+@pytest.mark.parametrize("limit", [0, 2])
+def test_kernel_path_rules(limit: int, monkeypatch) -> None:
+    monkeypatch.setattr(sys.modules["cellbench.kernels.fused_moe"], "DECODE_MAX_TOKENS", limit)
     q = QuantArgs("fp8_w8a8", torch.ones(1), torch.ones(1))
-    assert kernel_path(1, None) == "decode"
-    assert kernel_path(DECODE_MAX_TOKENS, None) == "decode"
-    assert kernel_path(DECODE_MAX_TOKENS + 1, None) == "grouped"
+    for m in range(1, limit + 1):
+        assert kernel_path(m, None) == "decode"
+    assert kernel_path(limit + 1, None) == "grouped"
     assert kernel_path(1, q) == "grouped"  # fp8 always takes the grouped GEMMs
+    assert kernel_path(1, None, "decode") == "decode"
     assert kernel_path(1, None, "grouped") == "grouped"
     with pytest.raises(ValueError, match="unquantised"):
         kernel_path(1, q, "decode")

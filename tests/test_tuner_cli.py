@@ -18,7 +18,6 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from cellbench.kernels import DECODE_MAX_TOKENS  # noqa: E402
 from cellbench.tuner import artifacts, cli  # noqa: E402
 from cellbench.tuner.backends import BuiltinBackend  # noqa: E402
 from cellbench.tuner.timing import time_side_by_side  # noqa: E402
@@ -87,12 +86,8 @@ def test_csv_summary_and_log(tuned: Path) -> None:
     assert [int(r["token"]) for r in rows] == [1, 4, 16]
     for r in rows:
         assert (r["model_dim"], r["inter_dim"], r["expert"], r["topk"]) == ("64", "32", "8", "2")
-        assert float(r["us"]) > 0 and float(r["us1"]) > 0
-        if int(r["token"]) <= DECODE_MAX_TOKENS:  # one launch for both GEMMs: AITER's 1-stage
-            assert r["run_1stage"] == "1" and float(r["us2"]) == 0 and r["kernelName2"] == ""
-            assert "_1stage_" in r["kernelName1"]
-        else:
-            assert r["run_1stage"] == "0" and float(r["us2"]) > 0
+        assert float(r["us"]) > 0 and float(r["us1"]) > 0 and float(r["us2"]) > 0
+        assert r["run_1stage"] == "0"  # two GEMM stages (the grouped path)
         assert "M16" in r["kernelName1"] or "M32" in r["kernelName1"]
         assert r["_tag"] == "interpreter"
 
@@ -117,14 +112,6 @@ def test_csv_summary_and_log(tuned: Path) -> None:
     assert all(r["time_us"] > 0 and r["samples_us"] for r in timed)
     checks = [r for r in recs if r["stage"] == "check"]
     assert checks and {r["m"] for r in checks} == {1}  # correctness at the first batch size
-    # M=1 takes the few-token path, which ignores BLOCK_SIZE_M and GROUP_SIZE_M: configs that
-    # differ only there are pruned as the same kernel, so no kernel is timed twice at M=1.
-    assert any("same kernel" in r["reason"] for r in pruned if r["m"] == 1)
-    assert not any("same kernel" in r["reason"] for r in pruned if r["m"] > DECODE_MAX_TOKENS)
-    screened = [r["config"] for r in timed if r["m"] == 1 and r["stage"] != "final"]
-    kernels = {tuple(sorted((k, v) for k, v in c.items() if k not in ("BLOCK_SIZE_M",
-               "GROUP_SIZE_M"))) for c in screened}  # fmt: skip
-    assert len(kernels) == len({json.dumps(c, sort_keys=True) for c in screened})
     # the chosen config at each M is among the final side-by-side timings, with the lowest
     # median up to the measured spread
     for m, e in s["entries"].items():
@@ -132,6 +119,32 @@ def test_csv_summary_and_log(tuned: Path) -> None:
         best = min(r["time_us"] for r in final)
         noise = max(max(r["spread"] for r in final), 0.005)
         assert e["time_us"] <= best * (1 + noise) + 1e-9
+
+
+def test_few_token_path_tuning(tiny_cfg, tmp_path, monkeypatch) -> None:
+    """With the few-token path enabled for M <= 2, the tuner tunes it at M=1: configs that
+    differ only in BLOCK_SIZE_M/GROUP_SIZE_M (which that kernel ignores) are pruned as the
+    same kernel, the entry says which path it tuned, and the AITER CSV row is 1-stage."""
+    monkeypatch.setattr(sys.modules["cellbench.kernels.fused_moe"], "DECODE_MAX_TOKENS", 2)
+    out = tmp_path / "out"
+    args = ["--model-config", str(tiny_cfg), "--tp", "1", "--batch-sizes", "1,4", "--out"]
+    assert cli.main([*args, str(out)]) == 0
+    s = json.loads((out / "summary.json").read_text())
+    assert s["entries"]["1"]["kernel_path"] == "decode"
+    assert s["entries"]["4"]["kernel_path"] == "grouped"
+    recs = artifacts.TuningLog.read(out / "tuning_log.jsonl")
+    same = [r for r in recs if r["status"] == "pruned" and "same kernel" in r["reason"]]
+    assert same and {r["m"] for r in same} == {1}
+    ignored = ("BLOCK_SIZE_M", "GROUP_SIZE_M")
+    screened = [r["config"] for r in recs
+                if r["status"] == "timed" and r["m"] == 1 and r["stage"] != "final"]  # fmt: skip
+    kernels = {tuple(sorted((k, v) for k, v in c.items() if k not in ignored)) for c in screened}
+    assert len(kernels) == len({json.dumps(c, sort_keys=True) for c in screened})
+    with open(out / "tuned_fmoe.csv", newline="") as f:
+        rows = {int(r["token"]): r for r in csv.DictReader(f)}
+    assert rows[1]["run_1stage"] == "1" and float(rows[1]["us2"]) == 0
+    assert "_1stage_" in rows[1]["kernelName1"] and rows[1]["kernelName2"] == ""
+    assert rows[4]["run_1stage"] == "0" and float(rows[4]["us2"]) > 0
 
 
 @pytest.mark.parametrize(

@@ -389,17 +389,24 @@ def _sum_rows_kernel(
 # ----------------------------------------------------------------------------- host side
 
 
-# Grouped GEMMs load weight tiles through TMA descriptors: None = where the GPU has TMA
-# (CUDA capability >= 9), True/False = always/never (True also under the interpreter).
+# Grouped GEMMs load weight tiles through TMA descriptors: None = by the rule below, where
+# the GPU has TMA (CUDA capability >= 9); True/False = always/never (True also under the
+# interpreter, which emulates descriptors).
 B_OPERAND_TMA: bool | None = None
+# The rule, from side-by-side timings on the H200 (benchmarks/NOTES-kernel.md): with 16- and
+# 8-bit weights TMA was 0.1-1.7% faster from 128 (token, expert) pairs up (M >= 16 at top-8)
+# and up to 4% slower below 64; fp32 tiles can exceed shared memory with TMA's buffering.
+TMA_MIN_PAIRS = 64
 
 
-def _use_b_descriptor(w: torch.Tensor, config: dict[str, Any]) -> bool:
+def _use_b_descriptor(w: torch.Tensor, config: dict[str, Any], pairs: int) -> bool:
     """Whether this GEMM's weight tiles can and should come through a tensor descriptor."""
     want = B_OPERAND_TMA
     if want is None:
         want = (
-            torch.cuda.is_available()
+            pairs >= TMA_MIN_PAIRS
+            and w.element_size() <= 2
+            and torch.cuda.is_available()
             and w.is_cuda
             and not getattr(torch.version, "hip", None)
             and torch.cuda.get_device_capability(w.device)[0] >= 9
@@ -549,7 +556,7 @@ def _gemm(
     else:
         mode, (group_n, group_k) = _Q_BLOCK, quant.block_shape
         sa, sw = a_scale.stride(), w_scale.stride()
-    use_desc = _use_b_descriptor(w, config)
+    use_desc = _use_b_descriptor(w, config, topk_weights.numel())
     _launch(
         _moe_gemm_kernel,
         grid,
@@ -604,8 +611,11 @@ def _launch(kernel: Any, grid: tuple[int, ...], *args: Any, **kwargs: Any) -> No
 
 
 # Unquantised calls of at most this many tokens take the few-token path (_moe_decode_kernel:
-# both GEMMs in one launch, no alignment); more tokens share weights best in grouped GEMMs.
-DECODE_MAX_TOKENS = 2
+# both GEMMs in one launch, no alignment) when the path is "auto". 0: never. Measured on the
+# H200 (benchmarks/NOTES-kernel.md): tuned, it cuts the whole call at M=1 from 36 to 28 us,
+# but its two GEMMs are no faster than the grouped ones (25.1 vs 24.9 us), and vLLM's shipped
+# configs, made for the grouped kernel, run 2.6x slower on it; so it is only taken on request.
+DECODE_MAX_TOKENS = 0
 PATHS = ("auto", "grouped", "decode")
 
 

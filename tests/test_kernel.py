@@ -144,6 +144,10 @@ def weights_through_descriptors(monkeypatch):
 def test_grouped_gemms_with_weight_descriptors(
     weights_through_descriptors, dtype: str, m: int, config: dict, shape: MoEShape
 ) -> None:
+    big_tile = config["BLOCK_SIZE_K"] * config["BLOCK_SIZE_N"] > 4096
+    if DEVICE == "cuda" and dtype == "fp32" and big_tile:
+        pytest.skip("fp32 tiles this large overflow shared memory with TMA's buffering on a GPU "
+                    "(the automatic rule never gives fp32 weights to TMA)")  # fmt: skip
     seed = fresh_seed()
     p = make_problem(shape, m, dtype, DEVICE, seed)
     pairs = p.topk_ids.numel()

@@ -139,21 +139,26 @@ def roofline(shape: MoEShape, problems, ceil: dict[str, float], fp8: bool) -> di
             "floor_us": max(t_mem, t_flop)}  # fmt: skip
 
 
+def input_sets(shape: MoEShape, m: int, base) -> tuple[list, list]:
+    """ROT problems at M=m sharing base's weights, and the CALLS-long sequence a graph runs."""
+    probs = [make_problem(shape, m, "bf16", "cuda", seed=100 * m + r, weights_from=base)
+             for r in range(ROT)]  # fmt: skip
+    return probs, [probs[i % ROT] for i in range(CALLS)]
+
+
 def bench_dtype(label: str, shape: MoEShape, table: dict, ms: list[int], ceil: dict) -> list[dict]:
     fp8 = shape.dtype is not None
     base = make_problem(shape, 1, "bf16", "cuda", seed=1)
     rows = []
     for m in ms:
         cfg = nearest_config(table, m)
-        probs = [make_problem(shape, m, "bf16", "cuda", seed=100 * m + r, weights_from=base)
-                 for r in range(ROT)]  # fmt: skip
+        probs, seq = input_sets(shape, m, base)
         # Correctness first, on the first input set.
         out = torch.full_like(probs[0].hidden_states, float("nan"))
         run_fused(probs[0], cfg, out=out)
         torch.cuda.synchronize()
         err = relative_error(out, torch_moe_reference(probs[0]))
         ok = bool(torch.isfinite(out).all()) and err < problem_error_bound(probs[0])
-        seq = [probs[i % ROT] for i in range(CALLS)]
         t_g = graph_time_us([lambda p=p, c=cfg: run_gemms(p, c) for p in seq])
         t_f = graph_time_us([lambda p=p, c=cfg: run_fused(p, c) for p in seq])
         rf = roofline(shape, probs, ceil, fp8)
@@ -194,9 +199,7 @@ def sweep(label: str, shape: MoEShape, ms: list[int]) -> list[dict]:
     base = make_problem(shape, 1, "bf16", "cuda", seed=1)
     best = []
     for m in ms:
-        probs = [make_problem(shape, m, "bf16", "cuda", seed=100 * m + r, weights_from=base)
-                 for r in range(ROT)]  # fmt: skip
-        seq = [probs[i % ROT] for i in range(CALLS)]
+        probs, seq = input_sets(shape, m, base)
         res = []
         for cfg in SWEEP.get((label, m), []):
             if shape.block_shape and shape.block_shape[1] % cfg["BLOCK_SIZE_K"]:
@@ -234,9 +237,7 @@ def variants(label: str, shape: MoEShape, table: dict, ms: list[int], rounds: in
     out = []
     for m in ms:
         cfg = nearest_config(table, m)
-        probs = [make_problem(shape, m, "bf16", "cuda", seed=100 * m + r, weights_from=base)
-                 for r in range(ROT)]  # fmt: skip
-        seq = [probs[i % ROT] for i in range(CALLS)]
+        probs, seq = input_sets(shape, m, base)
         ref = torch_moe_reference(probs[0])
         vs = _variants_for(fp8, m)
         times: dict[str, dict[str, list[float]]] = {v[0]: {"gemms": [], "fused": []} for v in vs}
@@ -271,9 +272,7 @@ def decode_sweep(shape: MoEShape, ms: list[int]) -> list[dict]:
     base = make_problem(shape, 1, "bf16", "cuda", seed=1)
     best = []
     for m in ms:
-        probs = [make_problem(shape, m, "bf16", "cuda", seed=100 * m + r, weights_from=base)
-                 for r in range(ROT)]  # fmt: skip
-        seq = [probs[i % ROT] for i in range(CALLS)]
+        probs, seq = input_sets(shape, m, base)
         res = []
         for bn in (16, 32, 64):
             for bk in (64, 128, 256):
@@ -301,9 +300,7 @@ def tma_sweep(label: str, shape: MoEShape, ms: list[int]) -> list[dict]:
     base = make_problem(shape, 1, "bf16", "cuda", seed=1)
     out = []
     for m in ms:
-        probs = [make_problem(shape, m, "bf16", "cuda", seed=100 * m + r, weights_from=base)
-                 for r in range(ROT)]  # fmt: skip
-        seq = [probs[i % ROT] for i in range(CALLS)]
+        probs, seq = input_sets(shape, m, base)
         for cfg in SWEEP.get(("bf16", m), []):
             if shape.block_shape and shape.block_shape[1] % cfg["BLOCK_SIZE_K"]:
                 continue

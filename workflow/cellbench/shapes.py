@@ -23,6 +23,8 @@ __all__ = [
     "MoEShape",
     "ShapeError",
     "SUPPORTED_DTYPES",
+    "VLLM_CONFIG_KEYS",
+    "ROCM_CONFIG_KEYS",
     "read_model_config",
     "moe_shape",
     "device_name",
@@ -31,6 +33,17 @@ __all__ = [
 
 # dtype strings vLLM puts in config file names (None = bf16/fp16 activations and weights).
 SUPPORTED_DTYPES = ("fp8_w8a8", "int8_w8a8", "int8_w8a16", "int4_w4a16", "float32")
+# Keys of one batch size's entry in vLLM's fused-MoE config files (the first four pick the
+# tiling; all six are written), and the ROCm-only Triton options vLLM also reads there.
+VLLM_CONFIG_KEYS = (
+    "BLOCK_SIZE_M",
+    "BLOCK_SIZE_N",
+    "BLOCK_SIZE_K",
+    "GROUP_SIZE_M",
+    "num_warps",
+    "num_stages",
+)
+ROCM_CONFIG_KEYS = ("waves_per_eu", "matrix_instr_nonkdim", "kpack")
 # Spellings that mean "unquantised" (no dtype suffix in the file name).
 _PLAIN_DTYPES = {"none", "bf16", "bfloat16", "fp16", "float16", "half"}
 

@@ -18,6 +18,7 @@ In-container module: standard library, torch and triton only.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from dataclasses import dataclass, field
@@ -27,12 +28,12 @@ import torch
 import triton
 import triton.language as tl
 
-from ..shapes import MoEShape
+from ..shapes import ROCM_CONFIG_KEYS, VLLM_CONFIG_KEYS, MoEShape
 from .align import moe_align_block_size
 
-CONFIG_KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M")
-_OPTIONAL_KEYS = ("num_warps", "num_stages")
-_ROCM_KEYS = ("waves_per_eu", "matrix_instr_nonkdim", "kpack")
+CONFIG_KEYS = VLLM_CONFIG_KEYS[:4]  # required; num_warps and num_stages are optional
+_OPTIONAL_KEYS = VLLM_CONFIG_KEYS[4:]
+_ROCM_KEYS = ROCM_CONFIG_KEYS
 
 _DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 _DTYPE_ALIASES = {"float32": "fp32", "float16": "fp16", "half": "fp16", "bfloat16": "bf16"}
@@ -399,18 +400,19 @@ B_OPERAND_TMA: bool | None = None
 TMA_MIN_PAIRS = 64
 
 
+@functools.cache
+def _has_tma(device: torch.device) -> bool:
+    """CUDA capability >= 9 (asked once per device: this sits on every GEMM launch)."""
+    return not getattr(torch.version, "hip", None) and (
+        torch.cuda.get_device_capability(device)[0] >= 9
+    )
+
+
 def _use_b_descriptor(w: torch.Tensor, config: dict[str, Any], pairs: int) -> bool:
     """Whether this GEMM's weight tiles can and should come through a tensor descriptor."""
     want = B_OPERAND_TMA
     if want is None:
-        want = (
-            pairs >= TMA_MIN_PAIRS
-            and w.element_size() <= 2
-            and torch.cuda.is_available()
-            and w.is_cuda
-            and not getattr(torch.version, "hip", None)
-            and torch.cuda.get_device_capability(w.device)[0] >= 9
-        )
+        want = pairs >= TMA_MIN_PAIRS and w.element_size() <= 2 and w.is_cuda and _has_tma(w.device)
     if not want:
         return False
     e, n, k = w.shape

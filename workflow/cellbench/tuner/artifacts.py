@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from cellbench import atomicio
+from cellbench.shapes import ROCM_CONFIG_KEYS, VLLM_CONFIG_KEYS
 
 __all__ = [
     "atomic_write_text",
@@ -32,15 +33,8 @@ __all__ = [
     "ROCM_KEYS",
 ]
 
-VLLM_KEYS = (
-    "BLOCK_SIZE_M",
-    "BLOCK_SIZE_N",
-    "BLOCK_SIZE_K",
-    "GROUP_SIZE_M",
-    "num_warps",
-    "num_stages",
-)
-ROCM_KEYS = ("waves_per_eu", "matrix_instr_nonkdim", "kpack")
+VLLM_KEYS = VLLM_CONFIG_KEYS
+ROCM_KEYS = ROCM_CONFIG_KEYS
 
 AITER_COLUMNS = (
     "cu_num,token,model_dim,inter_dim,expert,topk,act_type,dtype,q_dtype_a,q_dtype_w,q_type,"

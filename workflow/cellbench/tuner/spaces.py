@@ -16,6 +16,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from ..shapes import ROCM_CONFIG_KEYS, VLLM_CONFIG_KEYS
+
 __all__ = [
     "Config",
     "HardwareLimits",
@@ -72,17 +74,7 @@ TINY_SPACE: dict[str, list[int]] = {
     "num_stages": [2],
 }
 
-_KEY_ORDER = (
-    "BLOCK_SIZE_M",
-    "BLOCK_SIZE_N",
-    "BLOCK_SIZE_K",
-    "GROUP_SIZE_M",
-    "num_warps",
-    "num_stages",
-    "waves_per_eu",
-    "matrix_instr_nonkdim",
-    "kpack",
-)
+_KEY_ORDER = VLLM_CONFIG_KEYS + ROCM_CONFIG_KEYS
 
 
 def config_key(cfg: Config) -> str:

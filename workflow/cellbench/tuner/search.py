@@ -268,6 +268,11 @@ class Tuner:
             return None
         finally:
             self._note_compiled(m, key)
+        self._record_timed(m, key, cfg, stage, t)
+        return t
+
+    def _record_timed(self, m: int, key: str, cfg: dict[str, int], stage: str, t: Timing):
+        """Count a timing and write its log record (the record a resumed run reads back)."""
         self.stats.timed += 1
         self.stats.gpu_s += t.wall_s if self.opt.on_gpu else 0.0
         self.log.append(
@@ -284,7 +289,6 @@ class Tuner:
                 "abandoned": t.abandoned,
             }
         )
-        return t
 
     def _pool_wait(self, m: int, key: str, cfg: dict[str, int]) -> None:
         """Wait for a compile worker's warm-up of a kernel not compiled yet in this run."""
@@ -383,22 +387,7 @@ class Tuner:
         )
         out = []
         for (key, cfg), t in zip(finalists, timings, strict=True):
-            self.stats.timed += 1
-            self.stats.gpu_s += t.wall_s if self.opt.on_gpu else 0.0
-            self.log.append(
-                {
-                    "m": m,
-                    "key": key,
-                    "config": cfg,
-                    "stage": "final",
-                    "status": "timed",
-                    "time_us": t.median_us,
-                    "spread": t.spread,
-                    "samples_us": [round(s, 4) for s in t.samples_us],
-                    "method": t.method,
-                    "abandoned": False,
-                }
-            )
+            self._record_timed(m, key, cfg, "final", t)
             out.append((key, cfg, t))
         return out
 

@@ -394,9 +394,10 @@ def _sum_rows_kernel(
 # the GPU has TMA (CUDA capability >= 9); True/False = always/never (True also under the
 # interpreter, which emulates descriptors).
 B_OPERAND_TMA: bool | None = None
-# The rule, from side-by-side timings on the H200 (benchmarks/NOTES-kernel.md): with 16- and
-# 8-bit weights TMA was 0.1-1.7% faster from 128 (token, expert) pairs up (M >= 16 at top-8)
-# and up to 4% slower below 64; fp32 tiles can exceed shared memory with TMA's buffering.
+# The rule, from side-by-side timings on the H200 (benchmarks/NOTES-kernel.md, run 3): with
+# bf16 weights TMA was 0.1-1.6% faster from 128 (token, expert) pairs up (M >= 16 at top-8)
+# and up to 4% slower at 32 and fewer; 64-127 pairs (M=8) were not measured and take TMA.
+# fp8: within 1.6% either way. fp32 tiles can exceed shared memory with TMA's buffering.
 TMA_MIN_PAIRS = 64
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import torch
 import triton
+import triton.language as tl
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "workflow"))
@@ -320,6 +321,136 @@ def tma_sweep(label: str, shape: MoEShape, ms: list[int]) -> list[dict]:
     return out
 
 
+def _set_chain(value: bool | None, prefetch: bool = True) -> None:
+    mod = sys.modules["cellbench.kernels.fused_moe"]
+    mod.CHAIN_KERNELS = value
+    mod.CHAIN_PREFETCH = prefetch
+
+
+CHAIN_VARIANTS = [("unchained", False, True), ("chained-noprefetch", True, False),
+                  ("chained", True, True)]  # fmt: skip
+
+
+def chain_variants(label: str, shape: MoEShape, table: dict, ms: list[int], rounds: int = 3):
+    """Kernel chaining (programmatic dependent launch, GEMM 2's L2 prefetch) on and off, side
+    by side: rounds of A B C / C B A graph timings of the two GEMMs and of the whole call, with
+    the shipped config and with BLOCK_SIZE_N doubled (the tuner's exhaustive pick at M=1)."""
+    base = make_problem(shape, 1, "bf16", "cuda", seed=1)
+    out = []
+    for m in ms:
+        probs, seq = input_sets(shape, m, base)
+        ref = torch_moe_reference(probs[0])
+        shipped = nearest_config(table, m)
+        wide = dict(shipped, BLOCK_SIZE_N=2 * shipped["BLOCK_SIZE_N"])
+        for cname, cfg in (("shipped", shipped), ("bn_x2", wide)):
+            times = {v[0]: {"gemms": [], "fused": []} for v in CHAIN_VARIANTS}
+            errs = {}
+            for r in range(rounds):
+                for name, on, pf in CHAIN_VARIANTS if r % 2 == 0 else CHAIN_VARIANTS[::-1]:
+                    _set_chain(on, pf)
+                    if r == 0:
+                        errs[name] = relative_error(run_fused(probs[0], cfg), ref)
+                    t = times[name]
+                    t["gemms"].append(graph_time_us([lambda p=p, c=cfg: run_gemms(p, c)
+                                                     for p in seq]))  # fmt: skip
+                    t["fused"].append(graph_time_us([lambda p=p, c=cfg: run_fused(p, c)
+                                                     for p in seq]))  # fmt: skip
+            _set_chain(None)
+            row = {"dtype": label, "M": m, "config_name": cname, "config": cfg,
+                   "us": {k: {kk: statistics.median(vv) for kk, vv in v.items()}
+                          for k, v in times.items()},
+                   "samples": times, "rel_err": errs}  # fmt: skip
+            out.append(row)
+            print(f"  chain {label} M={m} {cname}: " + "  ".join(
+                f"{k} gemms {v['gemms']:.1f} fused {v['fused']:.1f} err {errs[k]:.1e}"
+                for k, v in row["us"].items()), flush=True)  # fmt: skip
+        del probs, seq
+        torch.cuda.empty_cache()
+    return out
+
+
+@triton.jit
+def _stream_read_kernel(x_ptr, out_ptr, per_prog, n, BLOCK: tl.constexpr, CHAINED: tl.constexpr):
+    """Sum of one contiguous slice per program (a pure weight-like stream). CHAINED: launched
+    early; asks L2 for the slice, then waits for the previous kernel, as GEMM 2 does."""
+    start = tl.program_id(0).to(tl.int64) * per_prog
+    if CHAINED:
+        for off in range(0, per_prog, BLOCK * 64):
+            line = start + off + tl.arange(0, BLOCK) * 64
+            tl.inline_asm_elementwise("prefetch.global.L2 [$1];", "=r,l",
+                                      [x_ptr + tl.minimum(line, n - 1)], dtype=tl.int32,
+                                      is_pure=False, pack=1)  # fmt: skip
+        tl.extra.cuda.gdc_wait()
+    else:
+        tl.extra.cuda.gdc_launch_dependents()
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for off in range(0, per_prog, BLOCK):
+        idx = start + off + tl.arange(0, BLOCK)
+        acc += tl.load(x_ptr + idx, mask=idx < n, other=0.0).to(tl.float32)
+    tl.store(out_ptr + tl.program_id(0), tl.sum(acc))
+
+
+def stream_ceiling() -> list[dict]:
+    """What a plain Triton read reaches on the bytes M=1 streams (75.5 MB of bf16, 8 buffers
+    rotated in a graph), by grid size; and the same bytes as two launches (50.3 + 25.2 MB,
+    GEMM 1's and GEMM 2's share), unchained and chained like the GEMMs."""
+    total = 75_497_472 // 2  # bf16 elements
+    bufs = [torch.randn(total, device="cuda", dtype=torch.bfloat16) for _ in range(8)]
+    sink = torch.empty(1 << 16, device="cuda")
+    rows = []
+
+    def launch(x, lo, hi, progs, block, warps, chained):
+        n = hi - lo
+        per = triton.cdiv(triton.cdiv(n, progs), block) * block
+        grid = (triton.cdiv(n, per),)
+        _stream_read_kernel[grid](
+            x[lo:],
+            sink,
+            per,
+            n,
+            BLOCK=block,
+            CHAINED=chained,
+            num_warps=warps,
+            **({"launch_pdl": True} if chained else {}),
+        )
+
+    def one(progs, block, warps):
+        return [lambda x=x: launch(x, 0, total, progs, block, warps, False) for x in bufs]
+
+    def two(progs, block, warps, chained):
+        cut = total * 2 // 3
+        return [lambda x=x: (launch(x, 0, cut, progs * 2 // 3, block, warps, False),
+                             launch(x, cut, total, progs // 3, block, warps, chained))
+                for x in bufs]  # fmt: skip
+
+    best = None
+    for progs in (132, 264, 528, 1056, 2112):
+        for block, warps in ((2048, 4), (4096, 8), (8192, 8)):
+            us = graph_time_us(one(progs, block, warps))
+            rows.append({"kind": "one", "programs": progs, "block": block, "warps": warps,
+                         "us": us, "GBps": 2 * total / us / 1e3})  # fmt: skip
+            print(
+                f"  stream 75.5 MB one launch: {progs} programs block {block} w{warps}: "
+                f"{us:.1f} us = {2 * total / us / 1e3:.0f} GB/s",
+                flush=True,
+            )
+            if best is None or us < best[0]:
+                best = (us, progs, block, warps)
+    _, progs, block, warps = best
+    for r in range(3):
+        for chained in (False, True) if r % 2 == 0 else (True, False):
+            us = graph_time_us(two(progs, block, warps, chained))
+            rows.append({"kind": "two-chained" if chained else "two", "programs": progs,
+                         "block": block, "warps": warps, "us": us,
+                         "GBps": 2 * total / us / 1e3})  # fmt: skip
+            print(
+                f"  stream 75.5 MB as 50.3 + 25.2 MB, {'chained' if chained else 'unchained'}: "
+                f"{us:.1f} us = {2 * total / us / 1e3:.0f} GB/s",
+                flush=True,
+            )
+    return rows
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ms", default="1,16,64,256,1024,4096")
@@ -330,6 +461,10 @@ def main() -> int:
                     help="also compare kernel variants (pointer/TMA weight tiles, few-token "
                          "path) side by side, sweep the few-token path at M<=4 and TMA at "
                          "SWEEP's batch sizes")  # fmt: skip
+    ap.add_argument("--chain", action="store_true",
+                    help="compare kernel chaining on/off at M <= 16 and measure what a plain "
+                         "Triton read of M=1's 75.5 MB reaches (one launch and two)")  # fmt: skip
+    ap.add_argument("--skip-main", action="store_true", help="only the optional parts")
     args = ap.parse_args()
     ms = [int(x) for x in args.ms.split(",")]
     dev = device_name()
@@ -349,6 +484,8 @@ def main() -> int:
     var_rows: list[dict] = []
     dec_rows: list[dict] = []
     tma_rows: list[dict] = []
+    chain_rows: list[dict] = []
+    stream_rows: list[dict] = stream_ceiling() if args.chain else []
     for label in args.dtypes.split(","):
         if label == "bf16":
             shape = MoEShape(128, 768, 2048, 8)
@@ -360,7 +497,10 @@ def main() -> int:
         table = json.loads((CONFIG_DIR / name).read_text())
         table.pop("triton_version", None)
         print(f"# {label}: configs from {name}")
-        rows += bench_dtype(label, shape, table, ms, ceil)
+        if args.chain:
+            chain_rows += chain_variants(label, shape, table, [m for m in ms if m * 8 <= 128])
+        if not args.skip_main:
+            rows += bench_dtype(label, shape, table, ms, ceil)
         if args.sweep:
             sweeps += sweep(label, shape, [m for m in ms if (label, m) in SWEEP])
         if args.variants:
@@ -380,7 +520,8 @@ def main() -> int:
               f"{'' if r['ok'] else ' FAIL'} |")  # fmt: skip
     if args.json:
         doc = {"ceilings": ceil, "rows": rows, "sweeps": sweeps, "variants": var_rows,
-               "decode_sweep": dec_rows, "tma_sweep": tma_rows}  # fmt: skip
+               "decode_sweep": dec_rows, "tma_sweep": tma_rows, "chain": chain_rows,
+               "stream": stream_rows}  # fmt: skip
         Path(args.json).write_text(json.dumps(doc, indent=1))
     return 0 if all(r["ok"] for r in rows) else 1
 

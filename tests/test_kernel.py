@@ -303,6 +303,57 @@ def test_fused_fp8_on_gpu(block, m: int) -> None:
     _check_fused(p, {**CONFIGS[0], "BLOCK_SIZE_K": 64}, seed)
 
 
+def _sm90() -> bool:
+    return DEVICE == "cuda" and torch.cuda.get_device_capability()[0] >= 9
+
+
+def test_chaining_rule_stays_off_where_it_cannot_run(monkeypatch) -> None:
+    fm = sys.modules["cellbench.kernels.fused_moe"]
+    p = make_problem(TINY, 1, "fp32", DEVICE, seed=0)
+    monkeypatch.setattr(fm, "CHAIN_KERNELS", True)
+    assert fm._chain(p.hidden_states, 2) == _sm90()  # forced: still only where it can run
+    monkeypatch.setattr(fm, "CHAIN_KERNELS", None)
+    assert fm._chain(p.hidden_states, fm.CHAIN_MAX_PAIRS) == _sm90()
+    assert not fm._chain(p.hidden_states, fm.CHAIN_MAX_PAIRS + 1)
+    monkeypatch.setattr(fm, "CHAIN_KERNELS", False)
+    assert not fm._chain(p.hidden_states, 1)
+
+
+@pytest.mark.skipif(not _sm90(), reason="programmatic dependent launch needs CUDA sm90+")
+@pytest.mark.parametrize("prefetch", [True, False], ids=["prefetch", "no-prefetch"])
+@pytest.mark.parametrize(
+    "dtype,quant",
+    [("bf16", None), ("bf16", (128, 128)), ("bf16", "tensor")],
+    ids=["bf16", "fp8-block", "fp8-tensor"],
+)
+@pytest.mark.parametrize("m", [1, 3, 40])
+def test_chained_kernels_match_reference(monkeypatch, prefetch, dtype, quant, m: int) -> None:
+    """Chained launches (forced at every M here) give the reference's result, in a CUDA graph
+    too (where the chaining becomes programmatic graph edges); outputs are poisoned first."""
+    fm = sys.modules["cellbench.kernels.fused_moe"]
+    monkeypatch.setattr(fm, "CHAIN_KERNELS", True)
+    monkeypatch.setattr(fm, "CHAIN_PREFETCH", prefetch)
+    seed = fresh_seed()
+    if quant is None:
+        shape = MoEShape(16, 256, 512, 4)
+    else:
+        shape = MoEShape(16, 256, 512, 4, "fp8_w8a8", None if quant == "tensor" else quant)
+    p = make_problem(shape, m, dtype, DEVICE, seed)
+    cfg = {**CONFIGS[0], "BLOCK_SIZE_K": 64}
+    _check_fused(p, cfg, seed)
+    out = torch.full_like(p.hidden_states, float("nan"))
+    run_fused(p, cfg, out=out)  # compile and prepare outside the graph
+    torch.cuda.synchronize()
+    out.fill_(float("nan"))
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        run_fused(p, cfg, out=out)
+    g.replay()
+    torch.cuda.synchronize()
+    err = relative_error(out, torch_moe_reference(p))
+    assert torch.isfinite(out).all() and err < problem_error_bound(p), f"seed {seed}: {err}"
+
+
 def test_make_problem_routing_and_determinism() -> None:
     a = make_problem(TINY, 6, "fp32", DEVICE, seed=3)
     b = make_problem(TINY, 6, "float32", DEVICE, seed=3)

@@ -183,7 +183,7 @@ def test_batch_sizes_split_over_gpus() -> None:
 def test_tie_goes_to_the_seed_tables_config(tmp_path: Path) -> None:
     """Finalists within the measured spread tie; the seed table's (vLLM-shipped) config wins
     the tie even when another tied config needs less shared memory; outside the spread the
-    faster config wins."""
+    faster config wins; a tie without the table's config goes to the lowest median."""
     from cellbench.tuner.search import TuneOptions, Tuner
     from cellbench.tuner.timing import Timing
 
@@ -202,6 +202,12 @@ def test_tie_goes_to_the_seed_tables_config(tmp_path: Path) -> None:
     assert e.config == shipped and e.ties == [spaces.describe(cheaper)]
     apart = [(k_c, cheaper, Timing(90.0, [90.0] * 5)), (k_s, shipped, Timing(100.0, [100.0] * 5))]
     assert t._pick(4096, apart, 2).config == cheaper
+    # without the table's config in the tie, the lowest median wins, not the cheaper config
+    wider = _cfg(128, 256, 128, w=8, g=1, s=3)
+    k_w = spaces.config_key(wider)
+    no_table = [(k_c, cheaper, Timing(100.4, noisy)), (k_w, wider, Timing(100.0, noisy))]
+    e = t._pick(4096, no_table, 2)
+    assert e.config == wider and e.ties == [spaces.describe(cheaper)]
 
 
 def test_compile_pool_warms_configs_in_worker_processes() -> None:

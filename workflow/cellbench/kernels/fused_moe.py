@@ -31,6 +31,11 @@ import triton.language as tl
 from ..shapes import ROCM_CONFIG_KEYS, VLLM_CONFIG_KEYS, MoEShape
 from .align import moe_align_block_size
 
+try:  # programmatic dependent launch (Hopper and later; Triton >= 3.4)
+    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+except ImportError:  # pragma: no cover - older Triton: kernels are never chained
+    gdc_launch_dependents = gdc_wait = None
+
 CONFIG_KEYS = VLLM_CONFIG_KEYS[:4]  # required; num_warps and num_stages are optional
 _OPTIONAL_KEYS = VLLM_CONFIG_KEYS[4:]
 _ROCM_KEYS = ROCM_CONFIG_KEYS
@@ -76,6 +81,18 @@ class QuantArgs:
 
 
 @triton.jit
+def _prefetch_rows_l2(row_ptrs, K, LINES: tl.constexpr, LINE_ELEMS: tl.constexpr):
+    """Hint L2 to fetch K contiguous elements from each row pointer, one 128-byte line
+    (LINE_ELEMS elements) per address; lines past the row's end repeat its last line."""
+    last = (K - 1) // LINE_ELEMS
+    line = tl.minimum(tl.arange(0, LINES), last)
+    ptrs = row_ptrs[:, None] + (line * LINE_ELEMS)[None, :]
+    tl.inline_asm_elementwise(
+        "prefetch.global.L2 [$1];", "=r,l", [ptrs], dtype=tl.int32, is_pure=False, pack=1
+    )
+
+
+@triton.jit
 def _moe_gemm_kernel(
     a_ptr,
     b_ptr,
@@ -111,6 +128,10 @@ def _moe_gemm_kernel(
     EVEN_K: tl.constexpr,
     IEEE: tl.constexpr,
     B_DESC: tl.constexpr,
+    LAUNCH_NEXT: tl.constexpr,
+    WAIT_PREV: tl.constexpr,
+    PREFETCH_LINES: tl.constexpr,
+    LINE_ELEMS: tl.constexpr,
     BLOCK_SIZE_M: tl.constexpr,
     BLOCK_SIZE_N: tl.constexpr,
     BLOCK_SIZE_K: tl.constexpr,
@@ -123,8 +144,17 @@ def _moe_gemm_kernel(
     With B_DESC the B tiles come through b_desc, a tensor descriptor over B viewed as
     (E*N, K) (TMA on Hopper); a tile past N reads the next expert's rows, whose columns the
     masked store drops.
+
+    Chaining (programmatic dependent launch, see `_chain`): LAUNCH_NEXT lets the next kernel's
+    programs start as soon as every program here has started; WAIT_PREV (this kernel launched
+    early) first asks L2 to prefetch this program's weight rows (PREFETCH_LINES 128-byte lines
+    per row, a power of two; 0: no prefetch), then waits for the previous kernel before
+    reading A. Before the wait it reads only the alignment, which a kernel two launches back
+    wrote.
     """
     pid = tl.program_id(0)
+    if LAUNCH_NEXT:
+        gdc_launch_dependents()
     num_pid_m = tl.cdiv(EM, BLOCK_SIZE_M)
     num_pid_n = tl.cdiv(N, BLOCK_SIZE_N)
     # Grouped ordering: GROUP_SIZE_M row-blocks share the same weight columns while hot in L2.
@@ -147,6 +177,12 @@ def _moe_gemm_kernel(
     a_row = pair // A_DIV
     a_ptrs = a_ptr + a_row[:, None] * stride_am + offs_k[None, :] * stride_ak
     b_ptrs = b_ptr + expert * stride_be + offs_bn[None, :] * stride_bn + offs_k[:, None] * stride_bk
+    if PREFETCH_LINES > 0:
+        _prefetch_rows_l2(
+            b_ptr + expert * stride_be + offs_bn * stride_bn, K, PREFETCH_LINES, LINE_ELEMS
+        )
+    if WAIT_PREV:
+        gdc_wait()
     if QUANT == 2:
         as_ptrs = a_scale_ptr + a_row * stride_asm
         bs_ptrs = b_scale_ptr + expert * stride_bse + (offs_bn // GROUP_N) * stride_bsn
@@ -195,10 +231,15 @@ def _silu_mul_kernel(
     stride_in,
     stride_out,
     TRACK_AMAX: tl.constexpr,
+    CHAINED: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
     """out = silu(gate) * up per pair row (gate = first N columns, up = next N); with
-    TRACK_AMAX also folds the block's max |out| into *amax_ptr (for per-tensor fp8)."""
+    TRACK_AMAX also folds the block's max |out| into *amax_ptr (for per-tensor fp8).
+    CHAINED: launched early (see `_chain`): let the next kernel start, then wait for GEMM 1."""
+    if CHAINED:
+        gdc_launch_dependents()
+        gdc_wait()
     row = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     ok = cols < N
@@ -272,9 +313,13 @@ def _sum_topk_kernel(
     stride_out,
     TOPK: tl.constexpr,
     TOPK_P: tl.constexpr,
+    CHAINED: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
-    """out[t] = sum over k of in[t * TOPK + k] (fp32 accumulation)."""
+    """out[t] = sum over k of in[t * TOPK + k] (fp32 accumulation). CHAINED: launched early
+    (see `_chain`), waits for GEMM 2 first."""
+    if CHAINED:
+        gdc_wait()
     t = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     ks = tl.arange(0, TOPK_P)
@@ -402,8 +447,9 @@ TMA_MIN_PAIRS = 64
 
 
 @functools.cache
-def _has_tma(device: torch.device) -> bool:
-    """CUDA capability >= 9 (asked once per device: this sits on every GEMM launch)."""
+def _cuda_sm90(device: torch.device) -> bool:
+    """CUDA capability >= 9: TMA and programmatic dependent launch (asked once per device:
+    this sits on every GEMM launch)."""
     return not getattr(torch.version, "hip", None) and (
         torch.cuda.get_device_capability(device)[0] >= 9
     )
@@ -413,7 +459,9 @@ def _use_b_descriptor(w: torch.Tensor, config: dict[str, Any], pairs: int) -> bo
     """Whether this GEMM's weight tiles can and should come through a tensor descriptor."""
     want = B_OPERAND_TMA
     if want is None:
-        want = pairs >= TMA_MIN_PAIRS and w.element_size() <= 2 and w.is_cuda and _has_tma(w.device)
+        want = (
+            pairs >= TMA_MIN_PAIRS and w.element_size() <= 2 and w.is_cuda and _cuda_sm90(w.device)
+        )
     if not want:
         return False
     e, n, k = w.shape
@@ -425,6 +473,31 @@ def _use_b_descriptor(w: torch.Tensor, config: dict[str, Any], pairs: int) -> bo
         and w.data_ptr() % 16 == 0
         and (k * elt) % 16 == 0
         and config["BLOCK_SIZE_K"] * elt >= 16
+    )
+
+
+# Small calls chain their kernels with programmatic dependent launch: GEMM 1 lets the
+# activation kernel, and that one GEMM 2, start once all its programs have started; GEMM 2's
+# programs ask L2 for their weight rows, then wait for their input, so GEMM 2's weight stream
+# starts while GEMM 1 drains, and the launch gaps overlap. None = by the rule below, where
+# the GPU and Triton support it (CUDA capability >= 9); True/False = always/never there.
+CHAIN_KERNELS: bool | None = None
+CHAIN_PREFETCH = True  # GEMM 2's L2 prefetch of its weight rows when chained
+# Rule: chain at up to this many (token, expert) pairs (a guess until measured on the H200).
+CHAIN_MAX_PAIRS = 32
+
+
+def _chain(x: Any, pairs: int) -> bool:
+    """Whether a call with `pairs` (token, expert) pairs on x's device chains its kernels."""
+    want = CHAIN_KERNELS
+    if want is None:
+        want = pairs <= CHAIN_MAX_PAIRS
+    return (
+        bool(want)
+        and gdc_wait is not None
+        and not interpreter_active()
+        and x.is_cuda
+        and _cuda_sm90(x.device)
     )
 
 
@@ -543,7 +616,11 @@ def _gemm(
     mul_routed_weight: bool,
     config: dict[str, Any],
     quant: QuantArgs | None,
+    wait_prev: bool = False,
+    launch_next: bool = False,
 ) -> None:
+    """One grouped GEMM (see `_moe_gemm_kernel`); wait_prev/launch_next chain it to the
+    kernel before/after it (programmatic dependent launch, see `_chain`)."""
     sorted_ids, expert_ids, total = align
     n_out, k_in = w.shape[1], w.shape[2]
     bm, bn_, bk_ = config["BLOCK_SIZE_M"], config["BLOCK_SIZE_N"], config["BLOCK_SIZE_K"]
@@ -560,6 +637,11 @@ def _gemm(
         mode, (group_n, group_k) = _Q_BLOCK, quant.block_shape
         sa, sw = a_scale.stride(), w_scale.stride()
     use_desc = _use_b_descriptor(w, config, topk_weights.numel())
+    elt = w.element_size()
+    lines = 0
+    if wait_prev and CHAIN_PREFETCH and not use_desc and w.stride(2) == 1:
+        lines = triton.next_power_of_2(triton.cdiv(k_in * elt, 128))
+    chain_opts = {"launch_pdl": True} if wait_prev else {}
     _launch(
         _moe_gemm_kernel,
         grid,
@@ -597,11 +679,16 @@ def _gemm(
         EVEN_K=k_in % bk_ == 0,
         IEEE=a.dtype == torch.float32,
         B_DESC=use_desc,
+        LAUNCH_NEXT=launch_next,
+        WAIT_PREV=wait_prev,
+        PREFETCH_LINES=lines,
+        LINE_ELEMS=128 // elt,
         BLOCK_SIZE_M=bm,
         BLOCK_SIZE_N=bn_,
         BLOCK_SIZE_K=bk_,
         GROUP_SIZE_M=config["GROUP_SIZE_M"],
         **_launch_options(config),
+        **chain_opts,
     )
 
 
@@ -719,9 +806,10 @@ def _quantise_rows(x: torch.Tensor, quant: QuantArgs) -> tuple[torch.Tensor, tor
 
 
 def _silu_mul(
-    c1: torch.Tensor, out_dtype: torch.dtype, quant: QuantArgs | None
+    c1: torch.Tensor, out_dtype: torch.dtype, quant: QuantArgs | None, chained: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """SiLU-and-mul of the GEMM 1 output (pairs, 2N) -> (pairs, N), fp8 when quantised."""
+    """SiLU-and-mul of the GEMM 1 output (pairs, 2N) -> (pairs, N), fp8 when quantised.
+    chained: launched early after GEMM 1 (unquantised and per-tensor only)."""
     pairs, n2 = c1.shape
     n = n2 // 2
     if quant is not None and quant.block_shape is not None:
@@ -731,7 +819,10 @@ def _silu_mul(
     y = torch.empty((pairs, n), dtype=out_dtype, device=c1.device)
     track = quant is not None
     amax = torch.zeros(1, dtype=torch.float32, device=c1.device) if track else y
-    _silu_mul_kernel[grid](c1, y, amax, n, c1.stride(0), y.stride(0), TRACK_AMAX=track, BLOCK=blk)
+    _silu_mul_kernel[grid](
+        c1, y, amax, n, c1.stride(0), y.stride(0), TRACK_AMAX=track, CHAINED=chained, BLOCK=blk,
+        **({"launch_pdl": True} if chained else {}),
+    )  # fmt: skip
     if not track:
         return y, None
     # Per-tensor: the scale needs the whole tensor's amax, hence a second pass.
@@ -739,7 +830,12 @@ def _silu_mul(
 
 
 def _sum_topk(
-    c3: torch.Tensor, m: int, topk: int, out_dtype: torch.dtype, out: torch.Tensor | None = None
+    c3: torch.Tensor,
+    m: int,
+    topk: int,
+    out_dtype: torch.dtype,
+    out: torch.Tensor | None = None,
+    chained: bool = False,
 ) -> torch.Tensor:
     k = c3.shape[1]
     if out is None:
@@ -747,7 +843,8 @@ def _sum_topk(
     blk = min(1024, triton.next_power_of_2(k))
     _sum_topk_kernel[(m, triton.cdiv(k, blk))](
         c3, out, k, c3.stride(0), out.stride(0),
-        TOPK=topk, TOPK_P=triton.next_power_of_2(topk), BLOCK=blk,
+        TOPK=topk, TOPK_P=triton.next_power_of_2(topk), CHAINED=chained, BLOCK=blk,
+        **({"launch_pdl": True} if chained else {}),
     )  # fmt: skip
     return out
 
@@ -798,11 +895,12 @@ def fused_moe(
     c1 = torch.empty((pairs, w1.shape[1]), dtype=dtype, device=hidden_states.device)
     w1s = quant.w1_scale if quant else None
     w2s = quant.w2_scale if quant else None
-    _gemm(a1, a1_scale, w1, w1s, c1, tw, align, topk, False, config, quant)
-    c2, c2_scale = _silu_mul(c1, dtype, quant)
+    ch = _chain(hidden_states, pairs)
+    _gemm(a1, a1_scale, w1, w1s, c1, tw, align, topk, False, config, quant, launch_next=ch)
+    c2, c2_scale = _silu_mul(c1, dtype, quant, chained=ch)
     c3 = torch.empty((pairs, w2.shape[1]), dtype=dtype, device=hidden_states.device)
-    _gemm(c2, c2_scale, w2, w2s, c3, tw, align, 1, True, config, quant)
-    return _sum_topk(c3, m, topk, dtype, out)
+    _gemm(c2, c2_scale, w2, w2s, c3, tw, align, 1, True, config, quant, ch, ch)
+    return _sum_topk(c3, m, topk, dtype, out, chained=ch)
 
 
 # ----------------------------------------------------------------------------- compile only
@@ -897,11 +995,12 @@ def warm_config(
                                              dtype=torch.float32)  # fmt: skip
 
     a1, a1s = activation(m, k)
+    ch = _chain(w1, pairs)
     _gemm(a1, a1s, w1, quant.w1_scale if quant else None, ph(pairs, 2 * n), tw, align, topk,
-          False, config, quant)  # type: ignore[arg-type]  # fmt: skip
+          False, config, quant, launch_next=ch)  # type: ignore[arg-type]  # fmt: skip
     a2, a2s = activation(pairs, n)
     _gemm(a2, a2s, w2, quant.w2_scale if quant else None, ph(pairs, k), tw, align, 1, True,
-          config, quant)  # type: ignore[arg-type]  # fmt: skip
+          config, quant, ch, ch)  # type: ignore[arg-type]  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- problems
@@ -1040,10 +1139,12 @@ def run_gemms(problem: MoEProblem, config: dict[str, Any], path: str = "auto") -
         part, nb = _decode(p.hidden_states, p.w1, p.w2, p.topk_weights, p.topk_ids, config)
         return part.view(p.topk_ids.numel(), nb, -1)
     prep = _prepare(problem, config)
+    ch = _chain(p.hidden_states, p.topk_ids.numel())  # as in fused_moe: the same kernels
     _gemm(prep["a1"], prep["a1_scale"], p.w1, q.w1_scale if q else None, prep["c1"],
-          p.topk_weights, prep["align"], p.shape.topk, False, config, q)  # fmt: skip
+          p.topk_weights, prep["align"], p.shape.topk, False, config, q,
+          launch_next=ch)  # fmt: skip
     _gemm(prep["c2"], prep["c2_scale"], p.w2, q.w2_scale if q else None, prep["c3"],
-          p.topk_weights, prep["align"], 1, True, config, q)  # fmt: skip
+          p.topk_weights, prep["align"], 1, True, config, q, ch, ch)  # fmt: skip
     return prep["c3"]
 
 

@@ -14,9 +14,9 @@ Modes:
   search then tries one-key moves around the best two while the budget lasts; successive
   halving re-times the leaders with more repeats, and the finalists (plus the table's config)
   are re-timed side by side, interleaved, and picked by median, where differences inside the
-  measured spread count as ties, won by the table's config, else the cheaper (less shared
-  memory), earlier one. A kernel compiled at one batch size is reused at the other batch
-  sizes with the same specialisation.
+  measured spread count as ties, won by the table's config, else by the lowest median. A
+  kernel compiled at one batch size is reused at the other batch sizes with the same
+  specialisation.
 
 Every candidate, including pruned ones and failures, goes to the tuning log; a killed run
 reads the log back and does not re-time what it already timed.
@@ -392,22 +392,19 @@ class Tuner:
         return out
 
     def _pick(self, m: int, final: list[tuple[str, dict[str, int], Timing]], n_cands: int) -> Entry:
-        """Lowest median; configs within the measured spread of it tie and the cheaper wins."""
+        """Lowest median; configs within the measured spread of it tie, and the seed table's
+        config wins a tie it is in, else the lowest median stands."""
         best_t = min(t.median_us for _, _, t in final)
         noise = max(max((t.spread for _, _, t in final), default=0.0), 0.005)
         tied = [(i, key, cfg, t) for i, (key, cfg, t) in enumerate(final)]
         tied = [x for x in tied if x[3].median_us <= best_t * (1 + noise)]
-        # the seed table's config (vLLM's shipped one) wins a tie: the H200 run of 2026-12-02
-        # picked a cheaper tied config at M=4096 that re-timed 1.8% slower than it; then
-        # cheaper = less shared memory per block (more blocks resident), then earlier rank
+        # The seed table's (vLLM's shipped) config wins a tie: the H200 run of 2026-12-02
+        # picked a cheaper tied config at M=4096 that re-timed 1.8% slower than it. Otherwise
+        # the lowest median: preferring the cheaper config (less shared memory) in a tie
+        # passed over a BLOCK_SIZE_N 128 config at M=1 in run 5, and the pick re-timed 1.1%
+        # slower than exhaustive's (also BLOCK_SIZE_N 128).
         tk = self._table_key(m)
-        tied.sort(
-            key=lambda x: (
-                x[1] != tk,
-                spaces.smem_lower_bound(x[2], self.operand_bytes),
-                x[0],
-            )
-        )
+        tied.sort(key=lambda x: (x[1] != tk, x[3].median_us, x[0]))
         _, key, cfg, t = tied[0]
         return Entry(
             m,

@@ -187,6 +187,9 @@ def _cfg(bm: int, bn: int, bk: int, gm: int, w: int, st: int) -> dict:
 # A few configs around the shipped ones at M=4096 (run 1 of 2026-12-02 also tried 12 configs at
 # M=1 and the 11 listed first here at M=4096; none beat the shipped config by more than 1%).
 SWEEP = {
+    # M=1: more programs (smaller BLOCK_SIZE_N) and deeper pipelines than the shipped config
+    ("bf16", 1): [_cfg(16, n, k, 1, w, st) for n in (16, 32, 64) for k in (64, 128, 256)
+                  for w, st in ((4, 3), (4, 5), (2, 4))],
     ("bf16", 4096): [_cfg(128, n, 64, g, 8, st) for n in (128, 256) for g in (1, 16)
                      for st in (3, 4)]
     + [_cfg(64, 256, 64, 16, 8, 4), _cfg(128, 128, 128, 16, 8, 3), _cfg(256, 128, 64, 16, 8, 3),
@@ -321,33 +324,34 @@ def tma_sweep(label: str, shape: MoEShape, ms: list[int]) -> list[dict]:
     return out
 
 
-def _set_chain(value: bool | None, prefetch: bool = True) -> None:
-    mod = sys.modules["cellbench.kernels.fused_moe"]
-    mod.CHAIN_KERNELS = value
-    mod.CHAIN_PREFETCH = prefetch
+def _set_chain(value: bool | None) -> None:
+    sys.modules["cellbench.kernels.fused_moe"].CHAIN_KERNELS = value
 
 
-CHAIN_VARIANTS = [("unchained", False, True), ("chained-noprefetch", True, False),
-                  ("chained", True, True)]  # fmt: skip
+# (Run 5 also had a variant whose GEMM 2 asked L2 for its weight rows before waiting, commit
+# b64ee0c: it was slower, 27.3 vs 23.9 us at M=1, and is gone.)
+CHAIN_VARIANTS = [("unchained", False), ("chained", True)]
 
 
 def chain_variants(label: str, shape: MoEShape, table: dict, ms: list[int], rounds: int = 3):
-    """Kernel chaining (programmatic dependent launch, GEMM 2's L2 prefetch) on and off, side
-    by side: rounds of A B C / C B A graph timings of the two GEMMs and of the whole call, with
-    the shipped config and with BLOCK_SIZE_N doubled (the tuner's exhaustive pick at M=1)."""
+    """Kernel chaining (programmatic dependent launch) on and off, side by side: rounds of
+    A B / B A graph timings of the two GEMMs and of the whole call, with the shipped config
+    and, where it is at most 64, with BLOCK_SIZE_N doubled (exhaustive's pick at M=1)."""
     base = make_problem(shape, 1, "bf16", "cuda", seed=1)
     out = []
     for m in ms:
         probs, seq = input_sets(shape, m, base)
         ref = torch_moe_reference(probs[0])
         shipped = nearest_config(table, m)
-        wide = dict(shipped, BLOCK_SIZE_N=2 * shipped["BLOCK_SIZE_N"])
-        for cname, cfg in (("shipped", shipped), ("bn_x2", wide)):
+        cfgs = [("shipped", shipped)]
+        if shipped["BLOCK_SIZE_N"] <= 64:  # wider tiles than 128 can overflow shared memory
+            cfgs.append(("bn_x2", dict(shipped, BLOCK_SIZE_N=2 * shipped["BLOCK_SIZE_N"])))
+        for cname, cfg in cfgs:
             times = {v[0]: {"gemms": [], "fused": []} for v in CHAIN_VARIANTS}
             errs = {}
             for r in range(rounds):
-                for name, on, pf in CHAIN_VARIANTS if r % 2 == 0 else CHAIN_VARIANTS[::-1]:
-                    _set_chain(on, pf)
+                for name, on in CHAIN_VARIANTS if r % 2 == 0 else CHAIN_VARIANTS[::-1]:
+                    _set_chain(on)
                     if r == 0:
                         errs[name] = relative_error(run_fused(probs[0], cfg), ref)
                     t = times[name]
@@ -372,14 +376,10 @@ def chain_variants(label: str, shape: MoEShape, table: dict, ms: list[int], roun
 @triton.jit
 def _stream_read_kernel(x_ptr, out_ptr, per_prog, n, BLOCK: tl.constexpr, CHAINED: tl.constexpr):
     """Sum of one contiguous slice per program (a pure weight-like stream). CHAINED: launched
-    early; asks L2 for the slice, then waits for the previous kernel, as GEMM 2 does."""
+    early, waits for the previous kernel first, as a chained GEMM 2 does. (Run 5, commit
+    b64ee0c, instead asked L2 for the slice before waiting: 39 us against 27 unchained.)"""
     start = tl.program_id(0).to(tl.int64) * per_prog
     if CHAINED:
-        for off in range(0, per_prog, BLOCK * 64):
-            line = start + off + tl.arange(0, BLOCK) * 64
-            tl.inline_asm_elementwise("prefetch.global.L2 [$1];", "=r,l",
-                                      [x_ptr + tl.minimum(line, n - 1)], dtype=tl.int32,
-                                      is_pure=False, pack=1)  # fmt: skip
         tl.extra.cuda.gdc_wait()
     else:
         tl.extra.cuda.gdc_launch_dependents()
@@ -461,9 +461,12 @@ def main() -> int:
                     help="also compare kernel variants (pointer/TMA weight tiles, few-token "
                          "path) side by side, sweep the few-token path at M<=4 and TMA at "
                          "SWEEP's batch sizes")  # fmt: skip
-    ap.add_argument("--chain", action="store_true",
-                    help="compare kernel chaining on/off at M <= 16 and measure what a plain "
-                         "Triton read of M=1's 75.5 MB reaches (one launch and two)")  # fmt: skip
+    ap.add_argument(
+        "--chain-ms", default="", help="batch sizes at which to compare kernel chaining on and off"
+    )
+    ap.add_argument("--stream", action="store_true",
+                    help="measure what a plain Triton read of M=1's 75.5 MB reaches (one "
+                         "launch by grid size; two launches, chained and not)")  # fmt: skip
     ap.add_argument("--skip-main", action="store_true", help="only the optional parts")
     args = ap.parse_args()
     ms = [int(x) for x in args.ms.split(",")]
@@ -485,7 +488,8 @@ def main() -> int:
     dec_rows: list[dict] = []
     tma_rows: list[dict] = []
     chain_rows: list[dict] = []
-    stream_rows: list[dict] = stream_ceiling() if args.chain else []
+    stream_rows: list[dict] = stream_ceiling() if args.stream else []
+    chain_ms = [int(x) for x in args.chain_ms.split(",") if x]
     for label in args.dtypes.split(","):
         if label == "bf16":
             shape = MoEShape(128, 768, 2048, 8)
@@ -497,8 +501,8 @@ def main() -> int:
         table = json.loads((CONFIG_DIR / name).read_text())
         table.pop("triton_version", None)
         print(f"# {label}: configs from {name}")
-        if args.chain:
-            chain_rows += chain_variants(label, shape, table, [m for m in ms if m * 8 <= 128])
+        if chain_ms:
+            chain_rows += chain_variants(label, shape, table, chain_ms)
         if not args.skip_main:
             rows += bench_dtype(label, shape, table, ms, ceil)
         if args.sweep:

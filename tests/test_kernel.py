@@ -320,38 +320,38 @@ def test_chaining_rule_stays_off_where_it_cannot_run(monkeypatch) -> None:
 
 
 @pytest.mark.skipif(not _sm90(), reason="programmatic dependent launch needs CUDA sm90+")
-@pytest.mark.parametrize("prefetch", [True, False], ids=["prefetch", "no-prefetch"])
 @pytest.mark.parametrize(
-    "dtype,quant",
-    [("bf16", None), ("bf16", (128, 128)), ("bf16", "tensor")],
-    ids=["bf16", "fp8-block", "fp8-tensor"],
+    "quant", [None, (128, 128), "tensor"], ids=["bf16", "fp8-block", "fp8-tensor"]
 )
 @pytest.mark.parametrize("m", [1, 3, 40])
-def test_chained_kernels_match_reference(monkeypatch, prefetch, dtype, quant, m: int) -> None:
-    """Chained launches (forced at every M here) give the reference's result, in a CUDA graph
-    too (where the chaining becomes programmatic graph edges); outputs are poisoned first."""
+def test_chained_kernels_give_the_unchained_result(monkeypatch, quant, m: int) -> None:
+    """Chaining changes when kernels start, not what they compute: chained launches (forced
+    at every M here), eager and inside a CUDA graph (where they become programmatic graph
+    edges), give exactly the unchained output, which matches the reference. Outputs are
+    poisoned with NaN before each run."""
     fm = sys.modules["cellbench.kernels.fused_moe"]
-    monkeypatch.setattr(fm, "CHAIN_KERNELS", True)
-    monkeypatch.setattr(fm, "CHAIN_PREFETCH", prefetch)
     seed = fresh_seed()
     if quant is None:
         shape = MoEShape(16, 256, 512, 4)
     else:
-        shape = MoEShape(16, 256, 512, 4, "fp8_w8a8", None if quant == "tensor" else quant)
-    p = make_problem(shape, m, dtype, DEVICE, seed)
+        shape = MoEShape(8, 256, 256, 2, "fp8_w8a8", None if quant == "tensor" else quant)
+    p = make_problem(shape, m, "bf16", DEVICE, seed)
     cfg = {**CONFIGS[0], "BLOCK_SIZE_K": 64}
+    monkeypatch.setattr(fm, "CHAIN_KERNELS", False)
     _check_fused(p, cfg, seed)
+    plain = run_fused(p, cfg)
+    monkeypatch.setattr(fm, "CHAIN_KERNELS", True)
     out = torch.full_like(p.hidden_states, float("nan"))
-    run_fused(p, cfg, out=out)  # compile and prepare outside the graph
+    run_fused(p, cfg, out=out)
     torch.cuda.synchronize()
+    assert torch.equal(out, plain), f"eager, seed {seed}"
     out.fill_(float("nan"))
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
         run_fused(p, cfg, out=out)
     g.replay()
     torch.cuda.synchronize()
-    err = relative_error(out, torch_moe_reference(p))
-    assert torch.isfinite(out).all() and err < problem_error_bound(p), f"seed {seed}: {err}"
+    assert torch.equal(out, plain), f"graph, seed {seed}"
 
 
 def test_make_problem_routing_and_determinism() -> None:

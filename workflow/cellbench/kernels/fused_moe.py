@@ -81,18 +81,6 @@ class QuantArgs:
 
 
 @triton.jit
-def _prefetch_rows_l2(row_ptrs, K, LINES: tl.constexpr, LINE_ELEMS: tl.constexpr):
-    """Hint L2 to fetch K contiguous elements from each row pointer, one 128-byte line
-    (LINE_ELEMS elements) per address; lines past the row's end repeat its last line."""
-    last = (K - 1) // LINE_ELEMS
-    line = tl.minimum(tl.arange(0, LINES), last)
-    ptrs = row_ptrs[:, None] + (line * LINE_ELEMS)[None, :]
-    tl.inline_asm_elementwise(
-        "prefetch.global.L2 [$1];", "=r,l", [ptrs], dtype=tl.int32, is_pure=False, pack=1
-    )
-
-
-@triton.jit
 def _moe_gemm_kernel(
     a_ptr,
     b_ptr,
@@ -130,8 +118,6 @@ def _moe_gemm_kernel(
     B_DESC: tl.constexpr,
     LAUNCH_NEXT: tl.constexpr,
     WAIT_PREV: tl.constexpr,
-    PREFETCH_LINES: tl.constexpr,
-    LINE_ELEMS: tl.constexpr,
     BLOCK_SIZE_M: tl.constexpr,
     BLOCK_SIZE_N: tl.constexpr,
     BLOCK_SIZE_K: tl.constexpr,
@@ -147,10 +133,8 @@ def _moe_gemm_kernel(
 
     Chaining (programmatic dependent launch, see `_chain`): LAUNCH_NEXT lets the next kernel's
     programs start as soon as every program here has started; WAIT_PREV (this kernel launched
-    early) first asks L2 to prefetch this program's weight rows (PREFETCH_LINES 128-byte lines
-    per row, a power of two; 0: no prefetch), then waits for the previous kernel before
-    reading A. Before the wait it reads only the alignment, which a kernel two launches back
-    wrote.
+    early) waits for the previous kernel before its loop. Before the wait it reads only the
+    alignment, which a kernel at least two launches back wrote.
     """
     pid = tl.program_id(0)
     if LAUNCH_NEXT:
@@ -177,10 +161,6 @@ def _moe_gemm_kernel(
     a_row = pair // A_DIV
     a_ptrs = a_ptr + a_row[:, None] * stride_am + offs_k[None, :] * stride_ak
     b_ptrs = b_ptr + expert * stride_be + offs_bn[None, :] * stride_bn + offs_k[:, None] * stride_bk
-    if PREFETCH_LINES > 0:
-        _prefetch_rows_l2(
-            b_ptr + expert * stride_be + offs_bn * stride_bn, K, PREFETCH_LINES, LINE_ELEMS
-        )
     if WAIT_PREV:
         gdc_wait()
     if QUANT == 2:
@@ -477,14 +457,15 @@ def _use_b_descriptor(w: torch.Tensor, config: dict[str, Any], pairs: int) -> bo
 
 
 # Small calls chain their kernels with programmatic dependent launch: GEMM 1 lets the
-# activation kernel, and that one GEMM 2, start once all its programs have started; GEMM 2's
-# programs ask L2 for their weight rows, then wait for their input, so GEMM 2's weight stream
-# starts while GEMM 1 drains, and the launch gaps overlap. None = by the rule below, where
-# the GPU and Triton support it (CUDA capability >= 9); True/False = always/never there.
+# activation kernel, and that one GEMM 2 (and GEMM 2 the top-k sum), start once all its
+# programs have started; the early kernel waits for its input inside, so launch and ramp-up
+# overlap the previous kernel's tail. None = by the rule below, where the GPU and Triton
+# support it (CUDA capability >= 9); True/False = always/never there.
 CHAIN_KERNELS: bool | None = None
-CHAIN_PREFETCH = True  # GEMM 2's L2 prefetch of its weight rows when chained
-# Rule: chain at up to this many (token, expert) pairs (a guess until measured on the H200).
-CHAIN_MAX_PAIRS = 32
+# Rule, from side-by-side timings on the H200 (benchmarks/NOTES-kernel.md, run 5): chained,
+# the two GEMMs took 0.95x (M=1) to 0.99x (M=16) the unchained time, bf16; fp8 block 0.93x
+# to 0.99x (1.01x at M=2, within noise). Larger M was not measured then.
+CHAIN_MAX_PAIRS = 128
 
 
 def _chain(x: Any, pairs: int) -> bool:
@@ -637,10 +618,6 @@ def _gemm(
         mode, (group_n, group_k) = _Q_BLOCK, quant.block_shape
         sa, sw = a_scale.stride(), w_scale.stride()
     use_desc = _use_b_descriptor(w, config, topk_weights.numel())
-    elt = w.element_size()
-    lines = 0
-    if wait_prev and CHAIN_PREFETCH and not use_desc and w.stride(2) == 1:
-        lines = triton.next_power_of_2(triton.cdiv(k_in * elt, 128))
     chain_opts = {"launch_pdl": True} if wait_prev else {}
     _launch(
         _moe_gemm_kernel,
@@ -681,8 +658,6 @@ def _gemm(
         B_DESC=use_desc,
         LAUNCH_NEXT=launch_next,
         WAIT_PREV=wait_prev,
-        PREFETCH_LINES=lines,
-        LINE_ELEMS=128 // elt,
         BLOCK_SIZE_M=bm,
         BLOCK_SIZE_N=bn_,
         BLOCK_SIZE_K=bk_,

@@ -695,6 +695,14 @@ def kernel_path(m: int, quant: QuantArgs | None, path: str = "auto") -> str:
     return path
 
 
+def m_dependent_choices(m: int, topk: int, quant: QuantArgs | None) -> tuple[str, bool, bool]:
+    """The kernel choices that change with the token count, beyond Triton's own integer
+    specialisation: the path, weight tiles through TMA (by pair count) and chaining. Calls
+    whose choices differ run differently compiled kernels (the tuner counts compiles by it)."""
+    pairs = m * topk
+    return kernel_path(m, quant), pairs >= TMA_MIN_PAIRS, pairs <= CHAIN_MAX_PAIRS
+
+
 def _decode(
     x: torch.Tensor,
     w1: torch.Tensor,

@@ -88,6 +88,11 @@ class BuiltinBackend:
         'grouped'."""
         return self._k.kernel_path(problem.m, problem.quant)
 
+    def m_specialisation(self, m: int) -> tuple[Any, ...]:
+        """Kernel choices that change with the batch size (path, TMA, chaining): a kernel
+        compiled at one batch size serves another only where these agree."""
+        return tuple(self._k.m_dependent_choices(m, self.shape.topk, self.base.quant))
+
     def kernel_identity(self, m: int, config: dict[str, int]) -> str:
         """Configs with equal identities at batch size m run the same compiled kernels: on the
         few-token path BLOCK_SIZE_M and GROUP_SIZE_M play no part."""
@@ -117,14 +122,18 @@ class BuiltinBackend:
         except Exception:  # noqa: BLE001 - internal API changed: no per-GEMM times
             return None
         p, q = problem, problem.quant
+        chain = getattr(mod, "_chain", None)
+        # the same compiled kernels as the whole call (chained launches where it chains them)
+        ch = bool(chain(p.hidden_states, p.topk_ids.numel())) if chain else False
 
         def g1() -> None:
             gemm(prep["a1"], prep["a1_scale"], p.w1, q.w1_scale if q else None, prep["c1"],
-                 p.topk_weights, prep["align"], p.shape.topk, False, config, q)  # fmt: skip
+                 p.topk_weights, prep["align"], p.shape.topk, False, config, q,
+                 launch_next=ch)  # fmt: skip
 
         def g2() -> None:
             gemm(prep["c2"], prep["c2_scale"], p.w2, q.w2_scale if q else None, prep["c3"],
-                 p.topk_weights, prep["align"], 1, True, config, q)  # fmt: skip
+                 p.topk_weights, prep["align"], 1, True, config, q, ch, ch)  # fmt: skip
 
         return g1, g2
 

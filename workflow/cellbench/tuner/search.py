@@ -180,9 +180,9 @@ class Tuner:
         self.finalists_prev: list[str] = []
         self.ranked_prev: list[str] = []
         # (M-dependent specialisation, config key) already compiled in this run
-        self.compiled: set[tuple[tuple[bool, bool], str]] = set()
+        self.compiled: set[tuple[tuple[Any, ...], str]] = set()
         self.new_compiles: dict[int, int] = {}
-        self.class_first: dict[tuple[bool, bool], int] = {}
+        self.class_first: dict[tuple[Any, ...], int] = {}
         self.t_start = time.perf_counter()
         self.skipped: list[int] = []
 
@@ -463,12 +463,15 @@ class Tuner:
         return (cfg["BLOCK_SIZE_M"], cfg["BLOCK_SIZE_N"], cfg["BLOCK_SIZE_K"], cfg["num_warps"])
 
     # -- compile accounting -------------------------------------------------------------------
-    def _spec(self, m: int) -> tuple[bool, bool]:
+    def _spec(self, m: int) -> tuple[Any, ...]:
         """The part of the kernel's specialisation that depends on M: Triton specialises integer
-        arguments on ==1 and divisibility by 16, and the row count is M x top-k."""
+        arguments on ==1 and divisibility by 16 (the row count is M x top-k), plus the
+        backend's own batch-size-dependent choices (the builtin kernel's path, TMA weight
+        tiles and chaining: a kernel compiled at M=16 does not serve M=64 where they differ)."""
         topk = int(getattr(getattr(self.backend, "shape", None), "topk", 1) or 1)
         rows = m * topk
-        return rows == 1, rows % 16 == 0
+        own = getattr(self.backend, "m_specialisation", None)
+        return (rows == 1, rows % 16 == 0, *(own(m) if own else ()))
 
     def _is_compiled(self, m: int, key: str) -> bool:
         return (self._spec(m), key) in self.compiled

@@ -324,22 +324,19 @@ def tma_sweep(label: str, shape: MoEShape, ms: list[int]) -> list[dict]:
     return out
 
 
-def _set_chain(value: bool | None, preload: bool | None = None) -> None:
-    mod = sys.modules["cellbench.kernels.fused_moe"]
-    mod.CHAIN_KERNELS = value
-    mod.PRELOAD_FIRST_B = preload
+def _set_chain(value: bool | None) -> None:
+    sys.modules["cellbench.kernels.fused_moe"].CHAIN_KERNELS = value
 
 
-# (name, chaining, GEMM 2 loads its first weight tile before waiting). Run 5 also had a
-# variant whose GEMM 2 asked L2 for all its weight rows before waiting (commit b64ee0c): it
-# was slower, 27.3 vs 23.9 us at M=1, and is gone.
-CHAIN_VARIANTS = [("unchained", False, False), ("chained", True, False),
-                  ("chained-preload", True, True)]  # fmt: skip
+# Two variants tried and dropped (NOTES-kernel.md): GEMM 2 asking L2 for all its weight rows
+# before waiting (run 5, commit b64ee0c: 27.3 vs 23.9 us at M=1), and GEMM 2 loading its
+# first weight tile before waiting (run 7, commit 7e1caf9: no gain, more shared memory).
+CHAIN_VARIANTS = [("unchained", False), ("chained", True)]
 
 
 def chain_variants(label: str, shape: MoEShape, table: dict, ms: list[int], rounds: int = 3):
     """Kernel chaining (programmatic dependent launch) on and off, side by side: rounds of
-    A B C / C B A graph timings of the two GEMMs and of the whole call, with the shipped config
+    A B / B A graph timings of the two GEMMs and of the whole call, with the shipped config
     and, where it is at most 64, with BLOCK_SIZE_N doubled (exhaustive's pick at M=1)."""
     base = make_problem(shape, 1, "bf16", "cuda", seed=1)
     out = []
@@ -354,8 +351,8 @@ def chain_variants(label: str, shape: MoEShape, table: dict, ms: list[int], roun
             times = {v[0]: {"gemms": [], "fused": []} for v in CHAIN_VARIANTS}
             errs = {}
             for r in range(rounds):
-                for name, on, pre in CHAIN_VARIANTS if r % 2 == 0 else CHAIN_VARIANTS[::-1]:
-                    _set_chain(on, pre)
+                for name, on in CHAIN_VARIANTS if r % 2 == 0 else CHAIN_VARIANTS[::-1]:
+                    _set_chain(on)
                     if r == 0:
                         errs[name] = relative_error(run_fused(probs[0], cfg), ref)
                     t = times[name]

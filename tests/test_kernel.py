@@ -303,18 +303,6 @@ def test_fused_fp8_on_gpu(block, m: int) -> None:
     _check_fused(p, {**CONFIGS[0], "BLOCK_SIZE_K": 64}, seed)
 
 
-@pytest.mark.parametrize("m", [1, 5, 33])
-@pytest.mark.parametrize("config", CONFIGS, ids=["bm16", "bm32", "bm64"])
-def test_first_weight_tile_loaded_ahead_matches_reference(monkeypatch, m: int, config) -> None:
-    """A chained GEMM 2 loads its first weight tile before waiting and runs the first K step
-    outside the loop; forced on here for both GEMMs, so the CPU interpreter runs that code
-    too (even and masked K: BLOCK_SIZE_K 128 > K=64 in bm64)."""
-    monkeypatch.setattr(sys.modules["cellbench.kernels.fused_moe"], "PRELOAD_FIRST_B", True)
-    seed = fresh_seed()
-    dtype = "fp16" if DEVICE == "cpu" else "bf16"
-    _check_fused(make_problem(TINY, m, dtype, DEVICE, seed), config, seed)
-
-
 def _sm90() -> bool:
     return DEVICE == "cuda" and torch.cuda.get_device_capability()[0] >= 9
 

@@ -81,59 +81,6 @@ class QuantArgs:
 
 
 @triton.jit
-def _load_a_tile(a_ptrs, row_ok, k_ok, EVEN_K: tl.constexpr):
-    if EVEN_K:
-        return tl.load(a_ptrs, mask=row_ok[:, None], other=0.0)
-    return tl.load(a_ptrs, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
-
-
-@triton.jit
-def _load_b_tile(
-    b_ptrs,
-    b_desc,
-    b_row,
-    kb,
-    k_ok,
-    B_DESC: tl.constexpr,
-    EVEN_K: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-):
-    if B_DESC:
-        return b_desc.load([b_row, kb * BLOCK_K]).T
-    if EVEN_K:
-        return tl.load(b_ptrs)
-    return tl.load(b_ptrs, mask=k_ok[:, None], other=0.0)
-
-
-@triton.jit
-def _tile_mma(
-    acc,
-    a,
-    b,
-    as_ptrs,
-    bs_ptrs,
-    kb,
-    row_ok,
-    stride_ask,
-    stride_bsk,
-    GROUP_K: tl.constexpr,
-    QUANT: tl.constexpr,
-    IEEE: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-):
-    """acc + a @ b for one K step (block-quantised: with the step's activation and weight
-    scales)."""
-    if QUANT == 2:
-        kg = (kb * BLOCK_K) // GROUP_K
-        a_s = tl.load(as_ptrs + kg * stride_ask, mask=row_ok, other=0.0)
-        b_s = tl.load(bs_ptrs + kg * stride_bsk)
-        return acc + tl.dot(a, b) * a_s[:, None] * b_s[None, :]
-    if IEEE:
-        return tl.dot(a, b, acc, input_precision="ieee")
-    return tl.dot(a, b, acc)
-
-
-@triton.jit
 def _moe_gemm_kernel(
     a_ptr,
     b_ptr,
@@ -171,7 +118,6 @@ def _moe_gemm_kernel(
     B_DESC: tl.constexpr,
     LAUNCH_NEXT: tl.constexpr,
     WAIT_PREV: tl.constexpr,
-    PRELOAD_B: tl.constexpr,
     BLOCK_SIZE_M: tl.constexpr,
     BLOCK_SIZE_N: tl.constexpr,
     BLOCK_SIZE_K: tl.constexpr,
@@ -188,8 +134,7 @@ def _moe_gemm_kernel(
     Chaining (programmatic dependent launch, see `_chain`): LAUNCH_NEXT lets the next kernel's
     programs start as soon as every program here has started; WAIT_PREV (this kernel launched
     early) waits for the previous kernel before its loop. Before the wait it reads only the
-    alignment, which a kernel at least two launches back wrote, and, with PRELOAD_B, its first
-    weight tile (the weights are no kernel's output).
+    alignment, which a kernel at least two launches back wrote.
     """
     pid = tl.program_id(0)
     if LAUNCH_NEXT:
@@ -216,31 +161,35 @@ def _moe_gemm_kernel(
     a_row = pair // A_DIV
     a_ptrs = a_ptr + a_row[:, None] * stride_am + offs_k[None, :] * stride_ak
     b_ptrs = b_ptr + expert * stride_be + offs_bn[None, :] * stride_bn + offs_k[:, None] * stride_bk
+    if WAIT_PREV:
+        gdc_wait()
     if QUANT == 2:
         as_ptrs = a_scale_ptr + a_row * stride_asm
         bs_ptrs = b_scale_ptr + expert * stride_bse + (offs_bn // GROUP_N) * stride_bsn
-    else:
-        as_ptrs = a_scale_ptr
-        bs_ptrs = b_scale_ptr
 
     acc = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
     b_row = (expert * N + pid_n * BLOCK_SIZE_N).to(tl.int32)
-    if PRELOAD_B:  # the first weight tile does not depend on the previous kernel
-        b = _load_b_tile(b_ptrs, b_desc, b_row, 0, offs_k < K, B_DESC, EVEN_K, BLOCK_SIZE_K)
-    if WAIT_PREV:
-        gdc_wait()
-    if PRELOAD_B:
-        a = _load_a_tile(a_ptrs, row_ok, offs_k < K, EVEN_K)
-        acc = _tile_mma(acc, a, b, as_ptrs, bs_ptrs, 0, row_ok, stride_ask, stride_bsk,
-                        GROUP_K, QUANT, IEEE, BLOCK_SIZE_K)  # fmt: skip
-        a_ptrs += BLOCK_SIZE_K * stride_ak
-        b_ptrs += BLOCK_SIZE_K * stride_bk
-    for kb in range(1 if PRELOAD_B else 0, tl.cdiv(K, BLOCK_SIZE_K)):
-        k_ok = offs_k < K - kb * BLOCK_SIZE_K
-        a = _load_a_tile(a_ptrs, row_ok, k_ok, EVEN_K)
-        b = _load_b_tile(b_ptrs, b_desc, b_row, kb, k_ok, B_DESC, EVEN_K, BLOCK_SIZE_K)
-        acc = _tile_mma(acc, a, b, as_ptrs, bs_ptrs, kb, row_ok, stride_ask, stride_bsk,
-                        GROUP_K, QUANT, IEEE, BLOCK_SIZE_K)  # fmt: skip
+    for kb in range(0, tl.cdiv(K, BLOCK_SIZE_K)):
+        if EVEN_K:
+            a = tl.load(a_ptrs, mask=row_ok[:, None], other=0.0)
+        else:
+            k_ok = offs_k < K - kb * BLOCK_SIZE_K
+            a = tl.load(a_ptrs, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+        if B_DESC:
+            b = b_desc.load([b_row, kb * BLOCK_SIZE_K]).T
+        elif EVEN_K:
+            b = tl.load(b_ptrs)
+        else:
+            b = tl.load(b_ptrs, mask=k_ok[:, None], other=0.0)
+        if QUANT == 2:
+            kg = (kb * BLOCK_SIZE_K) // GROUP_K
+            a_s = tl.load(as_ptrs + kg * stride_ask, mask=row_ok, other=0.0)
+            b_s = tl.load(bs_ptrs + kg * stride_bsk)
+            acc += tl.dot(a, b) * a_s[:, None] * b_s[None, :]
+        elif IEEE:
+            acc = tl.dot(a, b, acc, input_precision="ieee")
+        else:
+            acc = tl.dot(a, b, acc)
         a_ptrs += BLOCK_SIZE_K * stride_ak
         b_ptrs += BLOCK_SIZE_K * stride_bk
 
@@ -517,10 +466,6 @@ CHAIN_KERNELS: bool | None = None
 # the two GEMMs took 0.95x (M=1) to 0.99x (M=16) the unchained time, bf16; fp8 block 0.93x
 # to 0.99x (1.01x at M=2, within noise). Larger M was not measured then.
 CHAIN_MAX_PAIRS = 128
-# A chained GEMM 2 loads its first weight tile before waiting (None: when chained; True:
-# always, also unchained, which tests use to run that code under the interpreter; False:
-# never). Not yet measured.
-PRELOAD_FIRST_B: bool | None = None
 
 
 def _chain(x: Any, pairs: int) -> bool:
@@ -713,7 +658,6 @@ def _gemm(
         B_DESC=use_desc,
         LAUNCH_NEXT=launch_next,
         WAIT_PREV=wait_prev,
-        PRELOAD_B=wait_prev if PRELOAD_FIRST_B is None else PRELOAD_FIRST_B,
         BLOCK_SIZE_M=bm,
         BLOCK_SIZE_N=bn_,
         BLOCK_SIZE_K=bk_,

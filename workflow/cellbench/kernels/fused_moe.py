@@ -439,9 +439,7 @@ def _use_b_descriptor(w: torch.Tensor, config: dict[str, Any], pairs: int) -> bo
     """Whether this GEMM's weight tiles can and should come through a tensor descriptor."""
     want = B_OPERAND_TMA
     if want is None:
-        want = (
-            pairs >= TMA_MIN_PAIRS and w.element_size() <= 2 and w.is_cuda and _cuda_sm90(w.device)
-        )
+        want = _tma_pairs(pairs) and w.element_size() <= 2 and w.is_cuda and _cuda_sm90(w.device)
     if not want:
         return False
     e, n, k = w.shape
@@ -468,13 +466,20 @@ CHAIN_KERNELS: bool | None = None
 CHAIN_MAX_PAIRS = 128
 
 
+def _tma_pairs(pairs: int) -> bool:
+    """The TMA rule's pair-count part (one place for it and `m_dependent_choices`)."""
+    return pairs >= TMA_MIN_PAIRS
+
+
+def _chain_pairs(pairs: int) -> bool:
+    """The chaining rule's pair-count part, or the forced setting."""
+    return pairs <= CHAIN_MAX_PAIRS if CHAIN_KERNELS is None else bool(CHAIN_KERNELS)
+
+
 def _chain(x: Any, pairs: int) -> bool:
     """Whether a call with `pairs` (token, expert) pairs on x's device chains its kernels."""
-    want = CHAIN_KERNELS
-    if want is None:
-        want = pairs <= CHAIN_MAX_PAIRS
     return (
-        bool(want)
+        _chain_pairs(pairs)
         and gdc_wait is not None
         and not interpreter_active()
         and x.is_cuda
@@ -700,7 +705,7 @@ def m_dependent_choices(m: int, topk: int, quant: QuantArgs | None) -> tuple[str
     specialisation: the path, weight tiles through TMA (by pair count) and chaining. Calls
     whose choices differ run differently compiled kernels (the tuner counts compiles by it)."""
     pairs = m * topk
-    return kernel_path(m, quant), pairs >= TMA_MIN_PAIRS, pairs <= CHAIN_MAX_PAIRS
+    return kernel_path(m, quant), _tma_pairs(pairs), _chain_pairs(pairs)
 
 
 def _decode(

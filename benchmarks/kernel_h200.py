@@ -278,7 +278,7 @@ def decode_sweep(shape: MoEShape, ms: list[int]) -> list[dict]:
     for m in ms:
         probs, seq = input_sets(shape, m, base)
         res = []
-        for bn in (16, 32, 64):
+        for bn in (8, 16, 32, 64):
             for bk in (64, 128, 256):
                 for w in (2, 4, 8):
                     for st in (1, 3):
@@ -332,6 +332,46 @@ def _set_chain(value: bool | None) -> None:
 # before waiting (run 5, commit b64ee0c: 27.3 vs 23.9 us at M=1), and GEMM 2 loading its
 # first weight tile before waiting (run 7, commit 7e1caf9: no gain, more shared memory).
 CHAIN_VARIANTS = [("unchained", False), ("chained", True)]
+
+
+def decode_vs_grouped(
+    shape: MoEShape, table: dict, ms: list[int], ceil: dict, rounds: int = 5
+) -> list[dict]:
+    """The few-token path with the best config of its sweep against the grouped path with the
+    shipped config (chained where the rule chains), side by side: rounds of A B / B A graph
+    timings of the two GEMMs and of the whole call; medians and roofline fractions."""
+    best = {r["M"]: r["top"][0]["config"] for r in decode_sweep(shape, ms) if r["top"]}
+    base = make_problem(shape, 1, "bf16", "cuda", seed=1)
+    out = []
+    for m in ms:
+        if m not in best:
+            continue
+        probs, seq = input_sets(shape, m, base)
+        ref = torch_moe_reference(probs[0])
+        floor = roofline(shape, probs, ceil, False)["floor_us"]
+        paths = [("decode", "decode", best[m]), ("grouped", "grouped", nearest_config(table, m))]
+        times = {v[0]: {"gemms": [], "fused": []} for v in paths}
+        errs = {}
+        for r in range(rounds):
+            for name, path, cfg in paths if r % 2 == 0 else paths[::-1]:
+                if r == 0:
+                    errs[name] = relative_error(run_fused(probs[0], cfg, path=path), ref)
+                t = times[name]
+                t["gemms"].append(graph_time_us(
+                    [lambda p=p, c=cfg, a=path: run_gemms(p, c, path=a) for p in seq]))  # fmt: skip
+                t["fused"].append(graph_time_us(
+                    [lambda p=p, c=cfg, a=path: run_fused(p, c, path=a) for p in seq]))  # fmt: skip
+        us = {k: {kk: statistics.median(vv) for kk, vv in v.items()} for k, v in times.items()}
+        row = {"M": m, "floor_us": floor, "configs": {n: c for n, _, c in paths}, "us": us,
+               "roof_gemms": {k: floor / v["gemms"] for k, v in us.items()},
+               "samples": times, "rel_err": errs}  # fmt: skip
+        out.append(row)
+        print(f"  decode vs grouped M={m} (floor {floor:.1f} us): " + "  ".join(
+            f"{k} gemms {v['gemms']:.1f} ({floor / v['gemms']:.1%}) fused {v['fused']:.1f} "
+            f"err {errs[k]:.1e}" for k, v in us.items()), flush=True)  # fmt: skip
+        del probs, seq
+        torch.cuda.empty_cache()
+    return out
 
 
 def chain_variants(label: str, shape: MoEShape, table: dict, ms: list[int], rounds: int = 3):
@@ -468,6 +508,9 @@ def main() -> int:
     ap.add_argument("--stream", action="store_true",
                     help="measure what a plain Triton read of M=1's 75.5 MB reaches (one "
                          "launch by grid size; two launches, chained and not)")  # fmt: skip
+    ap.add_argument("--decode-ms", default="",
+                    help="batch sizes at which to sweep the few-token path and time its best "
+                         "config against the grouped path (bf16)")  # fmt: skip
     ap.add_argument("--skip-main", action="store_true", help="only the optional parts")
     args = ap.parse_args()
     ms = [int(x) for x in args.ms.split(",")]
@@ -491,6 +534,8 @@ def main() -> int:
     chain_rows: list[dict] = []
     stream_rows: list[dict] = stream_ceiling() if args.stream else []
     chain_ms = [int(x) for x in args.chain_ms.split(",") if x]
+    decode_ms = [int(x) for x in args.decode_ms.split(",") if x]
+    dvg_rows: list[dict] = []
     for label in args.dtypes.split(","):
         if label == "bf16":
             shape = MoEShape(128, 768, 2048, 8)
@@ -502,6 +547,8 @@ def main() -> int:
         table = json.loads((CONFIG_DIR / name).read_text())
         table.pop("triton_version", None)
         print(f"# {label}: configs from {name}")
+        if decode_ms and label == "bf16":
+            dvg_rows += decode_vs_grouped(shape, table, decode_ms, ceil)
         if chain_ms:
             chain_rows += chain_variants(label, shape, table, chain_ms)
         if not args.skip_main:
@@ -526,7 +573,7 @@ def main() -> int:
     if args.json:
         doc = {"ceilings": ceil, "rows": rows, "sweeps": sweeps, "variants": var_rows,
                "decode_sweep": dec_rows, "tma_sweep": tma_rows, "chain": chain_rows,
-               "stream": stream_rows}  # fmt: skip
+               "stream": stream_rows, "decode_vs_grouped": dvg_rows}  # fmt: skip
         Path(args.json).write_text(json.dumps(doc, indent=1))
     return 0 if all(r["ok"] for r in rows) else 1
 

@@ -195,10 +195,62 @@ def test_decode_path_matches_reference(dtype: str, m: int, shape: MoEShape) -> N
     assert torch.isfinite(out).all(), f"seed {seed}"
     ref = torch_moe_reference(p)
     assert relative_error(out, ref) < problem_error_bound(p), f"seed {seed}"
-    # The GEMM-only entry point returns the per-block partials; their sum is the output.
-    part = run_gemms(p, cfg, path="decode")
-    summed = part.sum(dim=1).reshape(m, shape.topk, -1).sum(dim=1)
+    # The GEMM-only entry point returns GEMM 2's per-pair rows (routing weight applied).
+    rows = run_gemms(p, cfg, path="decode")
+    summed = rows.float().reshape(m, shape.topk, -1).sum(dim=1)
     assert relative_error(summed, ref) < problem_error_bound(p), f"seed {seed}"
+
+
+def test_decode_path_leaves_its_sync_words_zeroed() -> None:
+    """The few-token kernel hands out its tiles by a ticket counter and holds GEMM 2 back
+    with per-pair counts of finished GEMM 1 tiles; its last program zeroes them. So every
+    call starts clean: calls in a row give the same rows, and the words read zero after."""
+    fm = sys.modules["cellbench.kernels.fused_moe"]
+    seed = fresh_seed()
+    p = make_problem(MoEShape(6, 24, 40, 3), 2, "fp32", DEVICE, seed)
+    cfg = {**CONFIGS[0], "BLOCK_SIZE_N": 8, "BLOCK_SIZE_K": 16}
+    first = run_gemms(p, cfg, path="decode").clone()
+    sync = fm._DECODE_SYNC[(p.hidden_states.device, p.topk_ids.numel())]
+    assert sync.tolist() == [0] * (2 + p.topk_ids.numel()), f"seed {seed}"
+    for _ in range(3):
+        assert torch.equal(run_gemms(p, cfg, path="decode"), first), f"seed {seed}"
+    assert not sync.any(), f"seed {seed}"
+    ref = torch_moe_reference(p)
+    summed = first.reshape(2, 3, -1).sum(dim=1)
+    assert relative_error(summed, ref) < problem_error_bound(p), f"seed {seed}"
+
+
+@pytest.mark.skipif(DEVICE == "cpu", reason="concurrency: the interpreter runs programs in turn")
+@pytest.mark.parametrize("bn", [8, 16, 64])
+@pytest.mark.parametrize("m", [1, 4])
+def test_decode_path_on_gpu_replays_exactly(monkeypatch, bn: int, m: int) -> None:
+    """On a GPU the few-token kernel's GEMM 2 tiles run beside GEMM 1 tiles and wait for
+    them: any ordering flaw shows as a wrong or varying result. Eager calls, chained and not,
+    and 20 replays of a CUDA graph all give the first call's output bit for bit, and it
+    matches the reference."""
+    fm = sys.modules["cellbench.kernels.fused_moe"]
+    seed = fresh_seed()
+    p = make_problem(MoEShape(16, 512, 1024, 8), m, "bf16", DEVICE, seed)
+    cfg = {**CONFIGS[0], "BLOCK_SIZE_N": bn, "BLOCK_SIZE_K": 128}
+    monkeypatch.setattr(fm, "CHAIN_KERNELS", False)
+    first = torch.full_like(p.hidden_states, float("nan"))
+    run_fused(p, cfg, out=first, path="decode")
+    torch.cuda.synchronize()
+    assert relative_error(first, torch_moe_reference(p)) < problem_error_bound(p), f"seed {seed}"
+    for chain in (False, True):
+        monkeypatch.setattr(fm, "CHAIN_KERNELS", chain)
+        out = torch.full_like(p.hidden_states, float("nan"))
+        run_fused(p, cfg, out=out, path="decode")
+        torch.cuda.synchronize()
+        assert torch.equal(out, first), f"eager, chained={chain}, seed {seed}"
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        run_fused(p, cfg, out=out, path="decode")
+    for i in range(20):
+        out.fill_(float("nan"))
+        g.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, first), f"graph replay {i}, seed {seed}"
 
 
 @pytest.mark.parametrize("limit", [0, 2])

@@ -314,102 +314,119 @@ def _moe_decode_kernel(
     x_ptr,
     w1_ptr,
     w2_ptr,
-    part_ptr,
+    h_ptr,
+    out_ptr,
+    sync_ptr,
     topk_ids_ptr,
     topk_weights_ptr,
     N,
     K,
-    num_n_blocks,
+    num_pairs,
     stride_xm,
     stride_w1e,
     stride_w1n,
     stride_w2e,
     stride_w2k,
-    stride_pr,
+    stride_hm,
+    stride_om,
     TOPK: tl.constexpr,
     EVEN_K: tl.constexpr,
+    EVEN_N: tl.constexpr,
+    LAUNCH_NEXT: tl.constexpr,
     BLOCK_SIZE_N: tl.constexpr,
     BLOCK_SIZE_K: tl.constexpr,
 ):
-    """Both GEMMs and the activation of one (token, expert) pair, for BLOCK_SIZE_N of the N
-    intermediate columns, in one program (the few-token path).
+    """Both GEMMs and the activation of a few-token call in one launch (the few-token path).
 
-    h = silu(x . W1g[e, cols]) * (x . W1u[e, cols]) * routing weight, then the partial output
-    W2[e][:, cols] @ h (all K outputs) goes to row pair * num_n_blocks + block of `part`
-    (float32); `_sum_rows_kernel` adds a token's rows. Each weight element is read once, and
-    a single launch replaces GEMM 1, SiLU-and-mul and GEMM 2: at one token the time is the
-    weight stream plus one launch, not three.
+    Programs take tickets in start order from sync[0]. The first pairs * cdiv(N, BN) tickets
+    are GEMM 1 tiles: h[pair, cols] = silu(x . W1g[e, cols]) * (x . W1u[e, cols]) * routing
+    weight for BN intermediate columns, then sync[2 + pair] += 1 (release). The rest are GEMM 2
+    tiles: out[pair, rows] = W2[e][rows, :] @ h[pair] for BN output rows, once every GEMM 1
+    tile of that pair has counted in. A GEMM 2 program only waits on tickets handed out before
+    its own, i.e. on programs already running that never wait, so the grid cannot deadlock,
+    and GEMM 2 of the first pairs overlaps GEMM 1 of the last (no launch gap, no tail between
+    the GEMMs). The last program to finish zeroes sync for the next call. (BN = BLOCK_SIZE_N,
+    the reductions stream BLOCK_SIZE_K at a time.)
     """
-    pair = tl.program_id(0).to(tl.int64)
-    nb = tl.program_id(1)
-    tok = pair // TOPK
-    expert = tl.load(topk_ids_ptr + pair).to(tl.int64)
-    weight = tl.load(topk_weights_ptr + pair)
-    offs_n = nb * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)
-    n_ok = offs_n < N
-    offs_wn = offs_n % N  # wrapped so weight loads need no mask; h is zeroed past N
+    if LAUNCH_NEXT:
+        gdc_launch_dependents()
+    nb1 = tl.cdiv(N, BLOCK_SIZE_N)
+    first = num_pairs * nb1
+    total = first + num_pairs * tl.cdiv(K, BLOCK_SIZE_N)
+    ticket = tl.atomic_add(sync_ptr, 1, sem="relaxed")
     offs_k = tl.arange(0, BLOCK_SIZE_K)
-    x_ptrs = x_ptr + tok * stride_xm + offs_k
-    g_ptrs = w1_ptr + expert * stride_w1e + offs_wn[:, None] * stride_w1n + offs_k[None, :]
-    u_ptrs = g_ptrs + N * stride_w1n
-    acc_g = tl.zeros((BLOCK_SIZE_N, BLOCK_SIZE_K), dtype=tl.float32)
-    acc_u = tl.zeros((BLOCK_SIZE_N, BLOCK_SIZE_K), dtype=tl.float32)
-    for kb in range(0, tl.cdiv(K, BLOCK_SIZE_K)):
-        if EVEN_K:
-            xv = tl.load(x_ptrs)
-            g = tl.load(g_ptrs)
-            u = tl.load(u_ptrs)
-        else:
-            k_ok = offs_k < K - kb * BLOCK_SIZE_K
-            xv = tl.load(x_ptrs, mask=k_ok, other=0.0)
-            g = tl.load(g_ptrs, mask=k_ok[None, :], other=0.0)
-            u = tl.load(u_ptrs, mask=k_ok[None, :], other=0.0)
-        xf = xv.to(tl.float32)[None, :]
-        acc_g += g.to(tl.float32) * xf
-        acc_u += u.to(tl.float32) * xf
-        x_ptrs += BLOCK_SIZE_K
-        g_ptrs += BLOCK_SIZE_K
-        u_ptrs += BLOCK_SIZE_K
-    gate = tl.sum(acc_g, axis=1)
-    up = tl.sum(acc_u, axis=1)
-    h = tl.where(n_ok, gate / (1.0 + tl.exp(-gate)) * up * weight, 0.0)
-    # GEMM 2 over all K outputs, BLOCK_SIZE_K rows of W2 at a time.
-    offs_o = tl.arange(0, BLOCK_SIZE_K)
-    w2_ptrs = w2_ptr + expert * stride_w2e + offs_o[:, None] * stride_w2k + offs_wn[None, :]
-    out_ptrs = part_ptr + (pair * num_n_blocks + nb) * stride_pr + offs_o
-    for ob in range(0, tl.cdiv(K, BLOCK_SIZE_K)):
-        if EVEN_K:
-            w2 = tl.load(w2_ptrs)
-            tl.store(out_ptrs, tl.sum(w2.to(tl.float32) * h[None, :], axis=1))
-        else:
-            o_ok = offs_o < K - ob * BLOCK_SIZE_K
-            w2 = tl.load(w2_ptrs, mask=o_ok[:, None], other=0.0)
-            tl.store(out_ptrs, tl.sum(w2.to(tl.float32) * h[None, :], axis=1), mask=o_ok)
-        w2_ptrs += BLOCK_SIZE_K * stride_w2k
-        out_ptrs += BLOCK_SIZE_K
-
-
-@triton.jit
-def _sum_rows_kernel(
-    in_ptr,
-    out_ptr,
-    R,
-    K,
-    stride_in,
-    stride_out,
-    R_BLOCK: tl.constexpr,
-    BLOCK: tl.constexpr,
-):
-    """out[t] = sum of in's rows t*R ... t*R + R-1 (float32), R_BLOCK rows per load."""
-    t = tl.program_id(0).to(tl.int64)
-    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-    rows = tl.arange(0, R_BLOCK)
-    acc = tl.zeros((BLOCK,), dtype=tl.float32)
-    for r0 in range(0, R, R_BLOCK):
-        m = ((r0 + rows) < R)[:, None] & (cols[None, :] < K)
-        ptrs = in_ptr + (t * R + r0 + rows)[:, None] * stride_in + cols[None, :]
-        acc += tl.sum(tl.load(ptrs, mask=m, other=0.0).to(tl.float32), axis=0)
-    tl.store(out_ptr + t * stride_out + cols, acc.to(out_ptr.dtype.element_ty), mask=cols < K)
+    if ticket < first:
+        pair = (ticket // nb1).to(tl.int64)
+        offs_n = (ticket % nb1) * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)
+        n_ok = offs_n < N
+        offs_wn = offs_n % N  # wrapped so weight loads need no mask; h is masked past N
+        expert = tl.load(topk_ids_ptr + pair).to(tl.int64)
+        x_ptrs = x_ptr + (pair // TOPK) * stride_xm + offs_k
+        g_ptrs = w1_ptr + expert * stride_w1e + offs_wn[:, None] * stride_w1n + offs_k[None, :]
+        u_ptrs = g_ptrs + N * stride_w1n
+        acc_g = tl.zeros((BLOCK_SIZE_N, BLOCK_SIZE_K), dtype=tl.float32)
+        acc_u = tl.zeros((BLOCK_SIZE_N, BLOCK_SIZE_K), dtype=tl.float32)
+        for kb in range(0, tl.cdiv(K, BLOCK_SIZE_K)):
+            if EVEN_K:
+                xv = tl.load(x_ptrs)
+                g = tl.load(g_ptrs)
+                u = tl.load(u_ptrs)
+            else:
+                k_ok = offs_k < K - kb * BLOCK_SIZE_K
+                xv = tl.load(x_ptrs, mask=k_ok, other=0.0)
+                g = tl.load(g_ptrs, mask=k_ok[None, :], other=0.0)
+                u = tl.load(u_ptrs, mask=k_ok[None, :], other=0.0)
+            xf = xv.to(tl.float32)[None, :]
+            acc_g += g.to(tl.float32) * xf
+            acc_u += u.to(tl.float32) * xf
+            x_ptrs += BLOCK_SIZE_K
+            g_ptrs += BLOCK_SIZE_K
+            u_ptrs += BLOCK_SIZE_K
+        gate = tl.sum(acc_g, axis=1)
+        up = tl.sum(acc_u, axis=1)
+        weight = tl.load(topk_weights_ptr + pair)
+        h = gate / (1.0 + tl.exp(-gate)) * up * weight
+        tl.store(h_ptr + pair * stride_hm + offs_n, h, mask=n_ok)
+        tl.debug_barrier()  # every thread's part of h is written before the count goes up
+        tl.atomic_add(sync_ptr + 2 + pair, 1, sem="release")
+    else:
+        t2 = ticket - first
+        nb2 = tl.cdiv(K, BLOCK_SIZE_N)
+        pair = (t2 // nb2).to(tl.int64)
+        offs_o = (t2 % nb2) * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)
+        offs_wo = offs_o % K
+        expert = tl.load(topk_ids_ptr + pair).to(tl.int64)
+        w2_ptrs = w2_ptr + expert * stride_w2e + offs_wo[:, None] * stride_w2k + offs_k[None, :]
+        h_ptrs = h_ptr + pair * stride_hm + offs_k
+        count = sync_ptr + 2 + pair
+        while tl.load(count, volatile=True) < nb1:
+            pass
+        # The acquire orders the h loads after the producers' release. `ready` (always true
+        # here) masks those loads so that the compiler keeps the atomic.
+        seen = tl.atomic_add(count, 0, sem="acquire")
+        ready = offs_k < tl.where(seen >= nb1, BLOCK_SIZE_K, 0)
+        acc = tl.zeros((BLOCK_SIZE_N, BLOCK_SIZE_K), dtype=tl.float32)
+        for cb in range(0, tl.cdiv(N, BLOCK_SIZE_K)):
+            if EVEN_N:
+                hv = tl.load(h_ptrs, mask=ready, other=0.0, cache_modifier=".cg")
+                w = tl.load(w2_ptrs)
+            else:
+                c_ok = offs_k < N - cb * BLOCK_SIZE_K
+                hv = tl.load(h_ptrs, mask=c_ok & ready, other=0.0, cache_modifier=".cg")
+                w = tl.load(w2_ptrs, mask=c_ok[None, :], other=0.0)
+            acc += w.to(tl.float32) * hv[None, :]
+            h_ptrs += BLOCK_SIZE_K
+            w2_ptrs += BLOCK_SIZE_K
+        y = tl.sum(acc, axis=1)
+        o_ptrs = out_ptr + pair * stride_om + offs_o
+        tl.store(o_ptrs, y.to(out_ptr.dtype.element_ty), mask=offs_o < K)
+    if tl.atomic_add(sync_ptr + 1, 1, sem="acq_rel") == total - 1:
+        # Last one out: every other program is done with sync; zero it for the next call.
+        tl.store(sync_ptr, 0)
+        tl.store(sync_ptr + 1, 0)
+        offs_p = tl.arange(0, 128)
+        for p0 in range(0, num_pairs, 128):
+            tl.store(sync_ptr + 2 + p0 + offs_p, 0, mask=p0 + offs_p < num_pairs)
 
 
 # ----------------------------------------------------------------------------- host side
@@ -708,6 +725,26 @@ def m_dependent_choices(m: int, topk: int, quant: QuantArgs | None) -> tuple[str
     return kernel_path(m, quant), _tma_pairs(pairs), _chain_pairs(pairs)
 
 
+# Sync words of the few-token kernel (ticket, finished programs, per-pair GEMM 1 counts), per
+# device and pair count. Zero between calls: each call's last program zeroes them. Shared by
+# every call of that size on the device, so calls of one size must not run concurrently on
+# two streams; one stream (and the graphs replayed on it) is what serving and tuning use.
+_DECODE_SYNC: dict[tuple[torch.device, int], torch.Tensor] = {}
+
+
+def _decode_sync(device: torch.device, pairs: int) -> torch.Tensor:
+    key = (device, pairs)
+    buf = _DECODE_SYNC.get(key)
+    if buf is None:
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            raise RuntimeError(
+                f"the few-token kernel's sync words for {pairs} pairs are made on first use: "
+                "run the call once before capturing it into a CUDA graph"
+            )
+        buf = _DECODE_SYNC[key] = torch.zeros(2 + pairs, dtype=torch.int32, device=device)
+    return buf
+
+
 def _decode(
     x: torch.Tensor,
     w1: torch.Tensor,
@@ -715,39 +752,31 @@ def _decode(
     topk_weights: torch.Tensor,
     topk_ids: torch.Tensor,
     config: dict[str, Any],
-) -> tuple[torch.Tensor, int]:
-    """Few-token path: both GEMMs per pair in one launch. Returns the float32 partial outputs
-    (pairs * n_blocks, K), routing weight applied, and n_blocks (rows per pair)."""
+    launch_next: bool = False,
+) -> torch.Tensor:
+    """Few-token path: both GEMMs and the activation in one launch (`_moe_decode_kernel`).
+    Returns GEMM 2's (pairs, K) output, routing weight applied, in x's dtype."""
     m, topk = topk_ids.shape
+    pairs = m * topk
     n, k = w2.shape[2], x.shape[1]
     bn, bk = config["BLOCK_SIZE_N"], config["BLOCK_SIZE_K"]
-    nb = triton.cdiv(n, bn)
     if isinstance(x, _Placeholder):
-        part = _Placeholder((m * topk * nb, k), torch.float32, x.device)
+        h = _Placeholder((pairs, n), torch.float32, x.device)
+        out = _Placeholder((pairs, k), x.dtype, x.device)
+        sync = _Placeholder((2 + pairs,), torch.int32, x.device)
     else:
         x, w1, w2 = (t if t.stride(-1) == 1 else t.contiguous() for t in (x, w1, w2))
-        part = torch.empty((m * topk * nb, k), dtype=torch.float32, device=x.device)
+        h = torch.empty((pairs, n), dtype=torch.float32, device=x.device)
+        out = torch.empty((pairs, k), dtype=x.dtype, device=x.device)
+        sync = _decode_sync(x.device, pairs)
+    grid = (pairs * (triton.cdiv(n, bn) + triton.cdiv(k, bn)),)
     _launch(
-        _moe_decode_kernel, (m * topk, nb), x, w1, w2, part, topk_ids.contiguous(),
-        topk_weights.contiguous(), n, k, nb,
-        x.stride(0), w1.stride(0), w1.stride(1), w2.stride(0), w2.stride(1), part.stride(0),
-        TOPK=topk, EVEN_K=k % bk == 0, BLOCK_SIZE_N=bn, BLOCK_SIZE_K=bk,
-        **_launch_options(config),
-    )  # fmt: skip
-    return part, nb
-
-
-def _sum_rows(
-    part: torch.Tensor, m: int, rows: int, out_dtype: torch.dtype, out: torch.Tensor | None
-) -> torch.Tensor:
-    """(m * rows, K) float32 partials -> (m, K): each token's `rows` rows added."""
-    k = part.shape[1]
-    if out is None:
-        out = torch.empty((m, k), dtype=out_dtype, device=part.device)
-    blk = 32
-    _sum_rows_kernel[(m, triton.cdiv(k, blk))](
-        part, out, rows, k, part.stride(0), out.stride(0),
-        R_BLOCK=min(256, triton.next_power_of_2(rows)), BLOCK=blk,
+        _moe_decode_kernel, grid, x, w1, w2, h, out, sync, topk_ids.contiguous(),
+        topk_weights.contiguous(), n, k, pairs,
+        x.stride(0), w1.stride(0), w1.stride(1), w2.stride(0), w2.stride(1), h.stride(0),
+        out.stride(0),
+        TOPK=topk, EVEN_K=k % bk == 0, EVEN_N=n % bk == 0, LAUNCH_NEXT=launch_next,
+        BLOCK_SIZE_N=bn, BLOCK_SIZE_K=bk, **_launch_options(config),
     )  # fmt: skip
     return out
 
@@ -871,19 +900,19 @@ def fused_moe(
     num_experts = w1.shape[0]
     dtype = hidden_states.dtype
     tw = topk_weights.contiguous()
+    pairs = m * topk
+    ch = _chain(hidden_states, pairs)
     if kernel_path(m, quant, path) == "decode":
-        part, nb = _decode(hidden_states, w1, w2, tw, topk_ids, config)
-        return _sum_rows(part, m, topk * nb, dtype, out)
+        c3 = _decode(hidden_states, w1, w2, tw, topk_ids, config, launch_next=ch)
+        return _sum_topk(c3, m, topk, dtype, out, chained=ch)
     align = moe_align_block_size(topk_ids, config["BLOCK_SIZE_M"], num_experts)
     if quant is None:
         a1, a1_scale = hidden_states, None
     else:
         a1, a1_scale = _quantise_rows(hidden_states, quant)
-    pairs = m * topk
     c1 = torch.empty((pairs, w1.shape[1]), dtype=dtype, device=hidden_states.device)
     w1s = quant.w1_scale if quant else None
     w2s = quant.w2_scale if quant else None
-    ch = _chain(hidden_states, pairs)
     _gemm(a1, a1_scale, w1, w1s, c1, tw, align, topk, False, config, quant, launch_next=ch)
     c2, c2_scale = _silu_mul(c1, dtype, quant, chained=ch)
     c3 = torch.empty((pairs, w2.shape[1]), dtype=dtype, device=hidden_states.device)
@@ -965,7 +994,8 @@ def warm_config(
     w1, w2 = ph(e, 2 * n, k, dtype=wdt), ph(e, k, n, dtype=wdt)
     tw = ph(m, topk, dtype=torch.float32)
     if kernel_path(m, quant) == "decode":
-        _decode(ph(m, k), w1, w2, tw, ph(m, topk, dtype=torch.int32), config)  # type: ignore[arg-type]
+        _decode(ph(m, k), w1, w2, tw, ph(m, topk, dtype=torch.int32), config,  # type: ignore[arg-type]
+                launch_next=_chain(w1, pairs))  # fmt: skip
         return
     from .align import max_padded_tokens
 
@@ -1119,15 +1149,13 @@ def _prepare(problem: MoEProblem, config: dict[str, Any]) -> dict[str, Any]:
 def run_gemms(problem: MoEProblem, config: dict[str, Any], path: str = "auto") -> torch.Tensor:
     """Only the two GEMMs. Grouped path: on inputs aligned and quantised beforehand (once per
     BLOCK_SIZE_M); returns GEMM 2's (M*topk, K) output, routing weight applied. Few-token
-    path (see `fused_moe`): the one launch that does both; returns its float32 partials
-    (M*topk, N / BLOCK_SIZE_N, K), whose sum over dims 1 is GEMM 2's output."""
+    path (see `fused_moe`): the one launch that does both (and the activation), same output."""
     check_config(config, problem.quant)
     p, q = problem, problem.quant
-    if kernel_path(p.m, q, path) == "decode":
-        part, nb = _decode(p.hidden_states, p.w1, p.w2, p.topk_weights, p.topk_ids, config)
-        return part.view(p.topk_ids.numel(), nb, -1)
-    prep = _prepare(problem, config)
     ch = _chain(p.hidden_states, p.topk_ids.numel())  # as in fused_moe: the same kernels
+    if kernel_path(p.m, q, path) == "decode":
+        return _decode(p.hidden_states, p.w1, p.w2, p.topk_weights, p.topk_ids, config, ch)
+    prep = _prepare(problem, config)
     _gemm(prep["a1"], prep["a1_scale"], p.w1, q.w1_scale if q else None, prep["c1"],
           p.topk_weights, prep["align"], p.shape.topk, False, config, q,
           launch_next=ch)  # fmt: skip

@@ -278,10 +278,10 @@ def decode_sweep(shape: MoEShape, ms: list[int]) -> list[dict]:
     for m in ms:
         probs, seq = input_sets(shape, m, base)
         res = []
-        for bn in (8, 16, 32, 64):
+        for bn in (16, 32, 64, 128):
             for bk in (64, 128, 256):
-                for w in (2, 4, 8):
-                    for st in (1, 3):
+                for w in (4, 8):
+                    for st in (3, 5):
                         cfg = _cfg(16, bn, bk, 1, w, st)
                         try:
                             t = graph_time_us(

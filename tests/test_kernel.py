@@ -178,7 +178,7 @@ def test_run_gemms_is_the_fused_call_without_the_sum() -> None:
     assert relative_error(run_fused(p, cfg), summed) < 1e-6, f"seed {seed}"
 
 
-@pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])  # no tl.dot: bf16 is fine here
+@pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
 @pytest.mark.parametrize("m", [1, 2, 3])
 @pytest.mark.parametrize(
     "shape",
@@ -187,6 +187,8 @@ def test_run_gemms_is_the_fused_call_without_the_sum() -> None:
     ids=["tiny", "ragged"],
 )
 def test_decode_path_matches_reference(dtype: str, m: int, shape: MoEShape) -> None:
+    if DEVICE == "cpu" and dtype == "bf16":
+        pytest.skip("the Triton interpreter's bf16 tl.dot is unusable")
     seed = fresh_seed()
     p = make_problem(shape, m, dtype, DEVICE, seed)
     cfg = CONFIGS[0]
@@ -208,7 +210,7 @@ def test_decode_path_leaves_its_sync_words_zeroed() -> None:
     fm = sys.modules["cellbench.kernels.fused_moe"]
     seed = fresh_seed()
     p = make_problem(MoEShape(6, 24, 40, 3), 2, "fp32", DEVICE, seed)
-    cfg = {**CONFIGS[0], "BLOCK_SIZE_N": 8, "BLOCK_SIZE_K": 16}
+    cfg = {**CONFIGS[0], "BLOCK_SIZE_N": 16, "BLOCK_SIZE_K": 16}
     first = run_gemms(p, cfg, path="decode").clone()
     sync = fm._DECODE_SYNC[(p.hidden_states.device, p.topk_ids.numel())]
     assert sync.tolist() == [0] * (2 + p.topk_ids.numel()), f"seed {seed}"
@@ -221,7 +223,7 @@ def test_decode_path_leaves_its_sync_words_zeroed() -> None:
 
 
 @pytest.mark.skipif(DEVICE == "cpu", reason="concurrency: the interpreter runs programs in turn")
-@pytest.mark.parametrize("bn", [8, 16, 64])
+@pytest.mark.parametrize("bn", [16, 32, 64])
 @pytest.mark.parametrize("m", [1, 4])
 def test_decode_path_on_gpu_replays_exactly(monkeypatch, bn: int, m: int) -> None:
     """On a GPU the few-token kernel's GEMM 2 tiles run beside GEMM 1 tiles and wait for

@@ -332,61 +332,73 @@ def _moe_decode_kernel(
     TOPK: tl.constexpr,
     EVEN_K: tl.constexpr,
     EVEN_N: tl.constexpr,
+    IEEE: tl.constexpr,
     LAUNCH_NEXT: tl.constexpr,
+    BACKOFF: tl.constexpr,
+    GATE_N: tl.constexpr,
     BLOCK_SIZE_N: tl.constexpr,
     BLOCK_SIZE_K: tl.constexpr,
 ):
     """Both GEMMs and the activation of a few-token call in one launch (the few-token path).
 
-    Programs take tickets in start order from sync[0]. The first pairs * cdiv(N, BN) tickets
-    are GEMM 1 tiles: h[pair, cols] = silu(x . W1g[e, cols]) * (x . W1u[e, cols]) * routing
-    weight for BN intermediate columns, then sync[2 + pair] += 1 (release). The rest are GEMM 2
+    Programs take tickets in start order from sync[0]. The first pairs * cdiv(N, GATE_N)
+    tickets are GEMM 1 tiles: h[pair, cols] = silu(x . W1g[e, cols]) * (x . W1u[e, cols]) *
+    routing weight for GATE_N intermediate columns (2 * GATE_N weight rows), then sync[2 + pair] += 1 (release). The rest are GEMM 2
     tiles: out[pair, rows] = W2[e][rows, :] @ h[pair] for BN output rows, once every GEMM 1
     tile of that pair has counted in. A GEMM 2 program only waits on tickets handed out before
     its own, i.e. on programs already running that never wait, so the grid cannot deadlock,
     and GEMM 2 of the first pairs overlaps GEMM 1 of the last (no launch gap, no tail between
     the GEMMs). The last program to finish zeroes sync for the next call. (BN = BLOCK_SIZE_N,
     the reductions stream BLOCK_SIZE_K at a time.)
+
+    The products are tensor-core dots with the pair's row as row 0 of a 16-row A tile (the
+    other rows zero): the weight tiles then stream through the same multi-stage pipeline as
+    in the grouped kernel, which plain loads and FMAs did not get (run 8 in
+    benchmarks/NOTES-kernel.md).
     """
     if LAUNCH_NEXT:
         gdc_launch_dependents()
-    nb1 = tl.cdiv(N, BLOCK_SIZE_N)
+    nb1 = tl.cdiv(N, GATE_N)
     first = num_pairs * nb1
     total = first + num_pairs * tl.cdiv(K, BLOCK_SIZE_N)
     ticket = tl.atomic_add(sync_ptr, 1, sem="relaxed")
     offs_k = tl.arange(0, BLOCK_SIZE_K)
+    rows = tl.arange(0, 16)
+    live = rows[:, None] == 0  # row 0 carries the pair; rows 1-15 pad the tile to 16
     if ticket < first:
         pair = (ticket // nb1).to(tl.int64)
-        offs_n = (ticket % nb1) * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)
-        n_ok = offs_n < N
+        offs_n = (ticket % nb1) * GATE_N + tl.arange(0, GATE_N)
         offs_wn = offs_n % N  # wrapped so weight loads need no mask; h is masked past N
         expert = tl.load(topk_ids_ptr + pair).to(tl.int64)
-        x_ptrs = x_ptr + (pair // TOPK) * stride_xm + offs_k
-        g_ptrs = w1_ptr + expert * stride_w1e + offs_wn[:, None] * stride_w1n + offs_k[None, :]
+        x_ptrs = x_ptr + (pair // TOPK) * stride_xm + rows[:, None] * 0 + offs_k[None, :]
+        g_ptrs = w1_ptr + expert * stride_w1e + offs_wn[None, :] * stride_w1n + offs_k[:, None]
         u_ptrs = g_ptrs + N * stride_w1n
-        acc_g = tl.zeros((BLOCK_SIZE_N, BLOCK_SIZE_K), dtype=tl.float32)
-        acc_u = tl.zeros((BLOCK_SIZE_N, BLOCK_SIZE_K), dtype=tl.float32)
+        acc_g = tl.zeros((16, GATE_N), dtype=tl.float32)
+        acc_u = tl.zeros((16, GATE_N), dtype=tl.float32)
         for kb in range(0, tl.cdiv(K, BLOCK_SIZE_K)):
             if EVEN_K:
-                xv = tl.load(x_ptrs)
+                a = tl.load(x_ptrs, mask=live, other=0.0)
                 g = tl.load(g_ptrs)
                 u = tl.load(u_ptrs)
             else:
                 k_ok = offs_k < K - kb * BLOCK_SIZE_K
-                xv = tl.load(x_ptrs, mask=k_ok, other=0.0)
-                g = tl.load(g_ptrs, mask=k_ok[None, :], other=0.0)
-                u = tl.load(u_ptrs, mask=k_ok[None, :], other=0.0)
-            xf = xv.to(tl.float32)[None, :]
-            acc_g += g.to(tl.float32) * xf
-            acc_u += u.to(tl.float32) * xf
+                a = tl.load(x_ptrs, mask=live & k_ok[None, :], other=0.0)
+                g = tl.load(g_ptrs, mask=k_ok[:, None], other=0.0)
+                u = tl.load(u_ptrs, mask=k_ok[:, None], other=0.0)
+            if IEEE:
+                acc_g = tl.dot(a, g, acc_g, input_precision="ieee")
+                acc_u = tl.dot(a, u, acc_u, input_precision="ieee")
+            else:
+                acc_g = tl.dot(a, g, acc_g)
+                acc_u = tl.dot(a, u, acc_u)
             x_ptrs += BLOCK_SIZE_K
             g_ptrs += BLOCK_SIZE_K
             u_ptrs += BLOCK_SIZE_K
-        gate = tl.sum(acc_g, axis=1)
-        up = tl.sum(acc_u, axis=1)
+        gate = tl.sum(acc_g, axis=0)  # rows 1-15 are zero
+        up = tl.sum(acc_u, axis=0)
         weight = tl.load(topk_weights_ptr + pair)
         h = gate / (1.0 + tl.exp(-gate)) * up * weight
-        tl.store(h_ptr + pair * stride_hm + offs_n, h, mask=n_ok)
+        tl.store(h_ptr + pair * stride_hm + offs_n, h.to(h_ptr.dtype.element_ty), mask=offs_n < N)
         tl.debug_barrier()  # every thread's part of h is written before the count goes up
         tl.atomic_add(sync_ptr + 2 + pair, 1, sem="release")
     else:
@@ -396,28 +408,35 @@ def _moe_decode_kernel(
         offs_o = (t2 % nb2) * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)
         offs_wo = offs_o % K
         expert = tl.load(topk_ids_ptr + pair).to(tl.int64)
-        w2_ptrs = w2_ptr + expert * stride_w2e + offs_wo[:, None] * stride_w2k + offs_k[None, :]
-        h_ptrs = h_ptr + pair * stride_hm + offs_k
+        w2_ptrs = w2_ptr + expert * stride_w2e + offs_wo[None, :] * stride_w2k + offs_k[:, None]
+        h_ptrs = h_ptr + pair * stride_hm + rows[:, None] * 0 + offs_k[None, :]
         count = sync_ptr + 2 + pair
         while tl.load(count, volatile=True) < nb1:
-            pass
-        # The acquire orders the h loads after the producers' release. `ready` (always true
+            if BACKOFF:  # sleep between polls: spinning programs share the SM with streaming ones
+                tl.inline_asm_elementwise(
+                    "nanosleep.u32 $1; mov.u32 $0, $1;", "=r,r", [nb1 * 0 + 128],
+                    dtype=tl.int32, is_pure=False, pack=1,
+                )  # fmt: skip
+        # The acquire orders the h loads after the producers' release. `seen` (always nb1
         # here) masks those loads so that the compiler keeps the atomic.
         seen = tl.atomic_add(count, 0, sem="acquire")
-        ready = offs_k < tl.where(seen >= nb1, BLOCK_SIZE_K, 0)
-        acc = tl.zeros((BLOCK_SIZE_N, BLOCK_SIZE_K), dtype=tl.float32)
+        h_live = live & (offs_k[None, :] < tl.where(seen >= nb1, BLOCK_SIZE_K, 0))
+        acc = tl.zeros((16, BLOCK_SIZE_N), dtype=tl.float32)
         for cb in range(0, tl.cdiv(N, BLOCK_SIZE_K)):
             if EVEN_N:
-                hv = tl.load(h_ptrs, mask=ready, other=0.0, cache_modifier=".cg")
+                a = tl.load(h_ptrs, mask=h_live, other=0.0, cache_modifier=".cg")
                 w = tl.load(w2_ptrs)
             else:
                 c_ok = offs_k < N - cb * BLOCK_SIZE_K
-                hv = tl.load(h_ptrs, mask=c_ok & ready, other=0.0, cache_modifier=".cg")
-                w = tl.load(w2_ptrs, mask=c_ok[None, :], other=0.0)
-            acc += w.to(tl.float32) * hv[None, :]
+                a = tl.load(h_ptrs, mask=h_live & c_ok[None, :], other=0.0, cache_modifier=".cg")
+                w = tl.load(w2_ptrs, mask=c_ok[:, None], other=0.0)
+            if IEEE:
+                acc = tl.dot(a, w, acc, input_precision="ieee")
+            else:
+                acc = tl.dot(a, w, acc)
             h_ptrs += BLOCK_SIZE_K
             w2_ptrs += BLOCK_SIZE_K
-        y = tl.sum(acc, axis=1)
+        y = tl.sum(acc, axis=0)
         o_ptrs = out_ptr + pair * stride_om + offs_o
         tl.store(o_ptrs, y.to(out_ptr.dtype.element_ty), mask=offs_o < K)
     if tl.atomic_add(sync_ptr + 1, 1, sem="acq_rel") == total - 1:
@@ -760,22 +779,31 @@ def _decode(
     pairs = m * topk
     n, k = w2.shape[2], x.shape[1]
     bn, bk = config["BLOCK_SIZE_N"], config["BLOCK_SIZE_K"]
+    if bn < 16 or bk < 16:
+        raise ValueError(
+            f"the few-token path needs BLOCK_SIZE_N and BLOCK_SIZE_K >= 16 (tensor-core "
+            f"tiles); got {bn} and {bk}"
+        )
     if isinstance(x, _Placeholder):
-        h = _Placeholder((pairs, n), torch.float32, x.device)
+        h = _Placeholder((pairs, n), x.dtype, x.device)
         out = _Placeholder((pairs, k), x.dtype, x.device)
         sync = _Placeholder((2 + pairs,), torch.int32, x.device)
     else:
         x, w1, w2 = (t if t.stride(-1) == 1 else t.contiguous() for t in (x, w1, w2))
-        h = torch.empty((pairs, n), dtype=torch.float32, device=x.device)
+        h = torch.empty((pairs, n), dtype=x.dtype, device=x.device)
         out = torch.empty((pairs, k), dtype=x.dtype, device=x.device)
         sync = _decode_sync(x.device, pairs)
-    grid = (pairs * (triton.cdiv(n, bn) + triton.cdiv(k, bn)),)
+    # A GEMM 1 tile reads gate and up rows: half as many columns as BLOCK_SIZE_N move as many
+    # weight bytes per program as the grouped GEMM 1 does with the same config.
+    gate_n = max(16, bn // 2)
+    grid = (pairs * (triton.cdiv(n, gate_n) + triton.cdiv(k, bn)),)
     _launch(
         _moe_decode_kernel, grid, x, w1, w2, h, out, sync, topk_ids.contiguous(),
         topk_weights.contiguous(), n, k, pairs,
         x.stride(0), w1.stride(0), w1.stride(1), w2.stride(0), w2.stride(1), h.stride(0),
         out.stride(0),
-        TOPK=topk, EVEN_K=k % bk == 0, EVEN_N=n % bk == 0, LAUNCH_NEXT=launch_next,
+        TOPK=topk, EVEN_K=k % bk == 0, EVEN_N=n % bk == 0, IEEE=x.dtype == torch.float32,
+        LAUNCH_NEXT=launch_next, BACKOFF=x.is_cuda and not torch.version.hip, GATE_N=gate_n,
         BLOCK_SIZE_N=bn, BLOCK_SIZE_K=bk, **_launch_options(config),
     )  # fmt: skip
     return out

@@ -337,10 +337,12 @@ CHAIN_VARIANTS = [("unchained", False), ("chained", True)]
 def decode_vs_grouped(
     shape: MoEShape, table: dict, ms: list[int], ceil: dict, rounds: int = 5
 ) -> list[dict]:
-    """The few-token path with the best config of its sweep against the grouped path with the
-    shipped config (chained where the rule chains), side by side: rounds of A B / B A graph
-    timings of the two GEMMs and of the whole call; medians and roofline fractions."""
-    best = {r["M"]: r["top"][0]["config"] for r in decode_sweep(shape, ms) if r["top"]}
+    """The few-token path with the best config of its sweep and with the shipped config,
+    against the grouped path with the shipped config (chained where the rule chains), side by
+    side: rounds of A B C / C B A graph timings of the two GEMMs and of the whole call;
+    medians and roofline fractions."""
+    swept = {r["M"]: r for r in decode_sweep(shape, ms)}
+    best = {m: r["top"][0]["config"] for m, r in swept.items() if r["top"]}
     base = make_problem(shape, 1, "bf16", "cuda", seed=1)
     out = []
     for m in ms:
@@ -349,7 +351,9 @@ def decode_vs_grouped(
         probs, seq = input_sets(shape, m, base)
         ref = torch_moe_reference(probs[0])
         floor = roofline(shape, probs, ceil, False)["floor_us"]
-        paths = [("decode", "decode", best[m]), ("grouped", "grouped", nearest_config(table, m))]
+        shipped = nearest_config(table, m)
+        paths = [("decode", "decode", best[m]), ("grouped", "grouped", shipped),
+                 ("decode-shipped", "decode", shipped)]  # fmt: skip
         times = {v[0]: {"gemms": [], "fused": []} for v in paths}
         errs = {}
         for r in range(rounds):
@@ -364,7 +368,7 @@ def decode_vs_grouped(
         us = {k: {kk: statistics.median(vv) for kk, vv in v.items()} for k, v in times.items()}
         row = {"M": m, "floor_us": floor, "configs": {n: c for n, _, c in paths}, "us": us,
                "roof_gemms": {k: floor / v["gemms"] for k, v in us.items()},
-               "samples": times, "rel_err": errs}  # fmt: skip
+               "samples": times, "rel_err": errs, "sweep": swept[m]}  # fmt: skip
         out.append(row)
         print(f"  decode vs grouped M={m} (floor {floor:.1f} us): " + "  ".join(
             f"{k} gemms {v['gemms']:.1f} ({floor / v['gemms']:.1%}) fused {v['fused']:.1f} "

@@ -271,6 +271,18 @@ def test_kernel_path_rules(limit: int, monkeypatch) -> None:
         kernel_path(1, None, "fast")
 
 
+def test_kernel_path_default_rule() -> None:
+    """Unforced, the few-token path is taken where it was measured to win the whole call:
+    M <= DECODE_RULE_MAX_TOKENS on a CUDA GPU; the grouped path under the interpreter."""
+    fm = sys.modules["cellbench.kernels.fused_moe"]
+    assert fm.DECODE_MAX_TOKENS is None
+    on_cuda = DEVICE == "cuda" and not torch.version.hip
+    cut = fm.DECODE_RULE_MAX_TOKENS
+    assert [kernel_path(m, None) for m in (1, cut, cut + 1)] == (
+        ["decode", "decode", "grouped"] if on_cuda else ["grouped"] * 3
+    )
+
+
 def test_non_power_of_two_shape() -> None:
     # K not a multiple of BLOCK_SIZE_K and N not a multiple of BLOCK_SIZE_N.
     seed = fresh_seed()

@@ -343,13 +343,13 @@ def _moe_decode_kernel(
 
     Programs take tickets in start order from sync[0]. The first pairs * cdiv(N, GATE_N)
     tickets are GEMM 1 tiles: h[pair, cols] = silu(x . W1g[e, cols]) * (x . W1u[e, cols]) *
-    routing weight for GATE_N intermediate columns (2 * GATE_N weight rows), then sync[2 + pair] += 1 (release). The rest are GEMM 2
-    tiles: out[pair, rows] = W2[e][rows, :] @ h[pair] for BN output rows, once every GEMM 1
-    tile of that pair has counted in. A GEMM 2 program only waits on tickets handed out before
-    its own, i.e. on programs already running that never wait, so the grid cannot deadlock,
-    and GEMM 2 of the first pairs overlaps GEMM 1 of the last (no launch gap, no tail between
-    the GEMMs). The last program to finish zeroes sync for the next call. (BN = BLOCK_SIZE_N,
-    the reductions stream BLOCK_SIZE_K at a time.)
+    routing weight for GATE_N intermediate columns (2 * GATE_N weight rows), then
+    sync[2 + pair] += 1 (release). The rest are GEMM 2 tiles: out[pair, rows] =
+    W2[e][rows, :] @ h[pair] for BLOCK_SIZE_N output rows, once every GEMM 1 tile of that pair
+    has counted in. A GEMM 2 program only waits on tickets handed out before its own, i.e. on
+    programs already running that never wait, so the grid cannot deadlock, and GEMM 2 of the
+    first pairs may overlap GEMM 1 of the last (no second launch). The last program to finish
+    zeroes sync for the next call. The reductions stream BLOCK_SIZE_K at a time.
 
     The products are tensor-core dots with the pair's row as row 0 of a 16-row A tile (the
     other rows zero): the weight tiles then stream through the same multi-stage pipeline as
@@ -717,11 +717,26 @@ def _launch(kernel: Any, grid: tuple[int, ...], *args: Any, **kwargs: Any) -> No
 
 
 # Unquantised calls of at most this many tokens take the few-token path (_moe_decode_kernel:
-# both GEMMs in one launch, no alignment) when the path is "auto". 0: never. Measured on the
-# H200 (benchmarks/NOTES-kernel.md): tuned, it cuts the whole call at M=1 from 36 to 28 us,
-# but its two GEMMs are no faster than the grouped ones (25.1 vs 24.9 us), and vLLM's shipped
-# configs, made for the grouped kernel, run 2.6x slower on it; so it is only taken on request.
-DECODE_MAX_TOKENS = 0
+# both GEMMs and the activation in one launch, no alignment) when the path is "auto".
+# None = by the rule below; an int forces the cut (0: never).
+DECODE_MAX_TOKENS: int | None = None
+# Rule, from side-by-side timings on the H200 (benchmarks/NOTES-kernel.md, runs 8-9): the
+# whole call at M=1/2/4 took 29.2-30.6 / 47.6-49.0 / 76.9 us on the few-token path against
+# 33.7-33.9 / 50.3-50.4 / 81.1-82.1 on the grouped one, and lost at M=8 (131.3 vs 126.8).
+# (Its GEMM part is slower than the two grouped GEMMs alone, 28-29 vs 23.5 us at M=1; the
+# call wins by dropping the alignment, the activation kernel and two launches.) Measured on
+# CUDA only: elsewhere, and under the interpreter, the grouped path stays the default.
+DECODE_RULE_MAX_TOKENS = 4
+
+
+def _decode_max_tokens() -> int:
+    if DECODE_MAX_TOKENS is not None:
+        return DECODE_MAX_TOKENS
+    if interpreter_active() or getattr(torch.version, "hip", None):
+        return 0
+    return DECODE_RULE_MAX_TOKENS
+
+
 PATHS = ("auto", "grouped", "decode")
 
 
@@ -732,7 +747,7 @@ def kernel_path(m: int, quant: QuantArgs | None, path: str = "auto") -> str:
     if path == "decode" and quant is not None:
         raise ValueError("the few-token path runs unquantised weights only")
     if path == "auto":
-        return "decode" if quant is None and m <= DECODE_MAX_TOKENS else "grouped"
+        return "decode" if quant is None and m <= _decode_max_tokens() else "grouped"
     return path
 
 
@@ -912,8 +927,9 @@ def fused_moe(
     hidden_states (M, K) fp32/fp16/bf16; w1 (E, 2N, K) and w2 (E, K, N) in the same dtype, or
     fp8 with `quant`; topk_weights (M, topk) float; topk_ids (M, topk) int32/int64 in [0, E).
     path: "auto" takes the few-token path (GEMMs and activation in one launch, configured by
-    BLOCK_SIZE_N, BLOCK_SIZE_K, num_warps and num_stages) for unquantised calls of at most
-    DECODE_MAX_TOKENS tokens, else the grouped GEMMs; "grouped" or "decode" forces one.
+    BLOCK_SIZE_N, BLOCK_SIZE_K, num_warps and num_stages) for unquantised calls of few
+    tokens (DECODE_MAX_TOKENS, or its rule: M <= 4 on CUDA GPUs), else the grouped GEMMs;
+    "grouped" or "decode" forces one.
     """
     _check_inputs(hidden_states, w1, w2, topk_weights, topk_ids, quant)
     check_config(config, quant)

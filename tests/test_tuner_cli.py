@@ -140,6 +140,13 @@ def test_few_token_path_tuning(tiny_cfg, tmp_path, monkeypatch) -> None:
                 if r["status"] == "timed" and r["m"] == 1 and r["stage"] != "final"]  # fmt: skip
     kernels = {tuple(sorted((k, v) for k, v in c.items() if k not in ignored)) for c in screened}
     assert len(kernels) == len({json.dumps(c, sort_keys=True) for c in screened})
+    # default mode screens every distinct kernel on this path (search.SCREEN_ALL_PATHS)
+    at1 = [r for r in recs if r["m"] == 1 and r["status"] == "timed" and r["stage"] != "final"]
+    assert at1 and {r["stage"] for r in at1} == {"screen-all"}
+    kept = {r["key"] for r in recs if r["m"] == 1} - {
+        r["key"] for r in recs if r["m"] == 1 and r["status"] == "pruned"
+    }
+    assert kept == {r["key"] for r in at1}
     with open(out / "tuned_fmoe.csv", newline="") as f:
         rows = {int(r["token"]): r for r in csv.DictReader(f)}
     assert rows[1]["run_1stage"] == "1" and float(rows[1]["us2"]) == 0

@@ -16,7 +16,8 @@ Modes:
   are re-timed side by side, interleaved, and picked by median, where differences inside the
   measured spread count as ties, won by the table's config, else by the lowest median. A
   kernel compiled at one batch size is reused at the other batch sizes with the same
-  specialisation.
+  specialisation. On the builtin kernel's few-token path the default mode screens every
+  distinct kernel, as exhaustive does (see `SCREEN_ALL_PATHS`).
 
 Every candidate, including pruned ones and failures, goes to the tuning log; a killed run
 reads the log back and does not re-time what it already timed.
@@ -37,6 +38,14 @@ from .artifacts import TuningLog
 from .timing import Timing, time_calls, time_side_by_side
 
 __all__ = ["TuneOptions", "Entry", "Stats", "Tuner", "BudgetExceeded"]
+
+# Kernel paths on which the default mode times every distinct kernel, as exhaustive does.
+# The few-token path ignores BLOCK_SIZE_M and GROUP_SIZE_M, so vLLM's CUDA space shrinks to
+# ~90 kernels there, and its time depends on num_stages more than the structured search
+# (one stage count per tile) explores: on the H200 (benchmarks/NOTES-kernel.md, run 10) the
+# structured default picked a config 5.5% slower than exhaustive's at M=1, while screening
+# them all cost 9.6 s of wall against the structured search's 8.0 s.
+SCREEN_ALL_PATHS = ("decode",)
 
 
 class BudgetExceeded(RuntimeError):
@@ -430,10 +439,13 @@ class Tuner:
         if m == self.first_m and self.opt.check_correctness:
             ref = self.backend.reference(problems[0])
         cands = self._candidates(m)
-        if self.opt.mode == "exhaustive":
+        path_of = getattr(self.backend, "kernel_path", None)
+        screen_all = path_of is not None and path_of(problems[0]) in SCREEN_ALL_PATHS
+        if self.opt.mode == "exhaustive" or screen_all:
             if self.opt.max_configs:
                 cands = cands[: self.opt.max_configs]
-            ranked = self._screen(m, cands, problems, ref, "exhaustive", self.opt.repeats, True)
+            stage = "exhaustive" if self.opt.mode == "exhaustive" else "screen-all"
+            ranked = self._screen(m, cands, problems, ref, stage, self.opt.repeats, True)
             if not ranked:
                 raise RuntimeError(f"M={m}: every candidate config failed or was pruned")
             final = [(r[2], r[3], r[4]) for r in ranked[: self.opt.finalists]]

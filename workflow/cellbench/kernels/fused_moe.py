@@ -720,12 +720,15 @@ def _launch(kernel: Any, grid: tuple[int, ...], *args: Any, **kwargs: Any) -> No
 # both GEMMs and the activation in one launch, no alignment) when the path is "auto".
 # None = by the rule below; an int forces the cut (0: never).
 DECODE_MAX_TOKENS: int | None = None
-# Rule, from side-by-side timings on the H200 (benchmarks/NOTES-kernel.md, runs 8-9): the
-# whole call at M=1/2/4 took 29.2-30.6 / 47.6-49.0 / 76.9 us on the few-token path against
-# 33.7-33.9 / 50.3-50.4 / 81.1-82.1 on the grouped one, and lost at M=8 (131.3 vs 126.8).
-# (Its GEMM part is slower than the two grouped GEMMs alone, 28-29 vs 23.5 us at M=1; the
-# call wins by dropping the alignment, the activation kernel and two launches.) Measured on
-# CUDA only: elsewhere, and under the interpreter, the grouped path stays the default.
+# Rule, from side-by-side timings on the H200 (benchmarks/NOTES-kernel.md, runs 8-10): with
+# its best config the whole call at M=1/2/4 took 27.3 / 44.4 / 75.8 us on the few-token path
+# against 33.6 / 50.5 / 80.8 on the grouped one with vLLM's shipped config (run 10), and lost
+# at M=8 (131.3 vs 126.8, run 9). (Its GEMM part is slower than the two grouped GEMMs alone,
+# 26.4 vs 23.4 us at M=1; the call wins by dropping the alignment, the activation kernel and
+# two launches.) With vLLM's shipped configs, made for the grouped kernel, it wins only at
+# M=1 (31.9 us) and loses at M=2/4 (55.5 / 83.7): configs for it come from the tuner, whose
+# picks beat the shipped ones by 11-20% there (tuner run 11). Measured on CUDA only:
+# elsewhere, and under the interpreter, the grouped path stays the default.
 DECODE_RULE_MAX_TOKENS = 4
 
 

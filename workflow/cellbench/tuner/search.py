@@ -42,9 +42,10 @@ __all__ = ["TuneOptions", "Entry", "Stats", "Tuner", "BudgetExceeded"]
 # Kernel paths on which the default mode times every distinct kernel, as exhaustive does.
 # The few-token path ignores BLOCK_SIZE_M and GROUP_SIZE_M, so vLLM's CUDA space shrinks to
 # ~90 kernels there, and its time depends on num_stages more than the structured search
-# (one stage count per tile) explores: on the H200 (benchmarks/NOTES-kernel.md, run 10) the
-# structured default picked a config 5.5% slower than exhaustive's at M=1, while screening
-# them all cost 9.6 s of wall against the structured search's 8.0 s.
+# (one stage count per tile) explores. On the H200 (benchmarks/results/
+# tuner_h200_2026-12-03_bf16-small-m_run10/11.txt) the structured default picked a config
+# 5.5% slower than exhaustive's at M=1 (run 10); screening all of them, default/exhaustive
+# was 0.997 / 1.006 / 0.976 at M=1/2/4 for 10.1 / 4.1 / 1.8 s of wall (run 11).
 SCREEN_ALL_PATHS = ("decode",)
 
 

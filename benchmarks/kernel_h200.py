@@ -2,7 +2,9 @@
 
 Shape: Qwen3-30B-A3B at TP=1 (E=128, N=768, K=2048, top-8), bf16 and fp8_w8a8 block [128,128],
 with the launch configs vLLM ships for the H200 (tests/data/vllm-configs/). For each M it
-times the two grouped GEMMs alone (`run_gemms`) and the whole fused call (`run_fused`), each
+times the two GEMMs alone (`run_gemms`: the grouped GEMMs, or at M <= 4 on CUDA the
+few-token path's one launch, which includes the activation) and the whole fused call
+(`run_fused`), each
 as a CUDA graph of CALLS calls rotating over ROT input sets (same weights), warm-up first,
 median over replays. Roofline: bytes = expert weights the routing touches (+ scales) plus
 tokens in and out; FLOPs = 2 * M * topk * (2N*K + N*K); floor = max(bytes / read bandwidth,

@@ -273,15 +273,23 @@ def variants(label: str, shape: MoEShape, table: dict, ms: list[int], rounds: in
     return out
 
 
-def decode_sweep(shape: MoEShape, ms: list[int]) -> list[dict]:
-    """Few-token path: its launch parameters at small M (BLOCK_SIZE_M/GROUP_SIZE_M unused)."""
+def _set_decode_kernel(name: str) -> None:
+    sys.modules["cellbench.kernels.fused_moe"].DECODE_KERNEL = name
+
+
+def decode_sweep(shape: MoEShape, ms: list[int], kernel: str) -> list[dict]:
+    """Few-token path, one of its kernels: launch parameters at small M (BLOCK_SIZE_M and
+    GROUP_SIZE_M unused)."""
+    _set_decode_kernel(kernel)
     base = make_problem(shape, 1, "bf16", "cuda", seed=1)
     best = []
     for m in ms:
         probs, seq = input_sets(shape, m, base)
         res = []
-        for bn in (16, 32, 64, 128):
-            for bk in (64, 128, 256):
+        # BLOCK_SIZE_N 16 and 32 give the slice kernel the same 16-column slices: keep one.
+        # The ticket kernel: the region its best configs came from in run 10 (full sweep).
+        for bn in (64, 128) if kernel == "ticket" else (32, 64, 128):
+            for bk in (64, 128, 256) if kernel == "slice" else (128, 256):
                 for w in (4, 8):
                     for st in (3, 5):
                         cfg = _cfg(16, bn, bk, 1, w, st)
@@ -290,14 +298,15 @@ def decode_sweep(shape: MoEShape, ms: list[int]) -> list[dict]:
                                 [lambda p=p, c=cfg: run_gemms(p, c, path="decode") for p in seq]
                             )
                         except Exception as e:  # noqa: BLE001 - e.g. out of registers
-                            print(f"  decode sweep M={m} {cfg}: {type(e).__name__}")
+                            print(f"  decode sweep {kernel} M={m} {cfg}: {type(e).__name__}")
                             continue
                         res.append((t, cfg))
         res.sort(key=lambda x: x[0])
         for t, cfg in res[:5]:
-            print(f"  decode sweep M={m}: {t:.1f} us {cfg}", flush=True)
-        best.append({"M": m, "top": [{"gemms_us": t, "config": c} for t, c in res[:10]],
-                     "tried": len(res)})  # fmt: skip
+            print(f"  decode sweep {kernel} M={m}: {t:.1f} us {cfg}", flush=True)
+        best.append({"M": m, "kernel": kernel, "tried": len(res),
+                     "top": [{"gemms_us": t, "config": c} for t, c in res[:10]]})  # fmt: skip
+    _set_decode_kernel(DECODE_KERNEL_DEFAULT)
     return best
 
 
@@ -336,30 +345,40 @@ def _set_chain(value: bool | None) -> None:
 CHAIN_VARIANTS = [("unchained", False), ("chained", True)]
 
 
+DECODE_KERNEL_DEFAULT = sys.modules["cellbench.kernels.fused_moe"].DECODE_KERNEL
+DECODE_KERNELS = ("slice", "ticket")
+
+
 def decode_vs_grouped(
-    shape: MoEShape, table: dict, ms: list[int], ceil: dict, rounds: int = 5
+    shape: MoEShape,
+    table: dict,
+    ms: list[int],
+    ceil: dict,
+    kernels: tuple[str, ...] = DECODE_KERNELS,
+    rounds: int = 5,
 ) -> list[dict]:
-    """The few-token path with the best config of its sweep and with the shipped config,
-    against the grouped path with the shipped config (chained where the rule chains), side by
-    side: rounds of A B C / C B A graph timings of the two GEMMs and of the whole call;
-    medians and roofline fractions."""
-    swept = {r["M"]: r for r in decode_sweep(shape, ms)}
-    best = {m: r["top"][0]["config"] for m, r in swept.items() if r["top"]}
+    """The few-token path's kernels, each with the best config of its sweep (and the first
+    with the shipped config), against the grouped path with the shipped config (chained where
+    the rule chains), side by side: rounds of A B C.. / ..C B A graph timings of the two
+    GEMMs and of the whole call; medians and roofline fractions."""
+    swept = {(r["kernel"], r["M"]): r for kn in kernels for r in decode_sweep(shape, ms, kn)}
     base = make_problem(shape, 1, "bf16", "cuda", seed=1)
     out = []
     for m in ms:
-        if m not in best:
-            continue
         probs, seq = input_sets(shape, m, base)
         ref = torch_moe_reference(probs[0])
         floor = roofline(shape, probs, ceil, False)["floor_us"]
         shipped = nearest_config(table, m)
-        paths = [("decode", "decode", best[m]), ("grouped", "grouped", shipped),
-                 ("decode-shipped", "decode", shipped)]  # fmt: skip
+        # (name, path, few-token kernel, config)
+        paths = [(f"decode-{kn}", "decode", kn, swept[kn, m]["top"][0]["config"])
+                 for kn in kernels if swept[kn, m]["top"]]  # fmt: skip
+        paths += [("grouped", "grouped", DECODE_KERNEL_DEFAULT, shipped),
+                  (f"decode-{kernels[0]}-shipped", "decode", kernels[0], shipped)]  # fmt: skip
         times = {v[0]: {"gemms": [], "fused": []} for v in paths}
         errs = {}
         for r in range(rounds):
-            for name, path, cfg in paths if r % 2 == 0 else paths[::-1]:
+            for name, path, kn, cfg in paths if r % 2 == 0 else paths[::-1]:
+                _set_decode_kernel(kn)
                 if r == 0:
                     errs[name] = relative_error(run_fused(probs[0], cfg, path=path), ref)
                 t = times[name]
@@ -367,10 +386,12 @@ def decode_vs_grouped(
                     [lambda p=p, c=cfg, a=path: run_gemms(p, c, path=a) for p in seq]))  # fmt: skip
                 t["fused"].append(graph_time_us(
                     [lambda p=p, c=cfg, a=path: run_fused(p, c, path=a) for p in seq]))  # fmt: skip
+        _set_decode_kernel(DECODE_KERNEL_DEFAULT)
         us = {k: {kk: statistics.median(vv) for kk, vv in v.items()} for k, v in times.items()}
-        row = {"M": m, "floor_us": floor, "configs": {n: c for n, _, c in paths}, "us": us,
+        row = {"M": m, "floor_us": floor, "configs": {n: c for n, _, _, c in paths}, "us": us,
                "roof_gemms": {k: floor / v["gemms"] for k, v in us.items()},
-               "samples": times, "rel_err": errs, "sweep": swept[m]}  # fmt: skip
+               "samples": times, "rel_err": errs,
+               "sweep": {kn: swept[kn, m] for kn in kernels}}  # fmt: skip
         out.append(row)
         print(f"  decode vs grouped M={m} (floor {floor:.1f} us): " + "  ".join(
             f"{k} gemms {v['gemms']:.1f} ({floor / v['gemms']:.1%}) fused {v['fused']:.1f} "
@@ -517,6 +538,8 @@ def main() -> int:
     ap.add_argument("--decode-ms", default="",
                     help="batch sizes at which to sweep the few-token path and time its best "
                          "config against the grouped path (bf16)")  # fmt: skip
+    ap.add_argument("--decode-kernels", default=",".join(DECODE_KERNELS),
+                    help="few-token kernels to sweep and compare at --decode-ms")  # fmt: skip
     ap.add_argument("--skip-main", action="store_true", help="only the optional parts")
     args = ap.parse_args()
     ms = [int(x) for x in args.ms.split(",")]
@@ -554,7 +577,8 @@ def main() -> int:
         table.pop("triton_version", None)
         print(f"# {label}: configs from {name}")
         if decode_ms and label == "bf16":
-            dvg_rows += decode_vs_grouped(shape, table, decode_ms, ceil)
+            kernels = tuple(args.decode_kernels.split(","))
+            dvg_rows += decode_vs_grouped(shape, table, decode_ms, ceil, kernels)
         if chain_ms:
             chain_rows += chain_variants(label, shape, table, chain_ms)
         if not args.skip_main:
@@ -564,7 +588,8 @@ def main() -> int:
         if args.variants:
             var_rows += variants(label, shape, table, ms)
             if label == "bf16":
-                dec_rows += decode_sweep(shape, [m for m in ms if m <= 4])
+                for kn in DECODE_KERNELS:
+                    dec_rows += decode_sweep(shape, [m for m in ms if m <= 4], kn)
             tma_rows += tma_sweep(label, shape, [m for m in ms if ("bf16", m) in SWEEP])
     print(
         "\n| dtype | M | gemms us | fused us | fused/gemms | roofline (gemms) | "

@@ -178,6 +178,10 @@ def test_run_gemms_is_the_fused_call_without_the_sum() -> None:
     assert relative_error(run_fused(p, cfg), summed) < 1e-6, f"seed {seed}"
 
 
+DECODE_KERNELS = ("slice", "ticket")
+
+
+@pytest.mark.parametrize("kernel", DECODE_KERNELS)
 @pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
 @pytest.mark.parametrize("m", [1, 2, 3])
 @pytest.mark.parametrize(
@@ -186,9 +190,12 @@ def test_run_gemms_is_the_fused_call_without_the_sum() -> None:
     [TINY, MoEShape(6, 24, 40, 3)],
     ids=["tiny", "ragged"],
 )
-def test_decode_path_matches_reference(dtype: str, m: int, shape: MoEShape) -> None:
+def test_decode_path_matches_reference(
+    monkeypatch, kernel: str, dtype: str, m: int, shape: MoEShape
+) -> None:
     if DEVICE == "cpu" and dtype == "bf16":
         pytest.skip("the Triton interpreter's bf16 tl.dot is unusable")
+    monkeypatch.setattr(sys.modules["cellbench.kernels.fused_moe"], "DECODE_KERNEL", kernel)
     seed = fresh_seed()
     p = make_problem(shape, m, dtype, DEVICE, seed)
     cfg = CONFIGS[0]
@@ -197,17 +204,41 @@ def test_decode_path_matches_reference(dtype: str, m: int, shape: MoEShape) -> N
     assert torch.isfinite(out).all(), f"seed {seed}"
     ref = torch_moe_reference(p)
     assert relative_error(out, ref) < problem_error_bound(p), f"seed {seed}"
-    # The GEMM-only entry point returns GEMM 2's per-pair rows (routing weight applied).
+    # The GEMM-only entry point: the ticket kernel's GEMM 2 rows per pair (routing weight
+    # applied), summed by a kernel of their own; the slice kernel's whole call.
     rows = run_gemms(p, cfg, path="decode")
-    summed = rows.float().reshape(m, shape.topk, -1).sum(dim=1)
+    summed = rows.float().reshape(m, -1, shape.hidden_size).sum(dim=1)
+    assert rows.shape[0] == (m if kernel == "slice" else m * shape.topk)
     assert relative_error(summed, ref) < problem_error_bound(p), f"seed {seed}"
 
 
-def test_decode_path_leaves_its_sync_words_zeroed() -> None:
-    """The few-token kernel hands out its tiles by a ticket counter and holds GEMM 2 back
+def test_decode_slice_kernel_leaves_its_scratch_zeroed(monkeypatch) -> None:
+    """The slice kernel adds every slice's share of a token's output into an fp32 row and
+    counts the slices in; the last one in writes the row out and zeroes row and count. So
+    every call starts clean: calls in a row agree, and the scratch reads zero after."""
+    fm = sys.modules["cellbench.kernels.fused_moe"]
+    monkeypatch.setattr(fm, "DECODE_KERNEL", "slice")
+    seed = fresh_seed()
+    p = make_problem(MoEShape(6, 24, 40, 3), 2, "fp32", DEVICE, seed)
+    cfg = {**CONFIGS[0], "BLOCK_SIZE_N": 16, "BLOCK_SIZE_K": 16}
+    first = run_fused(p, cfg, path="decode").clone()
+    acc, count = fm._DECODE_SCRATCH[(p.hidden_states.device, 2, 40)]
+    assert not acc.any() and not count.any(), f"seed {seed}"
+    ref = torch_moe_reference(p)
+    assert relative_error(first, ref) < problem_error_bound(p), f"seed {seed}"
+    for _ in range(3):
+        again = run_fused(p, cfg, path="decode")
+        # fp32 atomics may add in another order on a GPU: equal to rounding, not bit for bit
+        assert relative_error(again, first) < 1e-6, f"seed {seed}"
+    assert not acc.any() and not count.any(), f"seed {seed}"
+
+
+def test_decode_path_leaves_its_sync_words_zeroed(monkeypatch) -> None:
+    """The ticket kernel hands out its tiles by a ticket counter and holds GEMM 2 back
     with per-pair counts of finished GEMM 1 tiles; its last program zeroes them. So every
     call starts clean: calls in a row give the same rows, and the words read zero after."""
     fm = sys.modules["cellbench.kernels.fused_moe"]
+    monkeypatch.setattr(fm, "DECODE_KERNEL", "ticket")
     seed = fresh_seed()
     p = make_problem(MoEShape(6, 24, 40, 3), 2, "fp32", DEVICE, seed)
     cfg = {**CONFIGS[0], "BLOCK_SIZE_N": 16, "BLOCK_SIZE_K": 16}
@@ -226,11 +257,12 @@ def test_decode_path_leaves_its_sync_words_zeroed() -> None:
 @pytest.mark.parametrize("bn", [16, 32, 64])
 @pytest.mark.parametrize("m", [1, 4])
 def test_decode_path_on_gpu_replays_exactly(monkeypatch, bn: int, m: int) -> None:
-    """On a GPU the few-token kernel's GEMM 2 tiles run beside GEMM 1 tiles and wait for
+    """On a GPU the ticket kernel's GEMM 2 tiles run beside GEMM 1 tiles and wait for
     them: any ordering flaw shows as a wrong or varying result. Eager calls, chained and not,
     and 20 replays of a CUDA graph all give the first call's output bit for bit, and it
     matches the reference."""
     fm = sys.modules["cellbench.kernels.fused_moe"]
+    monkeypatch.setattr(fm, "DECODE_KERNEL", "ticket")
     seed = fresh_seed()
     p = make_problem(MoEShape(16, 512, 1024, 8), m, "bf16", DEVICE, seed)
     cfg = {**CONFIGS[0], "BLOCK_SIZE_N": bn, "BLOCK_SIZE_K": 128}
@@ -253,6 +285,44 @@ def test_decode_path_on_gpu_replays_exactly(monkeypatch, bn: int, m: int) -> Non
         g.replay()
         torch.cuda.synchronize()
         assert torch.equal(out, first), f"graph replay {i}, seed {seed}"
+
+
+@pytest.mark.skipif(DEVICE == "cpu", reason="concurrency: the interpreter runs programs in turn")
+@pytest.mark.parametrize("bn", [32, 64, 128])
+@pytest.mark.parametrize("m", [1, 4])
+def test_decode_slice_kernel_on_gpu_replays(monkeypatch, bn: int, m: int) -> None:
+    """On a GPU the slice kernel's programs add into the same rows at once and the last one
+    in per token writes the row out: a lost add, an early read or a row left unzeroed shows
+    as a wrong or drifting result. Eager calls and 20 replays of a CUDA graph agree with the
+    first call to fp32 rounding (the adds' order varies), match the reference, and leave the
+    scratch zeroed."""
+    fm = sys.modules["cellbench.kernels.fused_moe"]
+    monkeypatch.setattr(fm, "DECODE_KERNEL", "slice")
+    seed = fresh_seed()
+    p = make_problem(MoEShape(16, 512, 1024, 8), m, "bf16", DEVICE, seed)
+    cfg = {**CONFIGS[0], "BLOCK_SIZE_N": bn, "BLOCK_SIZE_K": 128}
+    first = torch.full_like(p.hidden_states, float("nan"))
+    run_fused(p, cfg, out=first, path="decode")
+    torch.cuda.synchronize()
+    bound = problem_error_bound(p)
+    assert relative_error(first, torch_moe_reference(p)) < bound, f"seed {seed}"
+    # bf16 outputs of fp32 sums that differ only in order: one bf16 ulp apart at most, and
+    # near zero (cancelling terms) by the fp32 rounding of the terms' scale
+    close = {"rtol": 2**-7, "atol": 1e-4 * first.abs().max().item()}
+    out = torch.full_like(first, float("nan"))
+    run_fused(p, cfg, out=out, path="decode")
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out, first, **close, msg=f"eager, seed {seed}")
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        run_fused(p, cfg, out=out, path="decode")
+    for i in range(20):
+        out.fill_(float("nan"))
+        g.replay()
+        torch.cuda.synchronize()
+        torch.testing.assert_close(out, first, **close, msg=f"graph replay {i}, seed {seed}")
+    acc, count = fm._DECODE_SCRATCH[(p.hidden_states.device, m, 1024)]
+    assert not acc.any() and not count.any(), f"seed {seed}"
 
 
 @pytest.mark.parametrize("limit", [0, 2])

@@ -448,6 +448,114 @@ def _moe_decode_kernel(
             tl.store(sync_ptr + 2 + p0 + offs_p, 0, mask=p0 + offs_p < num_pairs)
 
 
+@triton.jit
+def _moe_decode_slice_kernel(
+    x_ptr,
+    w1_ptr,
+    w2_ptr,
+    acc_ptr,
+    count_ptr,
+    out_ptr,
+    topk_ids_ptr,
+    topk_weights_ptr,
+    N,
+    K,
+    stride_xm,
+    stride_w1e,
+    stride_w1n,
+    stride_w2e,
+    stride_w2k,
+    stride_om,
+    TOPK: tl.constexpr,
+    EVEN_K: tl.constexpr,
+    IEEE: tl.constexpr,
+    GATE_N: tl.constexpr,
+    BLOCK_SIZE_K: tl.constexpr,
+):
+    """The whole few-token call in one launch, split along the intermediate dimension.
+
+    Program (pair, slice) computes h = silu(x . W1g[e, cols]) * (x . W1u[e, cols]) * routing
+    weight for GATE_N intermediate columns, then that slice's share of GEMM 2,
+    W2[e][:, cols] @ h, BLOCK_SIZE_K output rows at a time, added atomically into the token's
+    fp32 row acc[token]. No program waits for another: every weight byte is read once, by the
+    program that owns its columns. The last program to count in for a token (count[token])
+    reads the token's row from acc, writes it in the
+    output dtype and zeroes the row and the count: the sum over top-k needs no kernel of its
+    own.
+
+    The sum's order varies from run to run (atomics), so results agree to rounding, not bit
+    for bit. Products are tensor-core dots with the pair's row as row 0 of a 16-row tile.
+    """
+    pid = tl.program_id(0)
+    nb1 = tl.cdiv(N, GATE_N)
+    pair = (pid // nb1).to(tl.int64)
+    token = pair // TOPK
+    offs_k = tl.arange(0, BLOCK_SIZE_K)
+    rows = tl.arange(0, 16)
+    live = rows[:, None] == 0  # row 0 carries the pair; rows 1-15 pad the tile to 16
+    offs_n = (pid % nb1) * GATE_N + tl.arange(0, GATE_N)
+    offs_wn = offs_n % N  # wrapped so weight loads need no mask; h is zero past N
+    expert = tl.load(topk_ids_ptr + pair).to(tl.int64)
+    x_ptrs = x_ptr + token * stride_xm + rows[:, None] * 0 + offs_k[None, :]
+    g_ptrs = w1_ptr + expert * stride_w1e + offs_wn[None, :] * stride_w1n + offs_k[:, None]
+    u_ptrs = g_ptrs + N * stride_w1n
+    acc_g = tl.zeros((16, GATE_N), dtype=tl.float32)
+    acc_u = tl.zeros((16, GATE_N), dtype=tl.float32)
+    for kb in range(0, tl.cdiv(K, BLOCK_SIZE_K)):
+        if EVEN_K:
+            a = tl.load(x_ptrs, mask=live, other=0.0)
+            g = tl.load(g_ptrs)
+            u = tl.load(u_ptrs)
+        else:
+            k_ok = offs_k < K - kb * BLOCK_SIZE_K
+            a = tl.load(x_ptrs, mask=live & k_ok[None, :], other=0.0)
+            g = tl.load(g_ptrs, mask=k_ok[:, None], other=0.0)
+            u = tl.load(u_ptrs, mask=k_ok[:, None], other=0.0)
+        if IEEE:
+            acc_g = tl.dot(a, g, acc_g, input_precision="ieee")
+            acc_u = tl.dot(a, u, acc_u, input_precision="ieee")
+        else:
+            acc_g = tl.dot(a, g, acc_g)
+            acc_u = tl.dot(a, u, acc_u)
+        x_ptrs += BLOCK_SIZE_K
+        g_ptrs += BLOCK_SIZE_K
+        u_ptrs += BLOCK_SIZE_K
+    gate = tl.sum(acc_g, axis=0)  # rows 1-15 are zero
+    up = tl.sum(acc_u, axis=0)
+    weight = tl.load(topk_weights_ptr + pair)
+    h = gate / (1.0 + tl.exp(-gate)) * up * weight
+    h = tl.where(offs_n < N, h, 0.0).to(x_ptr.dtype.element_ty)  # as the grouped path rounds it
+    a2 = tl.where(live, h[None, :], 0.0).to(x_ptr.dtype.element_ty)
+    w2_ptrs = w2_ptr + expert * stride_w2e + offs_k[None, :] * stride_w2k + offs_wn[:, None]
+    acc_ptrs = acc_ptr + token * K + offs_k
+    for ob in range(0, tl.cdiv(K, BLOCK_SIZE_K)):
+        if EVEN_K:
+            w = tl.load(w2_ptrs)
+        else:
+            w = tl.load(w2_ptrs, mask=(offs_k < K - ob * BLOCK_SIZE_K)[None, :], other=0.0)
+        if IEEE:
+            y = tl.dot(a2, w, input_precision="ieee")
+        else:
+            y = tl.dot(a2, w)
+        part = tl.sum(y, axis=0)
+        if EVEN_K:
+            tl.atomic_add(acc_ptrs, part, sem="relaxed")
+        else:
+            tl.atomic_add(acc_ptrs, part, mask=offs_k < K - ob * BLOCK_SIZE_K, sem="relaxed")
+        w2_ptrs += BLOCK_SIZE_K * stride_w2k
+        acc_ptrs += BLOCK_SIZE_K
+    tl.debug_barrier()  # every thread's adds are issued before the count goes up
+    if tl.atomic_add(count_ptr + token, 1, sem="acq_rel") == TOPK * nb1 - 1:
+        # Last one in for this token: the row is complete. Swap it out and reset the count.
+        tl.store(count_ptr + token, 0)
+        for ob in range(0, tl.cdiv(K, BLOCK_SIZE_K)):
+            o = ob * BLOCK_SIZE_K + offs_k
+            # .cg reads L2, where the atomics landed; plain stores then zero the row
+            row = tl.load(acc_ptr + token * K + o, mask=o < K, other=0.0, cache_modifier=".cg")
+            tl.store(acc_ptr + token * K + o, tl.zeros_like(row), mask=o < K)
+            tl.store(out_ptr + token * stride_om + o, row.to(out_ptr.dtype.element_ty), mask=o < K)
+
+
 # ----------------------------------------------------------------------------- host side
 
 
@@ -782,6 +890,82 @@ def _decode_sync(device: torch.device, pairs: int) -> torch.Tensor:
     return buf
 
 
+# Which few-token kernel the few-token path runs: "ticket" (`_moe_decode_kernel`: GEMM 2
+# tiles wait for the GEMM 1 tiles of their pair; bit-exact, the top-k sum a second kernel;
+# measured in runs 8-10) or "slice" (`_moe_decode_slice_kernel`: each program owns a slice
+# of intermediate columns through both GEMMs and adds its share of the output atomically; no
+# waiting, the top-k sum included; not yet timed on a GPU).
+DECODE_KERNEL = "ticket"
+
+# The slice kernel's fp32 accumulator rows and per-token counts, per (device, tokens, K);
+# zero between calls (each token's last program swaps its row out and resets its count).
+# Shared like the ticket kernel's sync words: one stream at a time.
+_DECODE_SCRATCH: dict[tuple[torch.device, int, int], tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def _decode_scratch(device: torch.device, m: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    key = (device, m, k)
+    bufs = _DECODE_SCRATCH.get(key)
+    if bufs is None:
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            raise RuntimeError(
+                f"the few-token kernel's accumulator for {m} tokens is made on first use: "
+                "run the call once before capturing it into a CUDA graph"
+            )
+        bufs = _DECODE_SCRATCH[key] = (
+            torch.zeros((m, k), dtype=torch.float32, device=device),
+            torch.zeros(m, dtype=torch.int32, device=device),
+        )
+    return bufs
+
+
+def _check_decode_config(config: dict[str, Any]) -> tuple[int, int]:
+    bn, bk = config["BLOCK_SIZE_N"], config["BLOCK_SIZE_K"]
+    if bn < 16 or bk < 16:
+        raise ValueError(
+            f"the few-token path needs BLOCK_SIZE_N and BLOCK_SIZE_K >= 16 (tensor-core "
+            f"tiles); got {bn} and {bk}"
+        )
+    return bn, bk
+
+
+def _decode_slice(
+    x: torch.Tensor,
+    w1: torch.Tensor,
+    w2: torch.Tensor,
+    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+    config: dict[str, Any],
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Few-token path, slice kernel: the whole call (both GEMMs, activation, routing weight,
+    sum over top-k) in one launch. Returns (M, K) in x's dtype (into `out` if given)."""
+    m, topk = topk_ids.shape
+    n, k = w2.shape[2], x.shape[1]
+    bn, bk = _check_decode_config(config)
+    if isinstance(x, _Placeholder):
+        out = _Placeholder((m, k), x.dtype, x.device)  # type: ignore[assignment]
+        acc = _Placeholder((m, k), torch.float32, x.device)
+        count = _Placeholder((m,), torch.int32, x.device)
+    else:
+        x, w1, w2 = (t if t.stride(-1) == 1 else t.contiguous() for t in (x, w1, w2))
+        if out is None:
+            out = torch.empty((m, k), dtype=x.dtype, device=x.device)
+        acc, count = _decode_scratch(x.device, m, k)
+    # BLOCK_SIZE_N weight rows of W1 per program, gate and up halves: as many W1 bytes per
+    # program as a grouped GEMM 1 tile of the same config reads.
+    gate_n = max(16, bn // 2)
+    grid = (m * topk * triton.cdiv(n, gate_n),)
+    _launch(
+        _moe_decode_slice_kernel, grid, x, w1, w2, acc, count, out, topk_ids.contiguous(),
+        topk_weights.contiguous(), n, k,
+        x.stride(0), w1.stride(0), w1.stride(1), w2.stride(0), w2.stride(1), out.stride(0),
+        TOPK=topk, EVEN_K=k % bk == 0, IEEE=x.dtype == torch.float32, GATE_N=gate_n,
+        BLOCK_SIZE_K=bk, **_launch_options(config),
+    )  # fmt: skip
+    return out
+
+
 def _decode(
     x: torch.Tensor,
     w1: torch.Tensor,
@@ -796,12 +980,7 @@ def _decode(
     m, topk = topk_ids.shape
     pairs = m * topk
     n, k = w2.shape[2], x.shape[1]
-    bn, bk = config["BLOCK_SIZE_N"], config["BLOCK_SIZE_K"]
-    if bn < 16 or bk < 16:
-        raise ValueError(
-            f"the few-token path needs BLOCK_SIZE_N and BLOCK_SIZE_K >= 16 (tensor-core "
-            f"tiles); got {bn} and {bk}"
-        )
+    bn, bk = _check_decode_config(config)
     if isinstance(x, _Placeholder):
         h = _Placeholder((pairs, n), x.dtype, x.device)
         out = _Placeholder((pairs, k), x.dtype, x.device)
@@ -950,6 +1129,8 @@ def fused_moe(
     pairs = m * topk
     ch = _chain(hidden_states, pairs)
     if kernel_path(m, quant, path) == "decode":
+        if DECODE_KERNEL == "slice":
+            return _decode_slice(hidden_states, w1, w2, tw, topk_ids, config, out)
         c3 = _decode(hidden_states, w1, w2, tw, topk_ids, config, launch_next=ch)
         return _sum_topk(c3, m, topk, dtype, out, chained=ch)
     align = moe_align_block_size(topk_ids, config["BLOCK_SIZE_M"], num_experts)
@@ -1041,8 +1222,11 @@ def warm_config(
     w1, w2 = ph(e, 2 * n, k, dtype=wdt), ph(e, k, n, dtype=wdt)
     tw = ph(m, topk, dtype=torch.float32)
     if kernel_path(m, quant) == "decode":
-        _decode(ph(m, k), w1, w2, tw, ph(m, topk, dtype=torch.int32), config,  # type: ignore[arg-type]
-                launch_next=_chain(w1, pairs))  # fmt: skip
+        if DECODE_KERNEL == "slice":
+            _decode_slice(ph(m, k), w1, w2, tw, ph(m, topk, dtype=torch.int32), config)  # type: ignore[arg-type]
+        else:
+            _decode(ph(m, k), w1, w2, tw, ph(m, topk, dtype=torch.int32), config,  # type: ignore[arg-type]
+                    launch_next=_chain(w1, pairs))  # fmt: skip
         return
     from .align import max_padded_tokens
 
@@ -1201,6 +1385,8 @@ def run_gemms(problem: MoEProblem, config: dict[str, Any], path: str = "auto") -
     p, q = problem, problem.quant
     ch = _chain(p.hidden_states, p.topk_ids.numel())  # as in fused_moe: the same kernels
     if kernel_path(p.m, q, path) == "decode":
+        if DECODE_KERNEL == "slice":  # one launch does it all: the GEMMs are the whole call
+            return _decode_slice(p.hidden_states, p.w1, p.w2, p.topk_weights, p.topk_ids, config)
         return _decode(p.hidden_states, p.w1, p.w2, p.topk_weights, p.topk_ids, config, ch)
     prep = _prepare(problem, config)
     _gemm(prep["a1"], prep["a1_scale"], p.w1, q.w1_scale if q else None, prep["c1"],

@@ -588,3 +588,19 @@ def test_warm_config_compiles_what_the_real_call_uses(tmp_path: Path, m: int, bl
             warmed = _compiled(tmp_path / "cache")
             assert warmed, "warm_config compiled nothing"
     assert _compiled(tmp_path / "cache") == warmed, "the real call compiled its kernel again"
+
+
+def test_decode_launch_key_names_what_the_kernel_reads(monkeypatch) -> None:
+    """The tuner screens one config per distinct few-token launch: BLOCK_SIZE_M and
+    GROUP_SIZE_M never matter there; BLOCK_SIZE_N below 32 gives the slice kernel the same
+    16-column slices, while the ticket kernel tiles GEMM 2 by it."""
+    fm = sys.modules["cellbench.kernels.fused_moe"]
+    base = {**CONFIGS[0], "BLOCK_SIZE_N": 16, "BLOCK_SIZE_K": 64, "num_warps": 4}
+    wide = {**base, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_M": 64, "GROUP_SIZE_M": 8}
+    monkeypatch.setattr(fm, "DECODE_KERNEL", "slice")
+    assert fm.decode_launch_key(base) == fm.decode_launch_key(wide)
+    assert fm.decode_launch_key(base) != fm.decode_launch_key({**base, "num_warps": 8})
+    assert fm.decode_launch_key(base) != fm.decode_launch_key({**base, "BLOCK_SIZE_N": 64})
+    monkeypatch.setattr(fm, "DECODE_KERNEL", "ticket")
+    assert fm.decode_launch_key(base) != fm.decode_launch_key(wide)
+    assert fm.decode_launch_key(base) == fm.decode_launch_key({**base, "BLOCK_SIZE_M": 64})

@@ -919,6 +919,18 @@ def _decode_scratch(device: torch.device, m: int, k: int) -> tuple[torch.Tensor,
     return bufs
 
 
+def decode_launch_key(config: dict[str, Any]) -> str:
+    """What makes two configs launch the same few-token kernel the same way: configs with
+    equal keys are one kernel (BLOCK_SIZE_M and GROUP_SIZE_M play no part; the slice kernel
+    reads BLOCK_SIZE_N only through its slice width, max(16, BLOCK_SIZE_N / 2))."""
+    gate_n = max(16, config["BLOCK_SIZE_N"] // 2)
+    parts = {"kernel": DECODE_KERNEL, "GATE_N": gate_n, "BLOCK_SIZE_K": config["BLOCK_SIZE_K"]}
+    if DECODE_KERNEL == "ticket":
+        parts["BLOCK_SIZE_N"] = config["BLOCK_SIZE_N"]
+    parts |= _launch_options(config)
+    return ",".join(f"{k}={v}" for k, v in sorted(parts.items()))
+
+
 def _check_decode_config(config: dict[str, Any]) -> tuple[int, int]:
     bn, bk = config["BLOCK_SIZE_N"], config["BLOCK_SIZE_K"]
     if bn < 16 or bk < 16:

@@ -95,10 +95,14 @@ class BuiltinBackend:
 
     def kernel_identity(self, m: int, config: dict[str, int]) -> str:
         """Configs with equal identities at batch size m run the same compiled kernels: on the
-        few-token path BLOCK_SIZE_M and GROUP_SIZE_M play no part."""
+        few-token path BLOCK_SIZE_M and GROUP_SIZE_M play no part (nor, in its slice kernel,
+        BLOCK_SIZE_N below 32)."""
         from .spaces import config_key
 
         if self._k.kernel_path(m, self.base.quant) == "decode":
+            launch_key = getattr(self._k, "decode_launch_key", None)
+            if launch_key is not None:
+                return "decode:" + launch_key(config)
             rest = {k: v for k, v in config.items() if k not in ("BLOCK_SIZE_M", "GROUP_SIZE_M")}
             return "decode:" + config_key(rest)
         return config_key(config)

@@ -892,9 +892,12 @@ def _decode_sync(device: torch.device, pairs: int) -> torch.Tensor:
 
 # Which few-token kernel the few-token path runs: "ticket" (`_moe_decode_kernel`: GEMM 2
 # tiles wait for the GEMM 1 tiles of their pair; bit-exact, the top-k sum a second kernel;
-# measured in runs 8-10) or "slice" (`_moe_decode_slice_kernel`: each program owns a slice
+# measured in runs 8-11) or "slice" (`_moe_decode_slice_kernel`: each program owns a slice
 # of intermediate columns through both GEMMs and adds its share of the output atomically; no
-# waiting, the top-k sum included; not yet timed on a GPU).
+# waiting, the top-k sum included; results vary in the last bits). H200, run 11, best
+# configs, whole call: slice 26.0 / 45.5 / 74.8 us at M=1/2/4, ticket 28.4 / 44.6 / 76.3.
+# The default stays "ticket" until a second machine confirms (one run so far, and it loses
+# at M=2).
 DECODE_KERNEL = "ticket"
 
 # The slice kernel's fp32 accumulator rows and per-token counts, per (device, tokens, K);

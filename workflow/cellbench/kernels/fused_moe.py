@@ -310,6 +310,60 @@ def _sum_topk_kernel(
 
 
 @triton.jit
+def _gate_up_slice(
+    x_row_ptr,
+    w1_expert_ptr,
+    weight,
+    offs_n,
+    N,
+    K,
+    stride_w1n,
+    EVEN_K: tl.constexpr,
+    IEEE: tl.constexpr,
+    GATE_N: tl.constexpr,
+    BLOCK_SIZE_K: tl.constexpr,
+):
+    """GEMM 1 of one (token, expert) pair for the intermediate columns offs_n, with the
+    epilogue: silu(x . W1g[cols]) * (x . W1u[cols]) * weight, fp32, (GATE_N,). Columns past N
+    read wrapped rows (no mask on the weight loads); callers mask them. The products are
+    tensor-core dots with the token's row as row 0 of a 16-row A tile (rows 1-15 zero), so
+    the weight tiles stream through the multi-stage pipeline as in the grouped kernel, which
+    plain loads and FMAs did not get (run 8 in benchmarks/NOTES-kernel.md)."""
+    offs_k = tl.arange(0, BLOCK_SIZE_K)
+    rows = tl.arange(0, 16)
+    live = rows[:, None] == 0
+    offs_wn = offs_n % N
+    x_ptrs = x_row_ptr + rows[:, None] * 0 + offs_k[None, :]
+    g_ptrs = w1_expert_ptr + offs_wn[None, :] * stride_w1n + offs_k[:, None]
+    u_ptrs = g_ptrs + N * stride_w1n
+    acc_g = tl.zeros((16, GATE_N), dtype=tl.float32)
+    acc_u = tl.zeros((16, GATE_N), dtype=tl.float32)
+    for kb in range(0, tl.cdiv(K, BLOCK_SIZE_K)):
+        if EVEN_K:
+            a = tl.load(x_ptrs, mask=live, other=0.0)
+            g = tl.load(g_ptrs)
+            u = tl.load(u_ptrs)
+        else:
+            k_ok = offs_k < K - kb * BLOCK_SIZE_K
+            a = tl.load(x_ptrs, mask=live & k_ok[None, :], other=0.0)
+            g = tl.load(g_ptrs, mask=k_ok[:, None], other=0.0)
+            u = tl.load(u_ptrs, mask=k_ok[:, None], other=0.0)
+        if IEEE:
+            acc_g = tl.dot(a, g, acc_g, input_precision="ieee")
+            acc_u = tl.dot(a, u, acc_u, input_precision="ieee")
+        else:
+            acc_g = tl.dot(a, g, acc_g)
+            acc_u = tl.dot(a, u, acc_u)
+        x_ptrs += BLOCK_SIZE_K
+        g_ptrs += BLOCK_SIZE_K
+        u_ptrs += BLOCK_SIZE_K
+    gate = tl.sum(acc_g, axis=0)  # rows 1-15 are zero
+    up = tl.sum(acc_u, axis=0)
+    h = gate / (1.0 + tl.exp(-gate)) * up * weight
+    return h
+
+
+@triton.jit
 def _moe_decode_kernel(
     x_ptr,
     w1_ptr,
@@ -368,36 +422,12 @@ def _moe_decode_kernel(
     if ticket < first:
         pair = (ticket // nb1).to(tl.int64)
         offs_n = (ticket % nb1) * GATE_N + tl.arange(0, GATE_N)
-        offs_wn = offs_n % N  # wrapped so weight loads need no mask; h is masked past N
         expert = tl.load(topk_ids_ptr + pair).to(tl.int64)
-        x_ptrs = x_ptr + (pair // TOPK) * stride_xm + rows[:, None] * 0 + offs_k[None, :]
-        g_ptrs = w1_ptr + expert * stride_w1e + offs_wn[None, :] * stride_w1n + offs_k[:, None]
-        u_ptrs = g_ptrs + N * stride_w1n
-        acc_g = tl.zeros((16, GATE_N), dtype=tl.float32)
-        acc_u = tl.zeros((16, GATE_N), dtype=tl.float32)
-        for kb in range(0, tl.cdiv(K, BLOCK_SIZE_K)):
-            if EVEN_K:
-                a = tl.load(x_ptrs, mask=live, other=0.0)
-                g = tl.load(g_ptrs)
-                u = tl.load(u_ptrs)
-            else:
-                k_ok = offs_k < K - kb * BLOCK_SIZE_K
-                a = tl.load(x_ptrs, mask=live & k_ok[None, :], other=0.0)
-                g = tl.load(g_ptrs, mask=k_ok[:, None], other=0.0)
-                u = tl.load(u_ptrs, mask=k_ok[:, None], other=0.0)
-            if IEEE:
-                acc_g = tl.dot(a, g, acc_g, input_precision="ieee")
-                acc_u = tl.dot(a, u, acc_u, input_precision="ieee")
-            else:
-                acc_g = tl.dot(a, g, acc_g)
-                acc_u = tl.dot(a, u, acc_u)
-            x_ptrs += BLOCK_SIZE_K
-            g_ptrs += BLOCK_SIZE_K
-            u_ptrs += BLOCK_SIZE_K
-        gate = tl.sum(acc_g, axis=0)  # rows 1-15 are zero
-        up = tl.sum(acc_u, axis=0)
-        weight = tl.load(topk_weights_ptr + pair)
-        h = gate / (1.0 + tl.exp(-gate)) * up * weight
+        h = _gate_up_slice(
+            x_ptr + (pair // TOPK) * stride_xm, w1_ptr + expert * stride_w1e,
+            tl.load(topk_weights_ptr + pair), offs_n, N, K, stride_w1n,
+            EVEN_K, IEEE, GATE_N, BLOCK_SIZE_K,
+        )  # fmt: skip
         tl.store(h_ptr + pair * stride_hm + offs_n, h.to(h_ptr.dtype.element_ty), mask=offs_n < N)
         tl.debug_barrier()  # every thread's part of h is written before the count goes up
         tl.atomic_add(sync_ptr + 2 + pair, 1, sem="release")
@@ -494,36 +524,13 @@ def _moe_decode_slice_kernel(
     rows = tl.arange(0, 16)
     live = rows[:, None] == 0  # row 0 carries the pair; rows 1-15 pad the tile to 16
     offs_n = (pid % nb1) * GATE_N + tl.arange(0, GATE_N)
-    offs_wn = offs_n % N  # wrapped so weight loads need no mask; h is zero past N
+    offs_wn = offs_n % N  # wrapped, as in _gate_up_slice; h is zero past N
     expert = tl.load(topk_ids_ptr + pair).to(tl.int64)
-    x_ptrs = x_ptr + token * stride_xm + rows[:, None] * 0 + offs_k[None, :]
-    g_ptrs = w1_ptr + expert * stride_w1e + offs_wn[None, :] * stride_w1n + offs_k[:, None]
-    u_ptrs = g_ptrs + N * stride_w1n
-    acc_g = tl.zeros((16, GATE_N), dtype=tl.float32)
-    acc_u = tl.zeros((16, GATE_N), dtype=tl.float32)
-    for kb in range(0, tl.cdiv(K, BLOCK_SIZE_K)):
-        if EVEN_K:
-            a = tl.load(x_ptrs, mask=live, other=0.0)
-            g = tl.load(g_ptrs)
-            u = tl.load(u_ptrs)
-        else:
-            k_ok = offs_k < K - kb * BLOCK_SIZE_K
-            a = tl.load(x_ptrs, mask=live & k_ok[None, :], other=0.0)
-            g = tl.load(g_ptrs, mask=k_ok[:, None], other=0.0)
-            u = tl.load(u_ptrs, mask=k_ok[:, None], other=0.0)
-        if IEEE:
-            acc_g = tl.dot(a, g, acc_g, input_precision="ieee")
-            acc_u = tl.dot(a, u, acc_u, input_precision="ieee")
-        else:
-            acc_g = tl.dot(a, g, acc_g)
-            acc_u = tl.dot(a, u, acc_u)
-        x_ptrs += BLOCK_SIZE_K
-        g_ptrs += BLOCK_SIZE_K
-        u_ptrs += BLOCK_SIZE_K
-    gate = tl.sum(acc_g, axis=0)  # rows 1-15 are zero
-    up = tl.sum(acc_u, axis=0)
-    weight = tl.load(topk_weights_ptr + pair)
-    h = gate / (1.0 + tl.exp(-gate)) * up * weight
+    h = _gate_up_slice(
+        x_ptr + token * stride_xm, w1_ptr + expert * stride_w1e,
+        tl.load(topk_weights_ptr + pair), offs_n, N, K, stride_w1n,
+        EVEN_K, IEEE, GATE_N, BLOCK_SIZE_K,
+    )  # fmt: skip
     h = tl.where(offs_n < N, h, 0.0).to(x_ptr.dtype.element_ty)  # as the grouped path rounds it
     a2 = tl.where(live, h[None, :], 0.0).to(x_ptr.dtype.element_ty)
     w2_ptrs = w2_ptr + expert * stride_w2e + offs_k[None, :] * stride_w2k + offs_wn[:, None]

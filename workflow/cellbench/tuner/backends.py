@@ -100,11 +100,7 @@ class BuiltinBackend:
         from .spaces import config_key
 
         if self._k.kernel_path(m, self.base.quant) == "decode":
-            launch_key = getattr(self._k, "decode_launch_key", None)
-            if launch_key is not None:
-                return "decode:" + launch_key(config)
-            rest = {k: v for k, v in config.items() if k not in ("BLOCK_SIZE_M", "GROUP_SIZE_M")}
-            return "decode:" + config_key(rest)
+            return "decode:" + self._k.decode_launch_key(config)
         return config_key(config)
 
     def gemm_calls(self, problem: Any, config: dict[str, int]):

@@ -184,8 +184,14 @@ def test_finite_request_rate_paces_requests(timed):
     pt = loadgen.run_point(timed, "timed-model", tok, spec, ignore_eos=True, keep_results=True)
     starts = sorted(r.start for r in pt.pop("_results"))
     offsets = loadgen._request_times(30, 20.0, np.random.default_rng(0))
-    # Requests leave on the seeded Poisson schedule (to within a few ms), not all at once.
-    assert np.allclose(np.array(starts) - starts[0], offsets, atol=0.01)
+    # Requests leave on the seeded Poisson schedule, not all at once. Each request's
+    # lateness is measured against the earliest one's, so a slow first connect on a
+    # loaded machine shifts nothing; a burst would be ~0.7 s late at the median.
+    lateness = np.array(starts) - np.array(offsets)
+    lateness -= lateness.min()
+    assert np.median(lateness) < 0.02, lateness
+    assert lateness.max() < 0.25, lateness
+    assert starts[-1] - starts[0] >= 0.9 * offsets[-1]
     assert pt["request_rate"] == 20.0 and pt["failed"] == 0
 
 

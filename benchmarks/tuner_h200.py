@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -59,6 +60,7 @@ def run_mode(
     seed_file: Path | None = None,
     cache_dir: str | None = None,
     extra: list[str] | None = None,
+    keep_log: Path | None = None,
 ) -> dict:
     """One tuner run in a fresh process with a fresh Triton cache; returns its summary."""
     args = [
@@ -94,6 +96,9 @@ def run_mode(
     t0 = time.perf_counter()
     rc = subprocess.run(args, env=env).returncode
     wall = time.perf_counter() - t0
+    log = out / "tuning_log.jsonl"
+    if log.exists() and keep_log is not None:  # every candidate with its time: the audit trail
+        shutil.copyfile(log, keep_log)
     summary = out / "summary.json"
     if rc != 0 or not summary.exists():
         return {"failed": True, "rc": rc, "wall_outer_s": wall}
@@ -218,6 +223,29 @@ def table(dtype: str, ms: list[int], d: dict, e: dict, sbs: dict, shipped_ok: bo
     return "\n".join(lines)
 
 
+def across_runs(d: dict, ms: list[int], earlier: Path) -> str:
+    """Default's wall in this run against an earlier run's exhaustive wall over the same batch
+    sizes (not side by side: other machine state, and the earlier code): per batch size and
+    whole. Printed, and labelled, apart from the same-run figures."""
+    e = json.loads(earlier.read_text()).get("exhaustive", {})
+    ee, de = e.get("entries", {}), d.get("entries", {})
+    lines = [f"ACROSS RUNS: default (this run) vs exhaustive of {earlier.name}:"]
+    for m in ms:
+        a, b = de.get(str(m)), ee.get(str(m))
+        if a and b:
+            lines.append(
+                f"  M={m}: {a['tune_wall_s']:.1f} / {b['tune_wall_s']:.1f} s = "
+                f"{a['tune_wall_s'] / b['tune_wall_s']:.3f}; best us {a['time_us']:.2f} / "
+                f"{b['time_us']:.2f} (each in its own run)"
+            )
+    if e.get("complete") and set(ee) == {str(m) for m in ms}:
+        dw, ew = d["seconds"]["wall"], e["seconds"]["wall"]
+        lines.append(f"  whole: {dw:.1f} / {ew:.1f} s = {dw / ew:.3f}")
+    else:
+        lines.append("  whole: not comparable (the earlier run covered other batch sizes)")
+    return "\n".join(lines)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--smoke", action="store_true", help="tiny shape under the CPU interpreter")
@@ -231,6 +259,12 @@ def main() -> int:
         "--no-seed",
         action="store_true",
         help="do not seed default mode with the configs vLLM ships for the shape",
+    )
+    ap.add_argument(
+        "--earlier-exhaustive",
+        default=None,
+        help="JSON of an earlier run of this script whose exhaustive mode covered these batch "
+        "sizes: also print default's wall against it, labelled as a ratio across runs",
     )
     ap.add_argument("--out", default=os.environ.get("OUT") or "benchmarks/results/tmp")
     a = ap.parse_args()
@@ -280,6 +314,7 @@ def main() -> int:
     d = run_mode(
         model_cfg, dtype, "default", ms, work / "default", a.default_budget_s, a.smoke,
         seed_file, cache_dir=default_cache, extra=extra,
+        keep_log=out / f"tuning_log_{dtype}_default.jsonl",
     )  # fmt: skip
     ref_summary = d
     shipped = None
@@ -318,7 +353,8 @@ def main() -> int:
     left = a.budget_s - (time.perf_counter() - t_start)
     if ems and left > 40 and "shape" in ref_summary:
         e = run_mode(
-            model_cfg, dtype, "exhaustive", ems, work / "exhaustive", left - 25, a.smoke
+            model_cfg, dtype, "exhaustive", ems, work / "exhaustive", left - 25, a.smoke,
+            keep_log=out / f"tuning_log_{dtype}_exhaustive.jsonl",
         )  # fmt: skip
         eps = {}
         for m in ems:
@@ -338,6 +374,8 @@ def main() -> int:
         save("exhaustive compared")
     else:
         print(f"exhaustive skipped ({left:.0f} s left)", flush=True)
+    if a.earlier_exhaustive and not d.get("failed"):
+        print(across_runs(d, ms, Path(a.earlier_exhaustive)), flush=True)
     spreads = [x["spread"] for s in sbs.values() for x in s.values()]
     if spreads:
         print(f"median side-by-side spread: {statistics.median(spreads):.4f}", flush=True)

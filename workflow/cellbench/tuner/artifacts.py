@@ -14,6 +14,7 @@ import csv
 import io
 import json
 import os
+import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -101,10 +102,13 @@ class TuningLog:
         return {k for (_, k, _), r in self._timed.items() if r["status"] == "failed"}
 
     def append(self, rec: dict[str, Any]) -> None:
-        """Write one record (skips an identical pruned record already logged)."""
+        """Write one record (skips an identical pruned record already logged); records other
+        than prunings carry `unix_s`, when they were written, so a run's wall can be traced."""
         k = (int(rec["m"]), str(rec.get("key")), str(rec.get("stage")), str(rec["status"]))
         if rec["status"] == "pruned" and k in self._seen:
             return
+        if rec["status"] != "pruned":
+            rec = {**rec, "unix_s": round(time.time(), 3)}
         line = json.dumps(rec, separators=(",", ":")) + "\n"
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:

@@ -50,6 +50,11 @@ def _init(backend_name: str, shape_dict: dict[str, Any], act_dtype: str, device_
         _W["backend"] = make_backend(backend_name, shape, act_dtype, device)
 
 
+def _ready() -> bool:
+    """A no-op: submitting one per worker makes the executor start its processes now."""
+    return True
+
+
 def _warm(m: int, cfg: dict[str, int]) -> tuple[bool, str, float]:
     import torch
 
@@ -96,9 +101,11 @@ class CompilePool:
             initargs=(backend_name, shape_dict, act_dtype, device_index),
         )
         self._futures: dict[tuple[int, str], cf.Future] = {}
-        self.cpu_s = 0.0
         self.wait_s = 0.0
-        self.compiled = 0
+        # The executor starts a process only when a task finds no idle one, so without this
+        # the workers' imports (torch, triton, CUDA) would land in the first batch size's
+        # compile wait instead of overlapping the main process's setup.
+        self._spawned = [self._ex.submit(_ready) for _ in range(workers)]
 
     def prefetch(self, m: int, configs: list[dict[str, int]]) -> None:
         """Queue warm-ups for `configs` at batch size m (configs already queued are skipped)."""
@@ -115,16 +122,27 @@ class CompilePool:
         fut = self._futures[k]
         t0 = time.perf_counter()
         try:
-            _, _, cpu = fut.result()
-            if not getattr(fut, "_counted", False):
-                self.cpu_s += cpu
-                self.compiled += 1
-                fut._counted = True  # type: ignore[attr-defined]
+            fut.result()
         except Exception:  # noqa: BLE001 - a dead worker: the main process compiles itself
             pass
         self.wait_s += time.perf_counter() - t0
 
+    @property
+    def cpu_s(self) -> float:
+        """CPU seconds of every finished warm-up, speculative ones (never waited on) too."""
+        total = 0.0
+        for fut in self._futures.values():
+            if fut.done() and not fut.cancelled() and fut.exception() is None:
+                total += fut.result()[2]
+        return total
+
+    @property
+    def warmed(self) -> int:
+        """Warm-ups finished (compiled, or reported a compile error)."""
+        return sum(1 for f in self._futures.values() if f.done() and not f.cancelled())
+
     def close(self) -> None:
+        """Cancel queued warm-ups and stop the workers (a second call does nothing)."""
         for f in self._futures.values():
             f.cancel()
         self._ex.shutdown(wait=True, cancel_futures=True)

@@ -16,8 +16,8 @@ Modes:
   are re-timed side by side, interleaved, and picked by median, where differences inside the
   measured spread count as ties, won by the table's config, else by the lowest median. A
   kernel compiled at one batch size is reused at the other batch sizes with the same
-  specialisation. On the builtin kernel's few-token path the default mode screens every
-  distinct kernel, as exhaustive does (see `SCREEN_ALL_PATHS`).
+  specialisation. On the builtin kernel's few-token path the default mode times every tile
+  once, then every stage count of the best tiles (see `STAGE_SWEEP_PATHS`).
 
 Every candidate, including pruned ones and failures, goes to the tuning log; a killed run
 reads the log back and does not re-time what it already timed.
@@ -39,14 +39,16 @@ from .timing import Timing, time_calls, time_side_by_side
 
 __all__ = ["TuneOptions", "Entry", "Stats", "Tuner", "BudgetExceeded"]
 
-# Kernel paths on which the default mode times every distinct kernel, as exhaustive does.
-# The few-token path ignores BLOCK_SIZE_M and GROUP_SIZE_M, so vLLM's CUDA space shrinks to
-# ~90 kernels there, and its time depends on num_stages more than the structured search
-# (one stage count per tile) explores. On the H200 (benchmarks/results/
-# tuner_h200_2026-12-03_bf16-small-m_run10/11.txt) the structured default picked a config
-# 5.5% slower than exhaustive's at M=1 (run 10); screening all of them, default/exhaustive
-# was 0.997 / 1.006 / 0.976 at M=1/2/4 for 10.1 / 4.1 / 1.8 s of wall (run 11).
-SCREEN_ALL_PATHS = ("decode",)
+# Kernel paths on which the default mode sweeps tiles, then stage counts, instead of the
+# structured search. The few-token path ignores BLOCK_SIZE_M and GROUP_SIZE_M, so vLLM's CUDA
+# space shrinks to 86 kernels there (24 (BLOCK_SIZE_N, BLOCK_SIZE_K, warps) tiles), and its
+# time depends on num_stages more than the structured search (one stage count per tile)
+# explores: on the H200 (benchmarks/results/tuner_h200_2026-12-03_bf16-small-m_run10/11.txt)
+# the structured default picked a config 5.5% slower than exhaustive's at M=1 (run 10);
+# screening all 86 closed that gap (0.997-1.006 at M=1/2, run 11) but cost as much wall as
+# exhaustive there (11.6 s of the default run's 47.7 s, run 12). Every tile once, then every
+# stage count of the best `finalists` tiles, is 24 + ~12 kernels.
+STAGE_SWEEP_PATHS = ("decode",)
 
 
 class BudgetExceeded(RuntimeError):
@@ -441,16 +443,17 @@ class Tuner:
             ref = self.backend.reference(problems[0])
         cands = self._candidates(m)
         path_of = getattr(self.backend, "kernel_path", None)
-        screen_all = path_of is not None and path_of(problems[0]) in SCREEN_ALL_PATHS
-        if self.opt.mode == "exhaustive" or screen_all:
+        stage_sweep = path_of is not None and path_of(problems[0]) in STAGE_SWEEP_PATHS
+        if self.opt.mode == "exhaustive":
             if self.opt.max_configs:
                 cands = cands[: self.opt.max_configs]
-            stage = "exhaustive" if self.opt.mode == "exhaustive" else "screen-all"
-            ranked = self._screen(m, cands, problems, ref, stage, self.opt.repeats, True)
+            ranked = self._screen(m, cands, problems, ref, "exhaustive", self.opt.repeats, True)
             if not ranked:
                 raise RuntimeError(f"M={m}: every candidate config failed or was pruned")
             final = [(r[2], r[3], r[4]) for r in ranked[: self.opt.finalists]]
             entry = self._pick(m, final, len(cands))
+        elif stage_sweep:
+            entry = self._tiles_then_stages(m, cands, problems, ref)
         else:
             entry = self._default_search(m, cands, problems, ref)
         err = None
@@ -661,6 +664,8 @@ class Tuner:
             new_used += is_new
         if self.opt.max_configs:
             chosen = chosen[: max(self.opt.max_configs, len(seeds))]
+        if self.pool is not None:
+            self._prefetch_moves(m, chosen, seeds, by_key)
         reps = self.opt.halving_repeats
         ranked = self._screen(m, chosen, problems, ref, "halving-0", reps[0], True)
         if not ranked:
@@ -716,6 +721,75 @@ class Tuner:
         head = [k for k, _ in alive]
         self.ranked_prev = head + [k for k in round0 if k not in set(head)]
         return entry
+
+    def _prefetch_moves(
+        self,
+        m: int,
+        chosen: list[tuple[str, dict[str, int]]],
+        seeds: list[tuple[str, dict[str, int]]],
+        by_key: dict[str, dict[str, int]],
+    ) -> None:
+        """Queue round 0's new kernels, then (speculatively, behind them) the seeds' one-key
+        neighbours: the warm-start seeds usually rank first, so these are the local search's
+        likely moves, and the workers, idle while the GPU times round 0, have them ready
+        when it asks. A speculative kernel the search never times costs CPU (counted in the
+        pool's CPU seconds) but neither GPU time nor a place in the compile budget."""
+        assert self.pool is not None
+        first = [c for k, c in chosen if not self._is_compiled(m, k)]
+        guess: list[dict[str, int]] = []
+        keys = {k for k, _ in chosen}
+        for _, cfg in (seeds or chosen)[:2]:
+            for k, c in self._neighbours(cfg, by_key):
+                if k not in keys and k not in self.failed and not self._is_compiled(m, k):
+                    keys.add(k)
+                    guess.append(c)
+        self.pool.prefetch(m, first + guess[: 2 * self.opt.moves_per_round])
+
+    def _tiles_then_stages(
+        self, m: int, cands: list[tuple[str, dict[str, int]]], problems: list[Any], ref: Any
+    ) -> Entry:
+        """Default mode on a STAGE_SWEEP_PATHS path: every (BLOCK_SIZE_N, BLOCK_SIZE_K, warps)
+        tile once (the structured representative, the seeds' configs too), then every other
+        config of the best `finalists` tiles (their other stage counts), all with the final
+        repeats; the `finalists` best go to the side-by-side final."""
+        if self.opt.max_configs:
+            cands = cands[: self.opt.max_configs]
+        by_key = dict(cands)
+        seeds = self._seed_configs(m, by_key)
+        first = list(seeds)
+        for kc in self._structured(m, cands, [c for _, c in seeds]):
+            if all(kc[0] != k for k, _ in first):
+                first.append(kc)
+        # one per tile: a seed stands for its tile
+        tiles_seen: set[tuple[int, ...]] = set()
+        sweep: list[tuple[str, dict[str, int]]] = []
+        for k, c in first:
+            t = self._tile(c)[1:]
+            if t not in tiles_seen:
+                tiles_seen.add(t)
+                sweep.append((k, c))
+        reps = self.opt.repeats
+        ranked = self._screen(m, sweep, problems, ref, "tiles", reps, True)
+        if not ranked:
+            raise RuntimeError(f"M={m}: every candidate config failed or was pruned")
+        best_tiles: list[tuple[int, ...]] = []
+        for r in ranked:
+            t = self._tile(r[3])[1:]
+            if t not in best_tiles:
+                best_tiles.append(t)
+        best_tiles = best_tiles[: self.opt.finalists]
+        done = {k for k, _ in sweep}
+        rest = [(k, c) for k, c in cands if k not in done and self._tile(c)[1:] in set(best_tiles)]
+        ranked += self._screen(m, rest, problems, ref, "stages", reps, True)
+        ranked.sort(key=lambda r: (r[0], r[1]))
+        finalists = [(r[2], r[3]) for r in ranked[: self.opt.finalists]]
+        tk = self._table_key(m)
+        if tk is not None and tk in by_key and tk not in self.failed:
+            if all(k != tk for k, _ in finalists) and any(r[2] == tk for r in ranked):
+                finalists.append((tk, by_key[tk]))
+        # No warm start from here: this path ignores BLOCK_SIZE_M and GROUP_SIZE_M, so its
+        # picks say nothing about them for the grouped path of the next batch size.
+        return self._pick(m, self._final(m, finalists, problems), len(sweep) + len(rest))
 
     def _new_at(self, m: int) -> int:
         return self.new_compiles.get(m, 0)

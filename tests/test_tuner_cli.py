@@ -143,74 +143,18 @@ def test_few_token_path_tuning(tiny_cfg, tmp_path, monkeypatch) -> None:
     kernels = {tuple(sorted((k, v) for k, v in c.items() if k not in ignored)) for c in screened}
     assert len(kernels) == len({json.dumps(c, sort_keys=True) for c in screened})
 
-    # default mode on this path (search.STAGE_SWEEP_PATHS): every (BN, BK, warps) tile of
-    # the configs that survive pruning is timed exactly once in "tiles", then the other
-    # stage counts of at most `finalists` (3 on CPU) tiles, which includes the best one
-    def tile(c: dict) -> tuple:
-        return c["BLOCK_SIZE_N"], c["BLOCK_SIZE_K"], c["num_warps"]
-
+    # default mode screens every distinct kernel on this path (search.SCREEN_ALL_PATHS)
     at1 = [r for r in recs if r["m"] == 1 and r["status"] == "timed" and r["stage"] != "final"]
-    assert "tiles" in {r["stage"] for r in at1} <= {"tiles", "stages"}
-    pruned = {r["key"] for r in recs if r["m"] == 1 and r["status"] == "pruned"}
-    kept = {r["key"]: r["config"] for r in recs if r["m"] == 1 and r["key"] not in pruned}
-    by_tile = [tile(r["config"]) for r in at1 if r["stage"] == "tiles"]
-    assert sorted(by_tile) == sorted({tile(c) for c in kept.values()})
-    swept = {tile(r["config"]) for r in at1 if r["stage"] == "stages"}
-    assert len(swept) <= 3  # (the tiny space has one stage count per tile: none here)
-    best = min((r for r in at1 if r["stage"] == "tiles"), key=lambda r: r["time_us"])
-    assert tile(best["config"]) in swept or not any(
-        tile(c) == tile(best["config"]) and k != best["key"] for k, c in kept.items()
-    )
-    timed_keys = {r["key"] for r in at1}
-    for k, c in kept.items():  # every config of a swept tile was timed
-        assert tile(c) not in swept or k in timed_keys
+    assert at1 and {r["stage"] for r in at1} == {"screen-all"}
+    kept = {r["key"] for r in recs if r["m"] == 1} - {
+        r["key"] for r in recs if r["m"] == 1 and r["status"] == "pruned"
+    }
+    assert kept == {r["key"] for r in at1}
     with open(out / "tuned_fmoe.csv", newline="") as f:
         rows = {int(r["token"]): r for r in csv.DictReader(f)}
     assert rows[1]["run_1stage"] == "1" and float(rows[1]["us2"]) == 0
     assert "_1stage_" in rows[1]["kernelName1"] and rows[1]["kernelName2"] == ""
     assert rows[4]["run_1stage"] == "0" and float(rows[4]["us2"]) > 0
-
-
-def test_few_token_default_sweeps_tiles_then_stages(tmp_path, monkeypatch) -> None:
-    """Default mode on the few-token path (search.STAGE_SWEEP_PATHS), on the real builtin
-    kernel under the interpreter: one config per (BN, BK, warps) tile first, then every
-    other stage count of the best `finalists` tiles only; the pick is among the timed."""
-    from cellbench.shapes import MoEShape
-    from cellbench.tuner import spaces
-    from cellbench.tuner.backends import make_backend
-    from cellbench.tuner.search import TuneOptions, Tuner
-
-    fm = importlib.import_module("cellbench.kernels.fused_moe")
-    monkeypatch.setattr(fm, "DECODE_MAX_TOKENS", 2)
-    shape = MoEShape(num_experts=8, intermediate_size=32, hidden_size=64, topk=2)
-    backend = make_backend("builtin", shape, "fp32", "cpu")
-    space = [
-        {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": bn, "BLOCK_SIZE_K": bk, "GROUP_SIZE_M": 1,
-         "num_warps": 4, "num_stages": st}
-        for bn in (32, 64) for bk in (32, 64) for st in (2, 3, 4)
-    ]  # fmt: skip
-    opts = TuneOptions(on_gpu=False, rotate=1, repeats=2, finalists=1, abandon_factor=1e9)
-    log = artifacts.TuningLog(tmp_path / "log.jsonl")
-    limits = spaces.HardwareLimits(None, "cpu", "interpreter")
-    tuner = Tuner(backend, space, n=32, k=64, operand_bytes=4, limits=limits, options=opts,
-                  log=log)  # fmt: skip
-    entry = tuner.tune_one(1)
-    timed = [r for r in log.records if r["status"] == "timed"]
-    tiles = [r for r in timed if r["stage"] == "tiles"]
-    swept = [r for r in timed if r["stage"] == "stages"]
-
-    def tile(c: dict) -> tuple:
-        return c["BLOCK_SIZE_N"], c["BLOCK_SIZE_K"], c["num_warps"]
-
-    assert sorted(tile(r["config"]) for r in tiles) == sorted({tile(c) for c in space})
-    best = min(tiles, key=lambda r: r["time_us"])
-    # the best tile's two other stage counts, nothing of the other three tiles
-    assert sorted(r["config"]["num_stages"] for r in swept) == sorted(
-        {2, 3, 4} - {best["config"]["num_stages"]}
-    )
-    assert {tile(r["config"]) for r in swept} == {tile(best["config"])}
-    assert spaces.config_key(entry.config) in {r["key"] for r in tiles + swept}
-    assert entry.new_compiles == len(tiles) + len(swept) == 6
 
 
 @pytest.mark.parametrize(

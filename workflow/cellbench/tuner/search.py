@@ -16,8 +16,8 @@ Modes:
   are re-timed side by side, interleaved, and picked by median, where differences inside the
   measured spread count as ties, won by the table's config, else by the lowest median. A
   kernel compiled at one batch size is reused at the other batch sizes with the same
-  specialisation. On the builtin kernel's few-token path the default mode times every tile
-  once, then every stage count of the best tiles (see `STAGE_SWEEP_PATHS`).
+  specialisation. On the builtin kernel's few-token path the default mode screens every
+  distinct kernel, as exhaustive does (see `SCREEN_ALL_PATHS`).
 
 Every candidate, including pruned ones and failures, goes to the tuning log; a killed run
 reads the log back and does not re-time what it already timed.
@@ -39,16 +39,16 @@ from .timing import Timing, time_calls, time_side_by_side
 
 __all__ = ["TuneOptions", "Entry", "Stats", "Tuner", "BudgetExceeded"]
 
-# Kernel paths on which the default mode sweeps tiles, then stage counts, instead of the
-# structured search. The few-token path ignores BLOCK_SIZE_M and GROUP_SIZE_M, so vLLM's CUDA
-# space shrinks to 86 kernels there (24 (BLOCK_SIZE_N, BLOCK_SIZE_K, warps) tiles), and its
-# time depends on num_stages more than the structured search (one stage count per tile)
-# explores: on the H200 (benchmarks/results/tuner_h200_2026-12-03_bf16-small-m_run10/11.txt)
+# Kernel paths on which the default mode times every distinct kernel, as exhaustive does.
+# The few-token path ignores BLOCK_SIZE_M and GROUP_SIZE_M, so vLLM's CUDA space shrinks to
+# 86 kernels there, and its time depends on num_stages more than the structured search (one
+# stage count per tile) explores. On the H200 (benchmarks/results/tuner_h200_2026-12-03_*):
 # the structured default picked a config 5.5% slower than exhaustive's at M=1 (run 10);
-# screening all 86 closed that gap (0.997-1.006 at M=1/2, run 11) but cost as much wall as
-# exhaustive there (11.6 s of the default run's 47.7 s, run 12). Every tile once, then every
-# stage count of the best `finalists` tiles, is 24 + ~12 kernels.
-STAGE_SWEEP_PATHS = ("decode",)
+# screening all 86 matched exhaustive (0.997-1.006 at M=1/2, runs 11-12). It cost 11.6 s
+# only while the compile workers started at the first warm-up; with them started at pool
+# creation, screening all 86 takes 3.8 s, less than timing every tile and then every stage
+# count of the best four tiles (36 kernels in two compile waves: 4.6 s, run 13).
+SCREEN_ALL_PATHS = ("decode",)
 
 
 class BudgetExceeded(RuntimeError):
@@ -443,17 +443,16 @@ class Tuner:
             ref = self.backend.reference(problems[0])
         cands = self._candidates(m)
         path_of = getattr(self.backend, "kernel_path", None)
-        stage_sweep = path_of is not None and path_of(problems[0]) in STAGE_SWEEP_PATHS
-        if self.opt.mode == "exhaustive":
+        screen_all = path_of is not None and path_of(problems[0]) in SCREEN_ALL_PATHS
+        if self.opt.mode == "exhaustive" or screen_all:
             if self.opt.max_configs:
                 cands = cands[: self.opt.max_configs]
-            ranked = self._screen(m, cands, problems, ref, "exhaustive", self.opt.repeats, True)
+            stage = "exhaustive" if self.opt.mode == "exhaustive" else "screen-all"
+            ranked = self._screen(m, cands, problems, ref, stage, self.opt.repeats, True)
             if not ranked:
                 raise RuntimeError(f"M={m}: every candidate config failed or was pruned")
             final = [(r[2], r[3], r[4]) for r in ranked[: self.opt.finalists]]
             entry = self._pick(m, final, len(cands))
-        elif stage_sweep:
-            entry = self._tiles_then_stages(m, cands, problems, ref)
         else:
             entry = self._default_search(m, cands, problems, ref)
         err = None
@@ -744,52 +743,6 @@ class Tuner:
                     keys.add(k)
                     guess.append(c)
         self.pool.prefetch(m, first + guess[: 2 * self.opt.moves_per_round])
-
-    def _tiles_then_stages(
-        self, m: int, cands: list[tuple[str, dict[str, int]]], problems: list[Any], ref: Any
-    ) -> Entry:
-        """Default mode on a STAGE_SWEEP_PATHS path: every (BLOCK_SIZE_N, BLOCK_SIZE_K, warps)
-        tile once (the structured representative, the seeds' configs too), then every other
-        config of the best `finalists` tiles (their other stage counts), all with the final
-        repeats; the `finalists` best go to the side-by-side final."""
-        if self.opt.max_configs:
-            cands = cands[: self.opt.max_configs]
-        by_key = dict(cands)
-        seeds = self._seed_configs(m, by_key)
-        first = list(seeds)
-        for kc in self._structured(m, cands, [c for _, c in seeds]):
-            if all(kc[0] != k for k, _ in first):
-                first.append(kc)
-        # one per tile: a seed stands for its tile
-        tiles_seen: set[tuple[int, ...]] = set()
-        sweep: list[tuple[str, dict[str, int]]] = []
-        for k, c in first:
-            t = self._tile(c)[1:]
-            if t not in tiles_seen:
-                tiles_seen.add(t)
-                sweep.append((k, c))
-        reps = self.opt.repeats
-        ranked = self._screen(m, sweep, problems, ref, "tiles", reps, True)
-        if not ranked:
-            raise RuntimeError(f"M={m}: every candidate config failed or was pruned")
-        best_tiles: list[tuple[int, ...]] = []
-        for r in ranked:
-            t = self._tile(r[3])[1:]
-            if t not in best_tiles:
-                best_tiles.append(t)
-        best_tiles = best_tiles[: self.opt.finalists]
-        done = {k for k, _ in sweep}
-        rest = [(k, c) for k, c in cands if k not in done and self._tile(c)[1:] in set(best_tiles)]
-        ranked += self._screen(m, rest, problems, ref, "stages", reps, True)
-        ranked.sort(key=lambda r: (r[0], r[1]))
-        finalists = [(r[2], r[3]) for r in ranked[: self.opt.finalists]]
-        tk = self._table_key(m)
-        if tk is not None and tk in by_key and tk not in self.failed:
-            if all(k != tk for k, _ in finalists) and any(r[2] == tk for r in ranked):
-                finalists.append((tk, by_key[tk]))
-        # No warm start from here: this path ignores BLOCK_SIZE_M and GROUP_SIZE_M, so its
-        # picks say nothing about them for the grouped path of the next batch size.
-        return self._pick(m, self._final(m, finalists, problems), len(sweep) + len(rest))
 
     def _new_at(self, m: int) -> int:
         return self.new_compiles.get(m, 0)

@@ -375,7 +375,10 @@ def main() -> int:
     else:
         print(f"exhaustive skipped ({left:.0f} s left)", flush=True)
     if a.earlier_exhaustive and not d.get("failed"):
-        print(across_runs(d, ms, Path(a.earlier_exhaustive)), flush=True)
+        txt = across_runs(d, ms, Path(a.earlier_exhaustive))
+        print(txt, flush=True)
+        with open(out / f"tuner_h200_{dtype}.txt", "a", encoding="utf-8") as f:
+            f.write(txt + "\n")
     spreads = [x["spread"] for s in sbs.values() for x in s.values()]
     if spreads:
         print(f"median side-by-side spread: {statistics.median(spreads):.4f}", flush=True)

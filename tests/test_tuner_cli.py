@@ -19,7 +19,7 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from cellbench.tuner import artifacts, cli  # noqa: E402
+from cellbench.tuner import artifacts, cli, spaces  # noqa: E402
 from cellbench.tuner.backends import BuiltinBackend  # noqa: E402
 from cellbench.tuner.timing import time_side_by_side  # noqa: E402
 
@@ -224,6 +224,14 @@ def test_exhaustive_vs_default(tiny_cfg, tmp_path) -> None:
     recs = artifacts.TuningLog.read(tmp_path / "exhaustive" / "tuning_log.jsonl")
     timed_ex = {r["key"] for r in recs if r["status"] == "timed"}
     assert len(timed_ex) == ex["space"]["size"] - ex["counts"]["pruned"]  # every kept config
+    # the leaders of the screen (3 on CPU) are re-timed side by side; the pick is among them
+    screen = sorted(
+        (r for r in recs if r["status"] == "timed" and r["stage"] == "exhaustive"),
+        key=lambda r: r["time_us"],
+    )
+    final = [r for r in recs if r["status"] == "timed" and r["stage"] == "final"]
+    assert {r["key"] for r in final} == {r["key"] for r in screen[:3]}
+    assert spaces.config_key(ex["entries"]["8"]["config"]) in {r["key"] for r in final}
     from cellbench.shapes import MoEShape
 
     be = BuiltinBackend(MoEShape.from_dict(ex["shape"]), "fp32", "cpu")

@@ -111,3 +111,32 @@ def test_slurm_profile_plans_the_production_matrix():
     # The same workflow through Snakemake's own Slurm executor plugin: a dry run needs no cluster.
     jobs = planned_jobs("--workflow-profile", str(ROOT / "profiles/slurm"), "all")
     assert jobs["tune"] == 4 and jobs["report"] == 1 and jobs["archive"] == 2
+
+
+def test_lint_clean() -> None:
+    """`snakemake --lint` finds nothing (it exits 1 on any lint), with every rule naming the
+    host environment file."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--lint"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    texts = [p.read_text() for p in (ROOT / "workflow" / "rules").glob("*.smk")]
+    shells = sum(t.count("shell:") for t in texts)
+    conda = sum(t.count("conda:") for t in texts)
+    assert shells == conda > 0
+
+
+def test_host_env_lists_pyprojects_dependencies() -> None:
+    """The conda environment file (for `--sdm conda`) pins exactly what pyproject.toml pins:
+    two lists that must not drift apart."""
+    import tomllib
+
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    env = yaml.safe_load((ROOT / "workflow" / "envs" / "cellbench.yaml").read_text())
+    pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
+    assert pip == deps
+    assert "python=3.11" in env["dependencies"]

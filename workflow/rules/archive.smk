@@ -12,6 +12,8 @@ rule archive:
         "results/logs/archive-{label}.log",
     benchmark:
         "results/benchmarks/archive-{label}.tsv"
+    conda:
+        HOST_ENV
     params:
         cells=lambda wildcards: " ".join(
             c.cell_id for c in cells_with_label(wildcards.label)

@@ -8,6 +8,8 @@ rule tiny_model:
         "results/logs/assets/model-{model}.log",
     benchmark:
         "results/benchmarks/assets/model-{model}.tsv"
+    conda:
+        HOST_ENV
     params:
         kind=lambda wildcards: config["models"][wildcards.model]["build"],
     shell:
@@ -21,6 +23,8 @@ rule gsm8k_set:
         "results/logs/assets/gsm8k.log",
     benchmark:
         "results/benchmarks/assets/gsm8k.tsv"
+    conda:
+        HOST_ENV
     params:
         n=config["gsm8k"]["local_questions"],
     shell:

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
+from snakemake.settings.types import DeploymentMethod
 from snakemake.utils import validate
 
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
@@ -29,9 +30,18 @@ os.environ.setdefault(
 )
 ARMS = cbconfig.ARMS
 RUNTIME = config["runtime"]
-PYTHON_HOST = sys.executable
-# Jobs call `python`: the interpreter Snakemake runs under, wherever its environment lives.
-shell.prefix(f"export PATH={shlex.quote(os.path.dirname(sys.executable))}:$PATH; ")
+# Every rule names workflow/envs/cellbench.yaml. With `--sdm conda` jobs run in that
+# environment and import cellbench from this tree; otherwise they call `python`, the
+# interpreter Snakemake runs under, wherever its environment lives.
+HOST_ENV = "../envs/cellbench.yaml"
+if DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method:
+    PYTHON_HOST = "python"
+    _code = shlex.quote(str(Path(workflow.basedir) / "workflow"))
+    # (braces doubled twice: once for this f-string, once for Snakemake's own formatting)
+    shell.prefix(f"export PYTHONPATH={_code}${{{{PYTHONPATH:+:$PYTHONPATH}}}}; ")
+else:
+    PYTHON_HOST = sys.executable
+    shell.prefix(f"export PATH={shlex.quote(os.path.dirname(sys.executable))}:$PATH; ")
 PINS = pins.Pins.for_config(config)
 if PINS.unpinned():
     # The plan is still shown (and `-n` stays useful); the jobs themselves refuse to run a tag.

@@ -14,6 +14,8 @@ rule compare_images:
         f"results/logs/compare/{COMPARE_ID}/compare-images.log",
     benchmark:
         f"results/benchmarks/compare/{COMPARE_ID}/compare-images.tsv"
+    conda:
+        HOST_ENV
     threads: MEASURING_THREADS
     resources:
         # Two servers of TP GPUs each, alive together.

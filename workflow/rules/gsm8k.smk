@@ -11,6 +11,8 @@ rule gsm8k:
         f"{LOG_DIR}/gsm8k-{{arm}}.log",
     benchmark:
         f"{BENCH_DIR}/gsm8k-{{arm}}.tsv"
+    conda:
+        HOST_ENV
     params:
         cell=lambda wildcards: f"{wildcards.image}/{wildcards.model}/tp{wildcards.tp}-ep{wildcards.ep}",
     shell:

@@ -15,6 +15,8 @@ rule report:
         "results/logs/report.log",
     benchmark:
         "results/benchmarks/report.tsv"
+    conda:
+        HOST_ENV
     params:
         runtime=RUNTIME,
     shell:

@@ -24,6 +24,8 @@ if config["serve"]["interleave_arms"]:
             f"{LOG_DIR}/serve-pair.log",
         benchmark:
             f"{BENCH_DIR}/serve-pair.tsv"
+        conda:
+            HOST_ENV
         threads: MEASURING_THREADS
         resources:
             # Two servers of TP GPUs each, alive together.
@@ -47,6 +49,8 @@ else:
             f"{LOG_DIR}/serve-{{arm}}.log",
         benchmark:
             f"{BENCH_DIR}/serve-{{arm}}.tsv"
+        conda:
+            HOST_ENV
         threads: MEASURING_THREADS
         resources:
             gpu=gpus_for,

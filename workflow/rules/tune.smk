@@ -11,6 +11,8 @@ rule tune:
         f"{LOG_DIR}/tune.log",
     benchmark:
         f"{BENCH_DIR}/tune.tsv"
+    conda:
+        HOST_ENV
     threads: MEASURING_THREADS
     resources:
         gpu=gpus_for,

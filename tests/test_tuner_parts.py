@@ -237,3 +237,35 @@ def test_compile_pool_warms_configs_in_worker_processes() -> None:
         pool.close()
     assert pool.warmed == 3 and pool.cpu_s >= 0.0
     pool.close()  # a second close (the CLI closes before measuring ceilings) does nothing
+
+
+def test_default_mode_queues_the_next_batch_sizes_round0(tmp_path: Path) -> None:
+    """With a compile pool, default mode at one batch size queues, before it finishes, the new
+    kernels the next batch size's round 0 is likely to need; that round then finds most of
+    them queued already. Real builtin kernel under the interpreter, real worker processes
+    (whose compile-only warm-up does nothing on the CPU)."""
+    from cellbench.shapes import MoEShape
+    from cellbench.tuner.backends import make_backend
+    from cellbench.tuner.compilepool import CompilePool
+    from cellbench.tuner.search import TuneOptions, Tuner
+
+    shape = MoEShape(num_experts=8, intermediate_size=32, hidden_size=64, topk=2)
+    backend = make_backend("builtin", shape, "fp32", "cpu")
+    opts = TuneOptions(on_gpu=False, rotate=1, repeats=2, halving_repeats=(1, 2),
+                       finalists=2, compile_budget=(6, 4), round0_max=6, local_rounds=1,
+                       moves_per_round=2)  # fmt: skip
+    log = artifacts.TuningLog(tmp_path / "log.jsonl")
+    limits = spaces.HardwareLimits(None, "cpu", "interpreter")
+    pool = CompilePool(2, "builtin", shape.to_dict(), "fp32", -1)
+    try:
+        tuner = Tuner(backend, spaces.tiny_space(), n=32, k=64, operand_bytes=4, limits=limits,
+                      options=opts, log=log, compile_pool=pool)  # fmt: skip
+        tuner.next_m = {8: 64}
+        tuner.tune_one(8)
+        queued = {k for m, k in pool._futures if m == 64}
+        assert queued, "nothing queued for the next batch size"
+        tuner.tune_one(64)
+    finally:
+        pool.close()
+    round0 = {r["key"] for r in log.records if r["m"] == 64 and r["stage"] == "halving-0"}
+    assert len(queued & round0) * 2 >= len(queued)  # the guess mostly holds

@@ -17,8 +17,10 @@ Modes:
   are re-timed side by side, interleaved, and picked by median, where differences inside the
   measured spread count as ties, won by the table's config, else by the lowest median. A
   kernel compiled at one batch size is reused at the other batch sizes with the same
-  specialisation. On the builtin kernel's few-token path the default mode screens every
-  distinct kernel, as exhaustive does (see `SCREEN_ALL_PATHS`).
+  specialisation. With compile workers, round 0 queues its seeds' neighbours behind its own
+  kernels, and once a batch size times only compiled kernels (halving, final) the workers
+  start on the next batch size's likely round 0. On the builtin kernel's few-token path the
+  default mode screens every distinct kernel, as exhaustive does (see `SCREEN_ALL_PATHS`).
 
 Every candidate, including pruned ones and failures, goes to the tuning log; a killed run
 reads the log back and does not re-time what it already timed.
@@ -198,6 +200,7 @@ class Tuner:
         self.class_first: dict[tuple[Any, ...], int] = {}
         self.t_start = time.perf_counter()
         self.skipped: list[int] = []
+        self.next_m: dict[int, int] = {}  # batch size -> the one tuned after it
 
     def _over_budget(self) -> bool:
         b = self.opt.time_budget_s
@@ -309,7 +312,9 @@ class Tuner:
             self.pool.wait(m, cfg)
 
     # -- one batch size ---------------------------------------------------------------------
-    def _candidates(self, m: int) -> list[tuple[str, dict[str, int]]]:
+    def _candidates(self, m: int, quiet: bool = False) -> list[tuple[str, dict[str, int]]]:
+        """Configs of the space that survive pruning at m, one per distinct kernel; pruned ones
+        are logged and counted unless `quiet` (a look ahead at the next batch size)."""
         kept: list[tuple[str, dict[str, int]]] = []
         identity = getattr(self.backend, "kernel_identity", None)
         first_of: dict[str, str] = {}  # kernel identity -> first config key kept
@@ -325,6 +330,8 @@ class Tuner:
                     why = f"same kernel at M={m} as {first_of[kid]} (keys this path ignores)"
                 else:
                     first_of[kid] = key
+            if why is not None and quiet:
+                continue
             if why is not None:
                 self.stats.pruned += 1
                 self.log.append(
@@ -452,6 +459,7 @@ class Tuner:
             ranked = self._screen(m, cands, problems, ref, stage, self.opt.repeats, True)
             if not ranked:
                 raise RuntimeError(f"M={m}: every candidate config failed or was pruned")
+            self._prefetch_next(m, self.finalists_prev, self.ranked_prev)
             # The screen times configs one after another, so clock and power drift between
             # them ranks too: the leaders are re-timed side by side, interleaved, before the
             # pick (at M=1 on the H200 the top four of 86 lie within ~1.3%, run 14).
@@ -608,10 +616,12 @@ class Tuner:
                     out.append((key, by_key[key]))
         return out
 
-    def _seed_configs(self, m: int, by_key: dict[str, dict[str, int]]):
+    def _seed_configs(
+        self, m: int, by_key: dict[str, dict[str, int]], finalist_keys: list[str]
+    ) -> list[tuple[str, dict[str, int]]]:
         """Warm-start seeds: the previous batch size's finalists, then the nearest entry of a
         given config table (e.g. the file vLLM ships) when that config survives pruning."""
-        keys = list(self.finalists_prev[: self.opt.warm_start])
+        keys = list(finalist_keys[: self.opt.warm_start])
         table = self.opt.seed_table
         if table:
             near = table[min(table, key=lambda k: (abs(k - m), k))]
@@ -638,38 +648,8 @@ class Tuner:
         side-by-side final that always includes the seed table's config."""
         budget = self._compile_budget(m)
         by_key = dict(cands)
-        seeds = self._seed_configs(m, by_key)
-        anchors = [c for _, c in seeds]
-        chosen: list[tuple[str, dict[str, int]]] = list(seeds)
+        chosen, seeds = self._round0(m, cands, self.finalists_prev, self.ranked_prev)
         taken = {k for k, _ in chosen}
-        # configs compiled at earlier batch sizes that ranked well there cost no compile
-        free = [
-            (k, by_key[k])
-            for k in self.ranked_prev
-            if k in by_key and k not in taken and self._is_compiled(m, k)
-        ][: self.opt.reuse_ranked]
-        chosen += free
-        taken.update(k for k, _ in free)
-        new_used = sum(1 for k, _ in chosen if not self._is_compiled(m, k))
-        explore_cap = None
-        if budget is not None:
-            reserve = max(budget // 3, 1)  # kept for the local search
-            explore_cap = max(budget - reserve, 0)
-        for k, c in self._structured(m, cands, anchors):
-            if k in taken:
-                continue
-            if self.opt.max_configs and len(chosen) >= self.opt.max_configs:
-                break
-            if len(chosen) >= self.opt.round0_max:
-                break
-            is_new = not self._is_compiled(m, k)
-            if is_new and explore_cap is not None and new_used >= explore_cap:
-                continue
-            chosen.append((k, c))
-            taken.add(k)
-            new_used += is_new
-        if self.opt.max_configs:
-            chosen = chosen[: max(self.opt.max_configs, len(seeds))]
         if self.pool is not None:
             self._prefetch_moves(m, chosen, seeds, by_key)
         reps = self.opt.halving_repeats
@@ -706,6 +686,8 @@ class Tuner:
                 break
         alive = [(r[2], r[3]) for r in ranked]
         round0 = [k for k, _ in alive]
+        # from here on only compiled kernels are timed: the workers can start on the next M
+        self._prefetch_next(m, round0[: self.opt.warm_start], round0)
         for rnd, n_rep in enumerate(reps[1:], start=1):
             keep = max(self.opt.finalists, math.ceil(len(alive) / self.opt.eta))
             alive = alive[:keep]
@@ -727,6 +709,65 @@ class Tuner:
         head = [k for k, _ in alive]
         self.ranked_prev = head + [k for k in round0 if k not in set(head)]
         return entry
+
+    def _round0(
+        self,
+        m: int,
+        cands: list[tuple[str, dict[str, int]]],
+        finalist_keys: list[str],
+        ranked_keys: list[str],
+    ) -> tuple[list[tuple[str, dict[str, int]]], list[tuple[str, dict[str, int]]]]:
+        """Round 0 at m: the seeds (finalist_keys of the previous batch size, the seed table's
+        nearest entry), the best-ranked configs already compiled, then new configs in
+        structural order up to the exploring part of the compile budget. Returns (round 0,
+        seeds)."""
+        budget = self._compile_budget(m)
+        by_key = dict(cands)
+        seeds = self._seed_configs(m, by_key, finalist_keys)
+        anchors = [c for _, c in seeds]
+        chosen: list[tuple[str, dict[str, int]]] = list(seeds)
+        taken = {k for k, _ in chosen}
+        # configs compiled at earlier batch sizes that ranked well there cost no compile
+        free = [
+            (k, by_key[k])
+            for k in ranked_keys
+            if k in by_key and k not in taken and self._is_compiled(m, k)
+        ][: self.opt.reuse_ranked]
+        chosen += free
+        taken.update(k for k, _ in free)
+        new_used = sum(1 for k, _ in chosen if not self._is_compiled(m, k))
+        explore_cap = None
+        if budget is not None:
+            reserve = max(budget // 3, 1)  # kept for the local search
+            explore_cap = max(budget - reserve, 0)
+        for k, c in self._structured(m, cands, anchors):
+            if k in taken:
+                continue
+            if self.opt.max_configs and len(chosen) >= self.opt.max_configs:
+                break
+            if len(chosen) >= self.opt.round0_max:
+                break
+            is_new = not self._is_compiled(m, k)
+            if is_new and explore_cap is not None and new_used >= explore_cap:
+                continue
+            chosen.append((k, c))
+            taken.add(k)
+            new_used += is_new
+        if self.opt.max_configs:
+            chosen = chosen[: max(self.opt.max_configs, len(seeds))]
+        return chosen, seeds
+
+    def _prefetch_next(self, m: int, finalist_keys: list[str], ranked_keys: list[str]) -> None:
+        """While batch size m re-times compiled kernels only (halving, final), queue what
+        round 0 of the next batch size will most likely compile, from m's current leaders:
+        the workers would otherwise idle until that batch size starts and waits for them. A
+        guess that turns out wrong costs CPU only (counted), never GPU time or budget."""
+        nxt = self.next_m.get(m)
+        if self.pool is None or nxt is None or self.opt.mode != "default":
+            return
+        cands = self._candidates(nxt, quiet=True)
+        chosen, _ = self._round0(nxt, cands, finalist_keys, ranked_keys)
+        self.pool.prefetch(nxt, [c for k, c in chosen if not self._is_compiled(nxt, k)])
 
     def _prefetch_moves(
         self,
@@ -762,6 +803,7 @@ class Tuner:
         """
         out: dict[int, Entry] = {}
         ms = sorted(batch_sizes)
+        self.next_m = dict(zip(ms[:-1], ms[1:], strict=True))
         for i, m in enumerate(ms):
             try:
                 out[m] = self.tune_one(m)

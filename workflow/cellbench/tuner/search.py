@@ -456,10 +456,12 @@ class Tuner:
             if self.opt.max_configs:
                 cands = cands[: self.opt.max_configs]
             stage = "exhaustive" if self.opt.mode == "exhaustive" else "screen-all"
+            if self.pool is not None:  # this batch size's kernels first, the next one's behind
+                self.pool.prefetch(m, [c for k, c in cands if not self._is_compiled(m, k)])
+                self._prefetch_next(m, self.finalists_prev, self.ranked_prev)
             ranked = self._screen(m, cands, problems, ref, stage, self.opt.repeats, True)
             if not ranked:
                 raise RuntimeError(f"M={m}: every candidate config failed or was pruned")
-            self._prefetch_next(m, self.finalists_prev, self.ranked_prev)
             # The screen times configs one after another, so clock and power drift between
             # them ranks too: the leaders are re-timed side by side, interleaved, before the
             # pick (at M=1 on the H200 the top four of 86 lie within ~1.3%, run 14).

@@ -239,16 +239,24 @@ def test_compile_pool_warms_configs_in_worker_processes() -> None:
     pool.close()  # a second close (the CLI closes before measuring ceilings) does nothing
 
 
-def test_default_mode_queues_the_next_batch_sizes_round0(tmp_path: Path) -> None:
+@pytest.mark.parametrize("first_m", [8, 1])
+def test_default_mode_queues_the_next_batch_sizes_round0(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, first_m: int
+) -> None:
     """With a compile pool, default mode at one batch size queues, before it finishes, the new
     kernels the next batch size's round 0 is likely to need; that round then finds most of
-    them queued already. Real builtin kernel under the interpreter, real worker processes
-    (whose compile-only warm-up does nothing on the CPU)."""
+    them queued already. From M=8 (structured search) and from M=1 on the few-token path
+    (where every distinct kernel is screened). Real builtin kernel under the interpreter,
+    real worker processes (whose compile-only warm-up does nothing on the CPU)."""
+    import importlib
+
     from cellbench.shapes import MoEShape
     from cellbench.tuner.backends import make_backend
     from cellbench.tuner.compilepool import CompilePool
     from cellbench.tuner.search import TuneOptions, Tuner
 
+    fm = importlib.import_module("cellbench.kernels.fused_moe")
+    monkeypatch.setattr(fm, "DECODE_MAX_TOKENS", 2)  # M=1 on the few-token path
     shape = MoEShape(num_experts=8, intermediate_size=32, hidden_size=64, topk=2)
     backend = make_backend("builtin", shape, "fp32", "cpu")
     opts = TuneOptions(on_gpu=False, rotate=1, repeats=2, halving_repeats=(1, 2),
@@ -260,8 +268,11 @@ def test_default_mode_queues_the_next_batch_sizes_round0(tmp_path: Path) -> None
     try:
         tuner = Tuner(backend, spaces.tiny_space(), n=32, k=64, operand_bytes=4, limits=limits,
                       options=opts, log=log, compile_pool=pool)  # fmt: skip
-        tuner.next_m = {8: 64}
-        tuner.tune_one(8)
+        tuner.next_m = {first_m: 64}
+        tuner.tune_one(first_m)
+        assert backend.kernel_path(backend.make_problem(first_m, 0)) == (
+            "decode" if first_m == 1 else "grouped"
+        )
         queued = {k for m, k in pool._futures if m == 64}
         assert queued, "nothing queued for the next batch size"
         tuner.tune_one(64)

@@ -105,7 +105,8 @@ class CompilePool:
         # The executor starts a process only when a task finds no idle one, so without this
         # the workers' imports (torch, triton, CUDA) would land in the first batch size's
         # compile wait instead of overlapping the main process's setup.
-        self._spawned = [self._ex.submit(_ready) for _ in range(workers)]
+        for _ in range(workers):
+            self._ex.submit(_ready)
 
     def prefetch(self, m: int, configs: list[dict[str, int]]) -> None:
         """Queue warm-ups for `configs` at batch size m (configs already queued are skipped)."""

@@ -357,10 +357,14 @@ class Tuner:
         stage: str,
         repeats: int,
         abandon: bool,
+        queue_behind: Callable[[], None] | None = None,
     ) -> list[tuple[float, int, str, dict[str, int], Timing]]:
-        """Check (at the first batch size) and time `cands`; returns sorted (time, order, ...)."""
+        """Check (at the first batch size) and time `cands`; returns sorted (time, order, ...).
+        With compile workers, `queue_behind` queues speculative warm-ups behind `cands`'."""
         if self.pool is not None:  # the workers compile ahead of the GPU (only new kernels)
             self.pool.prefetch(m, [c for k, c in cands if not self._is_compiled(m, k)])
+            if queue_behind is not None:
+                queue_behind()
         results = []
         best = math.inf
         for i, (key, cfg) in enumerate(cands):
@@ -456,10 +460,10 @@ class Tuner:
             if self.opt.max_configs:
                 cands = cands[: self.opt.max_configs]
             stage = "exhaustive" if self.opt.mode == "exhaustive" else "screen-all"
-            if self.pool is not None:  # this batch size's kernels first, the next one's behind
-                self.pool.prefetch(m, [c for k, c in cands if not self._is_compiled(m, k)])
-                self._prefetch_next(m, self.finalists_prev, self.ranked_prev)
-            ranked = self._screen(m, cands, problems, ref, stage, self.opt.repeats, True)
+            ranked = self._screen(
+                m, cands, problems, ref, stage, self.opt.repeats, True,
+                queue_behind=lambda: self._prefetch_next(m, self.finalists_prev, self.ranked_prev),
+            )  # fmt: skip
             if not ranked:
                 raise RuntimeError(f"M={m}: every candidate config failed or was pruned")
             # The screen times configs one after another, so clock and power drift between
@@ -652,10 +656,11 @@ class Tuner:
         by_key = dict(cands)
         chosen, seeds = self._round0(m, cands, self.finalists_prev, self.ranked_prev)
         taken = {k for k, _ in chosen}
-        if self.pool is not None:
-            self._prefetch_moves(m, chosen, seeds, by_key)
         reps = self.opt.halving_repeats
-        ranked = self._screen(m, chosen, problems, ref, "halving-0", reps[0], True)
+        ranked = self._screen(
+            m, chosen, problems, ref, "halving-0", reps[0], True,
+            queue_behind=lambda: self._prefetch_moves(m, chosen, seeds, by_key),
+        )  # fmt: skip
         if not ranked:
             raise RuntimeError(f"M={m}: every candidate config failed or was pruned")
         tried = set(taken)
@@ -689,7 +694,7 @@ class Tuner:
         alive = [(r[2], r[3]) for r in ranked]
         round0 = [k for k, _ in alive]
         # from here on only compiled kernels are timed: the workers can start on the next M
-        self._prefetch_next(m, round0[: self.opt.warm_start], round0)
+        self._prefetch_next(m, round0, round0)
         for rnd, n_rep in enumerate(reps[1:], start=1):
             keep = max(self.opt.finalists, math.ceil(len(alive) / self.opt.eta))
             alive = alive[:keep]
@@ -778,13 +783,12 @@ class Tuner:
         seeds: list[tuple[str, dict[str, int]]],
         by_key: dict[str, dict[str, int]],
     ) -> None:
-        """Queue round 0's new kernels, then (speculatively, behind them) the seeds' one-key
-        neighbours: the warm-start seeds usually rank first, so these are the local search's
-        likely moves, and the workers, idle while the GPU times round 0, have them ready
-        when it asks. A speculative kernel the search never times costs CPU (counted in the
-        pool's CPU seconds) but neither GPU time nor a place in the compile budget."""
+        """Queue (behind round 0's kernels) the seeds' one-key neighbours: the warm-start seeds
+        usually rank first, so these are the local search's likely moves, and the workers,
+        idle while the GPU times round 0, have them ready when it asks. A speculative kernel
+        the search never times costs CPU (counted in the pool's CPU seconds) but neither GPU
+        time nor a place in the compile budget."""
         assert self.pool is not None
-        first = [c for k, c in chosen if not self._is_compiled(m, k)]
         guess: list[dict[str, int]] = []
         keys = {k for k, _ in chosen}
         for _, cfg in (seeds or chosen)[:2]:
@@ -792,7 +796,7 @@ class Tuner:
                 if k not in keys and k not in self.failed and not self._is_compiled(m, k):
                     keys.add(k)
                     guess.append(c)
-        self.pool.prefetch(m, first + guess[: 2 * self.opt.moves_per_round])
+        self.pool.prefetch(m, guess[: 2 * self.opt.moves_per_round])
 
     def _new_at(self, m: int) -> int:
         return self.new_compiles.get(m, 0)

@@ -401,10 +401,29 @@ def decode_vs_grouped(
     return out
 
 
+def side_by_side(probs, seq, ref, entries, rounds: int = 3) -> tuple[dict, dict]:
+    """Rounds of A B C.. / ..C B A graph timings of the two GEMMs and of the whole call.
+    entries: (name, setup, config), setup() puts the module settings of that variant in
+    place. Returns medians {name: {"gemms", "fused"}}, samples, and relative errors of the
+    first round's whole call against `ref`."""
+    times = {e[0]: {"gemms": [], "fused": []} for e in entries}
+    errs = {}
+    for r in range(rounds):
+        for name, setup, cfg in entries if r % 2 == 0 else entries[::-1]:
+            setup()
+            if r == 0:
+                errs[name] = relative_error(run_fused(probs[0], cfg), ref)
+            t = times[name]
+            t["gemms"].append(graph_time_us([lambda p=p, c=cfg: run_gemms(p, c) for p in seq]))
+            t["fused"].append(graph_time_us([lambda p=p, c=cfg: run_fused(p, c) for p in seq]))
+    us = {k: {kk: statistics.median(vv) for kk, vv in v.items()} for k, v in times.items()}
+    return us, {"samples": times, "rel_err": errs}
+
+
 def chain_variants(label: str, shape: MoEShape, table: dict, ms: list[int], rounds: int = 3):
-    """Kernel chaining (programmatic dependent launch) on and off, side by side: rounds of
-    A B / B A graph timings of the two GEMMs and of the whole call, with the shipped config
-    and, where it is at most 64, with BLOCK_SIZE_N doubled (exhaustive's pick at M=1)."""
+    """Kernel chaining (programmatic dependent launch) on and off, side by side, with the
+    shipped config and, where it is at most 64, with BLOCK_SIZE_N doubled (exhaustive's pick
+    at M=1)."""
     base = make_problem(shape, 1, "bf16", "cuda", seed=1)
     out = []
     for m in ms:
@@ -415,29 +434,76 @@ def chain_variants(label: str, shape: MoEShape, table: dict, ms: list[int], roun
         if shipped["BLOCK_SIZE_N"] <= 64:  # wider tiles than 128 can overflow shared memory
             cfgs.append(("bn_x2", dict(shipped, BLOCK_SIZE_N=2 * shipped["BLOCK_SIZE_N"])))
         for cname, cfg in cfgs:
-            times = {v[0]: {"gemms": [], "fused": []} for v in CHAIN_VARIANTS}
-            errs = {}
-            for r in range(rounds):
-                for name, on in CHAIN_VARIANTS if r % 2 == 0 else CHAIN_VARIANTS[::-1]:
-                    _set_chain(on)
-                    if r == 0:
-                        errs[name] = relative_error(run_fused(probs[0], cfg), ref)
-                    t = times[name]
-                    t["gemms"].append(graph_time_us([lambda p=p, c=cfg: run_gemms(p, c)
-                                                     for p in seq]))  # fmt: skip
-                    t["fused"].append(graph_time_us([lambda p=p, c=cfg: run_fused(p, c)
-                                                     for p in seq]))  # fmt: skip
+            entries = [(name, lambda on=on: _set_chain(on), cfg) for name, on in CHAIN_VARIANTS]
+            us, extra = side_by_side(probs, seq, ref, entries, rounds)
             _set_chain(None)
-            row = {"dtype": label, "M": m, "config_name": cname, "config": cfg,
-                   "us": {k: {kk: statistics.median(vv) for kk, vv in v.items()}
-                          for k, v in times.items()},
-                   "samples": times, "rel_err": errs}  # fmt: skip
+            row = {"dtype": label, "M": m, "config_name": cname, "config": cfg, "us": us, **extra}
             out.append(row)
             print(f"  chain {label} M={m} {cname}: " + "  ".join(
-                f"{k} gemms {v['gemms']:.1f} fused {v['fused']:.1f} err {errs[k]:.1e}"
-                for k, v in row["us"].items()), flush=True)  # fmt: skip
+                f"{k} gemms {v['gemms']:.1f} fused {v['fused']:.1f} err {extra['rel_err'][k]:.1e}"
+                for k, v in us.items()), flush=True)  # fmt: skip
         del probs, seq
         torch.cuda.empty_cache()
+    return out
+
+
+# (name, GEMMs that run persistent, flatten the tile loop)
+PERSISTENT_VARIANTS = [
+    ("one-tile", (), True),
+    ("p2-flat", (2,), True),
+    ("p2-nested", (2,), False),
+    ("p12-flat", (1, 2), True),
+    ("p12-nested", (1, 2), False),
+]
+# Configs tried with each variant beyond the shipped one: the tuner's pick at M>=1024 (run 15)
+# and the same tile with one stage less (a persistent program's pipeline spans two tiles).
+PERSISTENT_EXTRA_CONFIGS = [_cfg(128, 256, 64, 16, 8, 4), _cfg(128, 256, 64, 16, 8, 3)]
+
+
+def _set_persistent(gemms: tuple[int, ...], flatten: bool) -> None:
+    fm = sys.modules["cellbench.kernels.fused_moe"]
+    fm.PERSISTENT_GEMMS, fm.PERSISTENT_FLATTEN, fm.PERSISTENT_MIN_PAIRS = gemms, flatten, 1
+
+
+def persistent_variants(label: str, shape: MoEShape, table: dict, ms: list[int], ceil: dict,
+                        rounds: int = 3) -> list[dict]:  # fmt: skip
+    """Persistent grouped GEMMs (one program per SM looping over the tiles; GEMM 2 alone or
+    both; tile loop flattened into the pipeline or not) against one tile per program, side by
+    side, with the shipped config and PERSISTENT_EXTRA_CONFIGS. Unchained (chaining is for
+    small calls and excludes persistence)."""
+    fp8 = shape.dtype is not None
+    base = make_problem(shape, 1, "bf16", "cuda", seed=1)
+    out = []
+    _set_chain(False)
+    for m in ms:
+        probs, seq = input_sets(shape, m, base)
+        ref = torch_moe_reference(probs[0])
+        roof = roofline(shape, probs, ceil, fp8)
+        shipped = nearest_config(table, m)
+        cfgs = [("shipped", shipped)] + [
+            (f"c{i}", c) for i, c in enumerate(PERSISTENT_EXTRA_CONFIGS) if c != shipped
+        ]
+        for cname, cfg in cfgs:
+            entries = [(name, lambda g=g, f=f: _set_persistent(g, f), cfg)
+                       for name, g, f in PERSISTENT_VARIANTS]  # fmt: skip
+            try:
+                us, extra = side_by_side(probs, seq, ref, entries, rounds)
+            except Exception as e:  # noqa: BLE001 - e.g. a variant that does not compile
+                print(f"  persistent {label} M={m} {cname}: {type(e).__name__}: {e}"[:400])
+                continue
+            finally:
+                _set_persistent((), True)
+            row = {"dtype": label, "M": m, "config_name": cname, "config": cfg, "us": us,
+                   "matmul_frac_gemms": {k: roof["t_flop_us"] / v["gemms"]
+                                         for k, v in us.items()}, **extra}  # fmt: skip
+            out.append(row)
+            print(f"  persistent {label} M={m} {cname} {cfg}: " + "  ".join(
+                f"{k} gemms {v['gemms']:.1f} ({row['matmul_frac_gemms'][k]:.1%}) fused "
+                f"{v['fused']:.1f} err {extra['rel_err'][k]:.1e}"
+                for k, v in us.items()), flush=True)  # fmt: skip
+        del probs, seq
+        torch.cuda.empty_cache()
+    _set_chain(None)
     return out
 
 
@@ -540,6 +606,9 @@ def main() -> int:
                          "config against the grouped path (bf16)")  # fmt: skip
     ap.add_argument("--decode-kernels", default=",".join(DECODE_KERNELS),
                     help="few-token kernels to sweep and compare at --decode-ms")  # fmt: skip
+    ap.add_argument("--persistent-ms", default="",
+                    help="batch sizes at which to compare persistent grouped GEMMs with one "
+                         "tile per program")  # fmt: skip
     ap.add_argument("--skip-main", action="store_true", help="only the optional parts")
     args = ap.parse_args()
     ms = [int(x) for x in args.ms.split(",")]
@@ -565,6 +634,8 @@ def main() -> int:
     chain_ms = [int(x) for x in args.chain_ms.split(",") if x]
     decode_ms = [int(x) for x in args.decode_ms.split(",") if x]
     dvg_rows: list[dict] = []
+    persistent_ms = [int(x) for x in args.persistent_ms.split(",") if x]
+    pers_rows: list[dict] = []
     for label in args.dtypes.split(","):
         if label == "bf16":
             shape = MoEShape(128, 768, 2048, 8)
@@ -581,6 +652,8 @@ def main() -> int:
             dvg_rows += decode_vs_grouped(shape, table, decode_ms, ceil, kernels)
         if chain_ms:
             chain_rows += chain_variants(label, shape, table, chain_ms)
+        if persistent_ms:
+            pers_rows += persistent_variants(label, shape, table, persistent_ms, ceil)
         if not args.skip_main:
             rows += bench_dtype(label, shape, table, ms, ceil)
         if args.sweep:
@@ -604,7 +677,8 @@ def main() -> int:
     if args.json:
         doc = {"ceilings": ceil, "rows": rows, "sweeps": sweeps, "variants": var_rows,
                "decode_sweep": dec_rows, "tma_sweep": tma_rows, "chain": chain_rows,
-               "stream": stream_rows, "decode_vs_grouped": dvg_rows}  # fmt: skip
+               "stream": stream_rows, "decode_vs_grouped": dvg_rows,
+               "persistent": pers_rows}  # fmt: skip
         Path(args.json).write_text(json.dumps(doc, indent=1))
     return 0 if all(r["ok"] for r in rows) else 1
 

@@ -155,6 +155,28 @@ def test_grouped_gemms_with_weight_descriptors(
     _check_fused(p, config, seed, path="grouped")
 
 
+@pytest.mark.parametrize("gemms", [(1,), (2,), (1, 2)], ids=["gemm1", "gemm2", "both"])
+@pytest.mark.parametrize("config", CONFIGS[:2], ids=["bm16", "bm32"])
+@pytest.mark.parametrize("flatten", [True, False], ids=["flat", "nested"])
+def test_persistent_gemms_give_the_one_tile_result(
+    monkeypatch, gemms: tuple[int, ...], config: dict, flatten: bool
+) -> None:
+    """Persistent GEMMs (a few programs looping over every tile) write what the one-tile-per-
+    program kernel writes, bit for bit: same tiles, same reduction order. m=33 gives several
+    row blocks per expert and more tiles than programs."""
+    fm = sys.modules["cellbench.kernels.fused_moe"]
+    seed = fresh_seed()
+    p = make_problem(MoEShape(6, 24, 40, 3), 33, "fp16", DEVICE, seed)
+    monkeypatch.setattr(fm, "CHAIN_KERNELS", False)
+    plain = run_fused(p, config, path="grouped").clone()
+    monkeypatch.setattr(fm, "PERSISTENT_GEMMS", gemms)
+    monkeypatch.setattr(fm, "PERSISTENT_MIN_PAIRS", 1)
+    monkeypatch.setattr(fm, "PERSISTENT_FLATTEN", flatten)
+    assert fm.m_dependent_choices(33, 3, None)[3] == (1 in gemms, 2 in gemms)
+    _check_fused(p, config, seed, path="grouped")
+    assert torch.equal(run_fused(p, config, path="grouped"), plain), f"seed {seed}"
+
+
 @pytest.mark.skipif(DEVICE == "cpu", reason="the Triton interpreter's bf16 tl.dot is unusable")
 @pytest.mark.parametrize("m", [1, 5, 33])
 def test_fused_bf16_on_gpu(m: int) -> None:

@@ -81,7 +81,19 @@ class QuantArgs:
 
 
 @triton.jit
-def _moe_gemm_kernel(
+def _tile_coords(tile, num_pid_m, num_pid_n, GROUP_SIZE_M: tl.constexpr):
+    """(row block, column block) of a tile index in grouped order: GROUP_SIZE_M row blocks
+    take the same weight columns one after another, while those are hot in L2."""
+    in_group = GROUP_SIZE_M * num_pid_n
+    first_m = (tile // in_group) * GROUP_SIZE_M
+    group_rows = min(num_pid_m - first_m, GROUP_SIZE_M)
+    return first_m + ((tile % in_group) % group_rows), (tile % in_group) // group_rows
+
+
+@triton.jit
+def _gemm_tile(
+    pid_m,
+    pid_n,
     a_ptr,
     b_ptr,
     b_desc,
@@ -91,10 +103,8 @@ def _moe_gemm_kernel(
     topk_weights_ptr,
     sorted_ids_ptr,
     expert_ids_ptr,
-    total_ptr,
     N,
     K,
-    EM,
     num_valid,
     stride_am,
     stride_ak,
@@ -116,40 +126,12 @@ def _moe_gemm_kernel(
     EVEN_K: tl.constexpr,
     IEEE: tl.constexpr,
     B_DESC: tl.constexpr,
-    LAUNCH_NEXT: tl.constexpr,
     WAIT_PREV: tl.constexpr,
     BLOCK_SIZE_M: tl.constexpr,
     BLOCK_SIZE_N: tl.constexpr,
     BLOCK_SIZE_K: tl.constexpr,
-    GROUP_SIZE_M: tl.constexpr,
 ):
-    """C[rows of one expert] = A[rows] @ B[e]^T for one (BLOCK_SIZE_M x BLOCK_SIZE_N) tile.
-
-    A rows are pair indices // A_DIV (A_DIV = topk for GEMM 1, whose A is per token; 1 for
-    GEMM 2, whose A is per pair). B is (E, N, K). C is written at the pair index.
-    With B_DESC the B tiles come through b_desc, a tensor descriptor over B viewed as
-    (E*N, K) (TMA on Hopper); a tile past N reads the next expert's rows, whose columns the
-    masked store drops.
-
-    Chaining (programmatic dependent launch, see `_chain`): LAUNCH_NEXT lets the next kernel's
-    programs start as soon as every program here has started; WAIT_PREV (this kernel launched
-    early) waits for the previous kernel before its loop. Before the wait it reads only the
-    alignment, which a kernel at least two launches back wrote.
-    """
-    pid = tl.program_id(0)
-    if LAUNCH_NEXT:
-        gdc_launch_dependents()
-    num_pid_m = tl.cdiv(EM, BLOCK_SIZE_M)
-    num_pid_n = tl.cdiv(N, BLOCK_SIZE_N)
-    # Grouped ordering: GROUP_SIZE_M row-blocks share the same weight columns while hot in L2.
-    in_group = GROUP_SIZE_M * num_pid_n
-    first_m = (pid // in_group) * GROUP_SIZE_M
-    group_rows = min(num_pid_m - first_m, GROUP_SIZE_M)
-    pid_m = first_m + ((pid % in_group) % group_rows)
-    pid_n = (pid % in_group) // group_rows
-
-    if pid_m * BLOCK_SIZE_M >= tl.load(total_ptr):
-        return
+    """One (BLOCK_SIZE_M x BLOCK_SIZE_N) tile of a grouped GEMM (see `_moe_gemm_kernel`)."""
     offs_m = pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M).to(tl.int64)
     pair = tl.load(sorted_ids_ptr + offs_m).to(tl.int64)
     row_ok = pair < num_valid
@@ -200,6 +182,165 @@ def _moe_gemm_kernel(
         acc = acc * w[:, None]
     c_ptrs = c_ptr + pair[:, None] * stride_cm + offs_n[None, :] * stride_cn
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=row_ok[:, None] & (offs_n[None, :] < N))
+
+
+@triton.jit
+def _moe_gemm_kernel(
+    a_ptr,
+    b_ptr,
+    b_desc,
+    c_ptr,
+    a_scale_ptr,
+    b_scale_ptr,
+    topk_weights_ptr,
+    sorted_ids_ptr,
+    expert_ids_ptr,
+    total_ptr,
+    N,
+    K,
+    EM,
+    num_valid,
+    stride_am,
+    stride_ak,
+    stride_be,
+    stride_bn,
+    stride_bk,
+    stride_cm,
+    stride_cn,
+    stride_asm,
+    stride_ask,
+    stride_bse,
+    stride_bsn,
+    stride_bsk,
+    GROUP_N: tl.constexpr,
+    GROUP_K: tl.constexpr,
+    A_DIV: tl.constexpr,
+    MUL_ROUTED_WEIGHT: tl.constexpr,
+    QUANT: tl.constexpr,
+    EVEN_K: tl.constexpr,
+    IEEE: tl.constexpr,
+    B_DESC: tl.constexpr,
+    LAUNCH_NEXT: tl.constexpr,
+    WAIT_PREV: tl.constexpr,
+    BLOCK_SIZE_M: tl.constexpr,
+    BLOCK_SIZE_N: tl.constexpr,
+    BLOCK_SIZE_K: tl.constexpr,
+    GROUP_SIZE_M: tl.constexpr,
+    PERSISTENT: tl.constexpr,
+    FLATTEN: tl.constexpr,
+):
+    """C[rows of one expert] = A[rows] @ B[e]^T for one (BLOCK_SIZE_M x BLOCK_SIZE_N) tile.
+
+    A rows are pair indices // A_DIV (A_DIV = topk for GEMM 1, whose A is per token; 1 for
+    GEMM 2, whose A is per pair). B is (E, N, K). C is written at the pair index.
+    With B_DESC the B tiles come through b_desc, a tensor descriptor over B viewed as
+    (E*N, K) (TMA on Hopper); a tile past N reads the next expert's rows, whose columns the
+    masked store drops.
+
+    Chaining (programmatic dependent launch, see `_chain`): LAUNCH_NEXT lets the next kernel's
+    programs start as soon as every program here has started; WAIT_PREV (this kernel launched
+    early) waits for the previous kernel before its loop. Before the wait it reads only the
+    alignment, which a kernel at least two launches back wrote.
+
+    PERSISTENT: each program (one per SM) loops over the tiles, the same tiles in about the
+    same order, so that a tile's loads can start while the previous tile writes its output:
+    GEMM 2's short reduction (K = N of the model) leaves little loop to hide a tile's start
+    and store behind. FLATTEN asks Triton to pipeline across the tile loop. Never chained.
+    """
+    if PERSISTENT:
+        num_pid_m = tl.cdiv(tl.load(total_ptr), BLOCK_SIZE_M)
+        num_pid_n = tl.cdiv(N, BLOCK_SIZE_N)
+        tiles = num_pid_m * num_pid_n
+        for tile in tl.range(tl.program_id(0), tiles, tl.num_programs(0), flatten=FLATTEN):
+            pid_m, pid_n = _tile_coords(tile, num_pid_m, num_pid_n, GROUP_SIZE_M)
+            _gemm_tile(
+                pid_m,
+                pid_n,
+                a_ptr,
+                b_ptr,
+                b_desc,
+                c_ptr,
+                a_scale_ptr,
+                b_scale_ptr,
+                topk_weights_ptr,
+                sorted_ids_ptr,
+                expert_ids_ptr,
+                N,
+                K,
+                num_valid,
+                stride_am,
+                stride_ak,
+                stride_be,
+                stride_bn,
+                stride_bk,
+                stride_cm,
+                stride_cn,
+                stride_asm,
+                stride_ask,
+                stride_bse,
+                stride_bsn,
+                stride_bsk,
+                GROUP_N,
+                GROUP_K,
+                A_DIV,
+                MUL_ROUTED_WEIGHT,
+                QUANT,
+                EVEN_K,
+                IEEE,
+                B_DESC,
+                False,
+                BLOCK_SIZE_M,
+                BLOCK_SIZE_N,
+                BLOCK_SIZE_K,
+            )
+    else:
+        pid = tl.program_id(0)
+        if LAUNCH_NEXT:
+            gdc_launch_dependents()
+        num_pid_m = tl.cdiv(EM, BLOCK_SIZE_M)
+        pid_m, pid_n = _tile_coords(pid, num_pid_m, tl.cdiv(N, BLOCK_SIZE_N), GROUP_SIZE_M)
+        if pid_m * BLOCK_SIZE_M >= tl.load(total_ptr):
+            return
+        _gemm_tile(
+            pid_m,
+            pid_n,
+            a_ptr,
+            b_ptr,
+            b_desc,
+            c_ptr,
+            a_scale_ptr,
+            b_scale_ptr,
+            topk_weights_ptr,
+            sorted_ids_ptr,
+            expert_ids_ptr,
+            N,
+            K,
+            num_valid,
+            stride_am,
+            stride_ak,
+            stride_be,
+            stride_bn,
+            stride_bk,
+            stride_cm,
+            stride_cn,
+            stride_asm,
+            stride_ask,
+            stride_bse,
+            stride_bsn,
+            stride_bsk,
+            GROUP_N,
+            GROUP_K,
+            A_DIV,
+            MUL_ROUTED_WEIGHT,
+            QUANT,
+            EVEN_K,
+            IEEE,
+            B_DESC,
+            WAIT_PREV,
+            BLOCK_SIZE_M,
+            BLOCK_SIZE_N,
+            BLOCK_SIZE_K,
+        )
 
 
 @triton.jit
@@ -638,6 +779,30 @@ def _chain(x: Any, pairs: int) -> bool:
     )
 
 
+# Grouped GEMMs that run persistent (`_moe_gemm_kernel` with PERSISTENT: one program per SM
+# looping over the tiles) in calls of at least PERSISTENT_MIN_PAIRS (token, expert) pairs:
+# 1 and/or 2. Experimental, off by default: no side-by-side timing has adopted it yet
+# (benchmarks/kernel_h200.py --persistent-ms compares it). Never with chaining, which is
+# for small calls.
+PERSISTENT_GEMMS: tuple[int, ...] = ()
+PERSISTENT_MIN_PAIRS = 4096
+PERSISTENT_FLATTEN = True  # let Triton pipeline across the tile loop
+
+
+def _persistent(gemm: int, pairs: int) -> bool:
+    """Whether GEMM `gemm` (1 or 2) of a call with `pairs` pairs runs persistent."""
+    return gemm in PERSISTENT_GEMMS and pairs >= PERSISTENT_MIN_PAIRS
+
+
+@functools.cache
+def _programs_per_wave(device: torch.device) -> int:
+    """Programs of a persistent GEMM: one per SM (4 under the interpreter and on devices
+    that cannot be asked, so that each program still loops over several tiles)."""
+    if interpreter_active() or device.type != "cuda":
+        return 4
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
 def _b_descriptor(w: torch.Tensor, config: dict[str, Any]) -> Any:
     from triton.tools.tensor_descriptor import TensorDescriptor
 
@@ -774,6 +939,12 @@ def _gemm(
         mode, (group_n, group_k) = _Q_BLOCK, quant.block_shape
         sa, sw = a_scale.stride(), w_scale.stride()
     use_desc = _use_b_descriptor(w, config, topk_weights.numel())
+    # GEMM 2 is the one that applies the routing weight
+    persistent = _persistent(2 if mul_routed_weight else 1, topk_weights.numel())
+    if persistent:
+        if wait_prev or launch_next:
+            raise ValueError("persistent GEMMs are never chained (see PERSISTENT_GEMMS)")
+        grid = (min(grid[0], _programs_per_wave(w.device)),)
     chain_opts = {"launch_pdl": True} if wait_prev else {}
     _launch(
         _moe_gemm_kernel,
@@ -819,6 +990,8 @@ def _gemm(
         BLOCK_SIZE_K=bk_,
         GROUP_SIZE_M=config["GROUP_SIZE_M"],
         **_launch_options(config),
+        PERSISTENT=persistent,
+        FLATTEN=persistent and PERSISTENT_FLATTEN,
         **chain_opts,
     )
 
@@ -869,12 +1042,16 @@ def kernel_path(m: int, quant: QuantArgs | None, path: str = "auto") -> str:
     return path
 
 
-def m_dependent_choices(m: int, topk: int, quant: QuantArgs | None) -> tuple[str, bool, bool]:
+def m_dependent_choices(
+    m: int, topk: int, quant: QuantArgs | None
+) -> tuple[str, bool, bool, tuple[bool, bool]]:
     """The kernel choices that change with the token count, beyond Triton's own integer
-    specialisation: the path, weight tiles through TMA (by pair count) and chaining. Calls
-    whose choices differ run differently compiled kernels (the tuner counts compiles by it)."""
+    specialisation: the path, weight tiles through TMA (by pair count), chaining and which
+    GEMMs run persistent. Calls whose choices differ run differently compiled kernels (the
+    tuner counts compiles by it)."""
     pairs = m * topk
-    return kernel_path(m, quant), _tma_pairs(pairs), _chain_pairs(pairs)
+    persistent = (_persistent(1, pairs), _persistent(2, pairs))
+    return kernel_path(m, quant), _tma_pairs(pairs), _chain_pairs(pairs), persistent
 
 
 # Sync words of the few-token kernel (ticket, finished programs, per-pair GEMM 1 counts), per

@@ -127,6 +127,10 @@ def tiny_model_config(folder: Path) -> Path:
     return path
 
 
-def labelled(client, key: str, value: str) -> list:
-    """Containers in any state carrying label key=value."""
-    return client.containers.list(all=True, filters={"label": f"{key}={value}"})
+def labelled(client, key: str, value: str, sparse: bool = False) -> list:
+    """Containers in any state carrying label key=value.
+
+    sparse: the list call's own view (id, labels, state), no inspect per container. Use it to
+    poll a container that is being created: the engine (20.10) can list a new container a
+    moment before it can inspect it, and the inspect then fails with 404 (seen in CI)."""
+    return client.containers.list(all=True, filters={"label": f"{key}={value}"}, sparse=sparse)

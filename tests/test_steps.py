@@ -248,9 +248,15 @@ def test_interrupted_container_step_leaves_no_container(docker_client, image, tm
     )  # fmt: skip
 
     def running():
-        return any(c.status == "running" for c in labelled(docker_client, "cellbench.test", run_id))
+        containers = labelled(docker_client, "cellbench.test", run_id, sparse=True)
+        return any(c.status == "running" for c in containers)
 
-    _wait_for(running, what="the container to run")
-    proc.send_signal(sig)
-    assert proc.wait(timeout=60) == 130
+    try:
+        _wait_for(running, what="the container to run")
+        proc.send_signal(sig)
+        assert proc.wait(timeout=60) == 130
+    finally:  # a failure before the signal must not leave the step (and its container) behind
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            proc.wait(timeout=60)
     assert labelled(docker_client, "cellbench.test", run_id) == []

@@ -448,14 +448,6 @@ def serve_container(
                 _remove(container)
 
 
-def containers_with_label(key: str, value: str, client=None) -> list:
-    """Containers (any state) carrying label ``key=value``: for clean-up checks."""
-    import docker
-
-    client = client or docker.from_env()
-    return client.containers.list(all=True, filters={"label": f"{key}={value}"})
-
-
 def environ_subset(names: Sequence[str]) -> dict[str, str]:
     """The named host variables that are set (for passing secrets through)."""
     return {n: os.environ[n] for n in names if os.environ.get(n)}

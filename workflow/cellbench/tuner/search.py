@@ -12,7 +12,8 @@ Modes:
   file), the best-ranked configs of the previous batch size that are already compiled, and
   new configs chosen by structure (one per BM/BN/BK/warps tile, BM near the rows an expert
   gets, warps sized for the tile, stages that fit shared memory), with few repeats. Local
-  search then tries one-key moves around the best two while the budget lasts; successive
+  search then tries one-step moves around the best two (one key, or a block size together
+  with the warps; nearest steps of every kind first) while the budget lasts; successive
   halving re-times the leaders with more repeats, and the finalists (plus the table's config)
   are re-timed side by side, interleaved, and picked by median, where differences inside the
   measured spread count as ties, won by the table's config, else by the lowest median. A
@@ -77,7 +78,7 @@ class TuneOptions:
     compile_budget: tuple[int, int] | None = (32, 8)
     round0_max: int = 28  # configs timed in round 0 (compiled ones cost GPU time only)
     reuse_ranked: int = 6  # best-ranked configs of the previous batch size re-timed (no compile)
-    local_rounds: int = 3  # rounds of one-key moves around the best two
+    local_rounds: int = 3  # rounds of one-step moves around the best two
     moves_per_round: int = 8
     warm_start: int = 4  # finalists of the previous batch size to seed the next
     abandon_factor: float = 1.5  # stop timing a config whose first replay is this much slower
@@ -601,24 +602,32 @@ class Tuner:
     def _neighbours(
         self, cfg: dict[str, int], by_key: dict[str, dict[str, int]]
     ) -> list[tuple[str, dict[str, int]]]:
-        """Configs one step from cfg: other stages / warps / GROUP_M, BK, BN or BM x2 or /2."""
-        out = []
-        steps: list[tuple[str, list[int]]] = []
+        """Configs one step from cfg, nearest steps of every kind first (round robin): stages
+        +-1, warps x2 or /2, BK, BN or BM x2 or /2, another GROUP_M, then BN or BM and warps
+        doubled or halved together (the same accumulator per thread: a wider tile that one
+        key alone reaches only through a slower config), then stages +-2."""
         st = cfg.get("num_stages", 2)
-        steps.append(("num_stages", [st + 1, st - 1, st + 2, st - 2]))
-        steps.append(("num_warps", [cfg["num_warps"] * 2, cfg["num_warps"] // 2]))
-        for kk in ("BLOCK_SIZE_K", "BLOCK_SIZE_N"):
-            steps.append((kk, [cfg[kk] * 2, cfg[kk] // 2]))
-        steps.append(("GROUP_SIZE_M", [1, 16, 32, 64, 4, 8]))
-        steps.append(("BLOCK_SIZE_M", [cfg["BLOCK_SIZE_M"] * 2, cfg["BLOCK_SIZE_M"] // 2]))
-        for kk, values in steps:
-            for v in values:
-                if v == cfg.get(kk):
+        w = cfg["num_warps"]
+        kinds: list[list[dict[str, int]]] = [
+            [{"num_stages": st + 1}, {"num_stages": st - 1}],
+            [{"num_warps": w * 2}, {"num_warps": w // 2}],
+        ]
+        for kk in ("BLOCK_SIZE_K", "BLOCK_SIZE_N", "BLOCK_SIZE_M"):
+            kinds.append([{kk: cfg[kk] * 2}, {kk: cfg[kk] // 2}])
+        kinds.append([{"GROUP_SIZE_M": g} for g in (1, 16, 32, 64, 4, 8)])
+        for kk in ("BLOCK_SIZE_N", "BLOCK_SIZE_M"):
+            kinds.append([{kk: cfg[kk] * 2, "num_warps": w * 2},
+                          {kk: cfg[kk] // 2, "num_warps": w // 2}])  # fmt: skip
+        kinds.append([{"num_stages": st + 2}, {"num_stages": st - 2}])
+        out: list[tuple[str, dict[str, int]]] = []
+        seen = {spaces.config_key(cfg)}
+        for i in range(max(len(k) for k in kinds)):
+            for kind in kinds:
+                if i >= len(kind):
                     continue
-                c = dict(cfg)
-                c[kk] = v
-                key = spaces.config_key(c)
-                if key in by_key:
+                key = spaces.config_key({**cfg, **kind[i]})
+                if key in by_key and key not in seen:
+                    seen.add(key)
                     out.append((key, by_key[key]))
         return out
 
@@ -665,7 +674,7 @@ class Tuner:
             raise RuntimeError(f"M={m}: every candidate config failed or was pruned")
         tried = set(taken)
         extra_n = 0
-        # local search: one-key moves from the best two, new compiles within the budget
+        # local search: one-step moves from the best two, new compiles within the budget
         for _ in range(self.opt.local_rounds):
             best_before = ranked[0][0]
             moves: list[tuple[str, dict[str, int]]] = []
@@ -783,7 +792,7 @@ class Tuner:
         seeds: list[tuple[str, dict[str, int]]],
         by_key: dict[str, dict[str, int]],
     ) -> None:
-        """Queue (behind round 0's kernels) the seeds' one-key neighbours: the warm-start seeds
+        """Queue (behind round 0's kernels) the seeds' one-step neighbours: the warm-start seeds
         usually rank first, so these are the local search's likely moves, and the workers,
         idle while the GPU times round 0, have them ready when it asks. A speculative kernel
         the search never times costs CPU (counted in the pool's CPU seconds) but neither GPU

@@ -1,0 +1,247 @@
+"""Default mode's search replayed on the timings an exhaustive run recorded: no GPU needed.
+
+An exhaustive tuning log (benchmarks/results/*_log-exhaustive.jsonl[.gz]) holds, for every
+batch size, the timing samples of every config of the space that survived pruning. Here the
+real `Tuner` runs in default mode with its GPU options (round 0, local search, halving,
+side-by-side final, warm starts, compile budgets, the shipped configs as seeds), but each
+timing it asks for is answered from that record: `repeats` samples drawn with replacement
+from the recorded samples (seeded), their median. A config the exhaustive run did not time
+counts as failed.
+
+Per batch size it prints, over --seeds seeds (each its own candidate order and draws): the
+recorded median of default's pick over the best recorded median (median and worst ratio),
+the timings and the new compiles the search spent (compiles are what cost wall time on the
+GPU), and the same for the exhaustive run.
+
+What this measures: whether the search reaches the best configs of a real landscape, and at
+what cost in timings and compiles. What it does not: GPU time, or noise as a GPU run meets
+it. The recorded medians carry the exhaustive run's own noise (a sequential screen), so
+ratios within about 1 % are not told apart; only a GPU run (benchmarks/tuner_h200.py) can
+say which of two near-equal configs is faster.
+
+    PYTHONPATH=workflow python benchmarks/search_replay.py \\
+        benchmarks/results/tuner_h200_2026-12-03_bf16-6ms-both_run15_log-exhaustive.jsonl.gz
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gzip
+import json
+import random
+import statistics
+import sys
+import tempfile
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "workflow"))
+from cellbench import kernels  # noqa: E402
+from cellbench.shapes import MoEShape  # noqa: E402
+from cellbench.tuner import spaces  # noqa: E402
+from cellbench.tuner.artifacts import TuningLog  # noqa: E402
+from cellbench.tuner.backends import BuiltinBackend  # noqa: E402
+from cellbench.tuner.search import TuneOptions, Tuner  # noqa: E402
+from cellbench.tuner.timing import Timing  # noqa: E402
+
+CONFIG_DIR = ROOT / "tests" / "data" / "vllm-configs"
+SHAPES = {  # Qwen3-30B-A3B at TP=1, as benchmarks/tuner_h200.py tunes it
+    "bf16": MoEShape(128, 768, 2048, 8),
+    "fp8": MoEShape(128, 768, 2048, 8, "fp8_w8a8", (128, 128)),
+}
+H200 = spaces.HardwareLimits(spaces.H200_SMEM_BYTES, "cuda", "3.6.0")
+REPLAY_METHOD = "replay-of-recorded-samples"
+
+
+@contextlib.contextmanager
+def _kernel_rules_as_on_cuda() -> Iterator[None]:
+    """The kernel path rule as on a CUDA GPU, for the duration (under the interpreter the
+    few-token path is off, which would change what the search sees at M <= 4)."""
+    fm = sys.modules["cellbench.kernels.fused_moe"]
+    before = fm.DECODE_MAX_TOKENS
+    fm.DECODE_MAX_TOKENS = fm.DECODE_RULE_MAX_TOKENS
+    try:
+        yield
+    finally:
+        fm.DECODE_MAX_TOKENS = before
+
+
+class ReplayBackend(BuiltinBackend):
+    """The builtin backend's rules (kernel path, identity, M-dependent specialisation) for a
+    shape, without weights: nothing is run."""
+
+    def __init__(self, shape: MoEShape):  # no super().__init__: no weights are made
+        self._k = kernels
+        self.shape = shape
+        self.base = SimpleNamespace(quant=object() if shape.dtype else None)
+        self.error_bound = float("inf")
+
+    def make_problem(self, m: int, seed: int) -> Any:
+        return SimpleNamespace(m=m, quant=self.base.quant)
+
+    def reference(self, problem: Any) -> None:
+        return None
+
+
+class ReplayTuner(Tuner):
+    """`Tuner` whose timings are drawn from recorded samples (see the module docstring)."""
+
+    def __init__(self, *args: Any, recorded: dict[tuple[int, str], list[float]], **kw: Any):
+        super().__init__(*args, **kw)
+        self.recorded = recorded
+        self.rng = random.Random(self.opt.seed)
+
+    def _draw(self, m: int, cfg: dict[str, int], n: int) -> Timing | None:
+        samples = self.recorded.get((m, self.backend.kernel_identity(m, cfg)))
+        if not samples:
+            return None
+        draw = [self.rng.choice(samples) for _ in range(n)]
+        return Timing(statistics.median(draw), draw, REPLAY_METHOD)
+
+    def _check(self, m, cfg, key, problems, ref):
+        self._note_compiled(m, key)
+        if self._draw(m, cfg, 1) is None:
+            self._fail(m, cfg, key, "check", "not timed by the recorded exhaustive run")
+            return False, None
+        return True, 0.0
+
+    def _time(self, m, cfg, key, stage, problems, repeats, abandon_above_us):
+        self._note_compiled(m, key)
+        t = self._draw(m, cfg, repeats)
+        if t is None:
+            self._fail(m, cfg, key, stage, "not timed by the recorded exhaustive run")
+            return None
+        if abandon_above_us is not None and t.samples_us[0] > abandon_above_us:
+            t = Timing(t.samples_us[0], t.samples_us[:1], REPLAY_METHOD, abandoned=True)
+        self._record_timed(m, key, cfg, stage, t)
+        return t
+
+    def _final(self, m, finalists, problems):
+        out = []
+        for key, cfg in finalists:
+            t = self._draw(m, cfg, self.opt.repeats)
+            assert t is not None, f"finalist {key} at M={m} has no recorded samples"
+            self._record_timed(m, key, cfg, "final", t)
+            out.append((key, cfg, t))
+        return out
+
+
+def read_records(path: Path) -> list[dict[str, Any]]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def recorded_samples(
+    records: list[dict[str, Any]], backend: ReplayBackend
+) -> dict[tuple[int, str], list[float]]:
+    """(M, kernel identity) -> the exhaustive screen's samples (its final's, where it has
+    none). By identity, not config key: where a path ignores some keys (the few-token path),
+    which config stands for a kernel depends on the candidate order, i.e. on the seed."""
+    out: dict[tuple[int, str], list[float]] = {}
+    for stage in ("exhaustive", "screen-all", "final"):
+        for r in records:
+            if r.get("stage") == stage and r.get("status") == "timed":
+                ident = backend.kernel_identity(int(r["m"]), r["config"])
+                out.setdefault((int(r["m"]), ident), list(r.get("samples_us") or [r["time_us"]]))
+    return out
+
+
+def exhaustive_timed(records: list[dict[str, Any]]) -> dict[int, int]:
+    """Per M: timings the exhaustive run took (its screen and its final)."""
+    timed: dict[int, int] = defaultdict(int)
+    for r in records:
+        if r.get("status") == "timed":
+            timed[int(r["m"])] += 1
+    return dict(timed)
+
+
+def replay(dtype: str, recorded: dict, ms: list[int], seed: int) -> dict[int, dict[str, Any]]:
+    shape = SHAPES[dtype]
+    table_file = CONFIG_DIR / shape.config_file_name("NVIDIA_H200")
+    table = {int(k): v for k, v in json.loads(table_file.read_text()).items() if k.isdigit()}
+    opts = TuneOptions(mode="default", seed=seed, on_gpu=True, seed_table=table)
+    with tempfile.TemporaryDirectory() as tmp:
+        tuner = ReplayTuner(
+            ReplayBackend(shape),
+            spaces.cuda_space(shape.block_shape),
+            n=shape.intermediate_size,
+            k=shape.hidden_size,
+            operand_bytes=1 if shape.dtype else 2,
+            limits=H200,
+            options=opts,
+            log=TuningLog(Path(tmp) / "log.jsonl"),
+            recorded=recorded,
+            progress=lambda s: None,
+        )
+        out = {}
+        for m in ms:
+            n0 = tuner.stats.timed
+            e = tuner.tune_one(m)
+            out[m] = {
+                "ident": tuner.backend.kernel_identity(m, e.config),
+                "name": spaces.describe(e.config),
+                "timed": tuner.stats.timed - n0,
+                "new": e.new_compiles,
+            }
+    return out
+
+
+def evaluate(path: Path, seeds: int, dtype: str | None = None) -> list[dict[str, Any]]:
+    """Replay default mode `seeds` times on the exhaustive log at `path`; one row per M."""
+    dtype = dtype or ("fp8" if "fp8" in path.name else "bf16")
+    records = read_records(path)
+    with _kernel_rules_as_on_cuda():
+        recorded = recorded_samples(records, ReplayBackend(SHAPES[dtype]))
+        ms = sorted({m for m, _ in recorded})
+        runs = [replay(dtype, recorded, ms, seed) for seed in range(seeds)]
+    med = {mk: statistics.median(s) for mk, s in recorded.items()}
+    best = {m: min(t for (mm, _), t in med.items() if mm == m) for m in ms}
+    exh = exhaustive_timed(records)
+    rows = []
+    for m in ms:
+        picks: dict[str, int] = defaultdict(int)
+        for r in runs:
+            picks[r[m]["name"]] += 1
+        rows.append({
+            "M": m,
+            "best_us": best[m],
+            "ratios": [med[m, r[m]["ident"]] / best[m] for r in runs],
+            "picks": dict(picks),
+            "timed_median": statistics.median(r[m]["timed"] for r in runs),
+            "new_median": statistics.median(r[m]["new"] for r in runs),
+            "exhaustive_timed": exh[m],
+        })  # fmt: skip
+    return rows
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("log", help="an exhaustive tuning log (.jsonl or .jsonl.gz)")
+    ap.add_argument("--dtype", choices=sorted(SHAPES), help="default: from the file name")
+    ap.add_argument("--seeds", type=int, default=20)
+    ap.add_argument("--json", help="also write the rows here")
+    args = ap.parse_args()
+    path = Path(args.log)
+    rows = evaluate(path, args.seeds, args.dtype)
+    print(f"# search replay: {path.name}, {args.seeds} seeds; timings are draws from recorded "
+          "samples, not GPU runs")  # fmt: skip
+    print(f"{'M':>6} {'best us':>9} {'ratio med':>9} {'worst':>7} {'timed':>6} {'new':>5} "
+          f"{'exh timed':>9}  most frequent pick")  # fmt: skip
+    for r in rows:
+        top = max(r["picks"], key=r["picks"].get)
+        print(f"{r['M']:>6} {r['best_us']:>9.2f} {statistics.median(r['ratios']):>9.4f} "
+              f"{max(r['ratios']):>7.4f} {r['timed_median']:>6.0f} {r['new_median']:>5.0f} "
+              f"{r['exhaustive_timed']:>9}  {top} ({r['picks'][top]}/{args.seeds})")  # fmt: skip
+    if args.json:
+        Path(args.json).write_text(json.dumps({"log": path.name, "rows": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

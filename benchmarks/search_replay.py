@@ -161,11 +161,13 @@ def exhaustive_timed(records: list[dict[str, Any]]) -> dict[int, int]:
     return dict(timed)
 
 
-def replay(dtype: str, recorded: dict, ms: list[int], seed: int) -> dict[int, dict[str, Any]]:
+def replay(
+    dtype: str, recorded: dict, ms: list[int], seed: int, **options: Any
+) -> dict[int, dict[str, Any]]:
     shape = SHAPES[dtype]
     table_file = CONFIG_DIR / shape.config_file_name("NVIDIA_H200")
     table = {int(k): v for k, v in json.loads(table_file.read_text()).items() if k.isdigit()}
-    opts = TuneOptions(mode="default", seed=seed, on_gpu=True, seed_table=table)
+    opts = TuneOptions(mode="default", seed=seed, on_gpu=True, seed_table=table, **options)
     with tempfile.TemporaryDirectory() as tmp:
         tuner = ReplayTuner(
             ReplayBackend(shape),
@@ -192,14 +194,17 @@ def replay(dtype: str, recorded: dict, ms: list[int], seed: int) -> dict[int, di
     return out
 
 
-def evaluate(path: Path, seeds: int, dtype: str | None = None) -> list[dict[str, Any]]:
-    """Replay default mode `seeds` times on the exhaustive log at `path`; one row per M."""
+def evaluate(
+    path: Path, seeds: int, dtype: str | None = None, **options: Any
+) -> list[dict[str, Any]]:
+    """Replay default mode `seeds` times on the exhaustive log at `path`; one row per M.
+    `options` override TuneOptions fields (e.g. compile_budget=(16, 4))."""
     dtype = dtype or ("fp8" if "fp8" in path.name else "bf16")
     records = read_records(path)
     with _kernel_rules_as_on_cuda():
         recorded = recorded_samples(records, ReplayBackend(SHAPES[dtype]))
         ms = sorted({m for m, _ in recorded})
-        runs = [replay(dtype, recorded, ms, seed) for seed in range(seeds)]
+        runs = [replay(dtype, recorded, ms, seed, **options) for seed in range(seeds)]
     med = {mk: statistics.median(s) for mk, s in recorded.items()}
     best = {m: min(t for (mm, _), t in med.items() if mm == m) for m in ms}
     exh = exhaustive_timed(records)
@@ -225,10 +230,15 @@ def main() -> int:
     ap.add_argument("log", help="an exhaustive tuning log (.jsonl or .jsonl.gz)")
     ap.add_argument("--dtype", choices=sorted(SHAPES), help="default: from the file name")
     ap.add_argument("--seeds", type=int, default=20)
+    ap.add_argument("--compile-budget", help="FIRST,LATER new kernels per batch size")
     ap.add_argument("--json", help="also write the rows here")
     args = ap.parse_args()
     path = Path(args.log)
-    rows = evaluate(path, args.seeds, args.dtype)
+    options = {}
+    if args.compile_budget:
+        first, later = (int(x) for x in args.compile_budget.split(","))
+        options["compile_budget"] = (first, later)
+    rows = evaluate(path, args.seeds, args.dtype, **options)
     print(f"# search replay: {path.name}, {args.seeds} seeds; timings are draws from recorded "
           "samples, not GPU runs")  # fmt: skip
     print(f"{'M':>6} {'best us':>9} {'ratio med':>9} {'worst':>7} {'timed':>6} {'new':>5} "

@@ -516,13 +516,17 @@ def test_make_problem_routing_and_determinism() -> None:
     a = make_problem(TINY, 6, "fp32", DEVICE, seed=3)
     b = make_problem(TINY, 6, "float32", DEVICE, seed=3)
     assert torch.equal(a.hidden_states, b.hidden_states) and torch.equal(a.topk_ids, b.topk_ids)
+    assert torch.equal(a.w1, b.w1) and torch.equal(a.w2, b.w2)
     torch.testing.assert_close(a.topk_weights.sum(-1), torch.ones(6, device=DEVICE))
+    # weights ~ N(0, 1/fan_in)
+    assert 0.8 < float(a.w1.float().std() * 64**0.5) < 1.2
+    assert 0.8 < float(a.w2.float().std() * 32**0.5) < 1.2
     assert all(len(set(row)) == 2 for row in a.topk_ids.tolist())
     assert (
         a.topk_ids.dtype == torch.int32 and a.w1.shape == (8, 64, 64) and a.w2.shape == (8, 64, 32)
     )
     c = make_problem(TINY, 6, "fp32", DEVICE, seed=4)
-    assert not torch.equal(a.hidden_states, c.hidden_states)
+    assert not torch.equal(a.hidden_states, c.hidden_states) and not torch.equal(a.w1, c.w1)
     f = make_problem(MoEShape(8, 128, 128, 2, "fp8_w8a8", (128, 128)), 2, "fp8_w8a8", DEVICE)
     assert f.dtype == "bf16" and f.w1.dtype == fp8_dtype() and f.quant.w1_scale.shape == (8, 2, 1)
     with pytest.raises(ValueError, match="dtype='int4'"):

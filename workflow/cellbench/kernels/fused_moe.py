@@ -1509,7 +1509,12 @@ def make_problem(
     (quantised to fp8 when shape.dtype is "fp8_w8a8"), routing = renormalised softmax top-k
     of random logits. dtype is the activation dtype ("bf16", "fp16", "fp32"); passing the
     shape's quantised dtype means bf16 activations. `weights_from` reuses another problem's
-    weights (same shape and dtype): new tokens and routing without regenerating weights."""
+    weights (same shape and dtype): new tokens and routing without regenerating weights.
+
+    Tokens and routing come from a CPU generator, so a seed gives the same ones on every
+    device; weights come from a generator on `device` (the same for a seed on one kind of
+    device): a real model's weights are 0.6 G values here, which the CPU took seconds to draw
+    at the start of every tuning run."""
     if m < 1:
         raise ValueError(f"m={m} must be >= 1")
     if shape.dtype is not None and dtype == shape.dtype:
@@ -1525,8 +1530,11 @@ def make_problem(
     e, n, k, topk = shape.num_experts, shape.intermediate_size, shape.hidden_size, shape.topk
 
     def randn(*size: int, scale: float = 1.0) -> torch.Tensor:
-        # Generated on the CPU so a seed gives the same problem on every device.
         return (torch.randn(*size, generator=gen) * scale).to(dev)
+
+    def randn_on_device(*size: int, scale: float) -> torch.Tensor:
+        wgen = torch.Generator(device=dev).manual_seed(seed) if dev.type != "cpu" else gen
+        return torch.randn(*size, generator=wgen, device=dev).mul_(scale)
 
     x = randn(m, k).to(act)
     logits = randn(m, e)
@@ -1541,8 +1549,8 @@ def make_problem(
             )
         wf = weights_from
         return MoEProblem(shape, m, name, x, wf.w1, wf.w2, tw, ids.to(torch.int32), wf.quant)
-    w1f = randn(e, 2 * n, k, scale=k**-0.5)
-    w2f = randn(e, k, n, scale=n**-0.5)
+    w1f = randn_on_device(e, 2 * n, k, scale=k**-0.5)
+    w2f = randn_on_device(e, k, n, scale=n**-0.5)
     quant = None
     if shape.dtype == "fp8_w8a8":
         w1, s1 = _quantise_weight(w1f, shape.block_shape)

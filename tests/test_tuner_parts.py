@@ -239,6 +239,55 @@ def test_compile_pool_warms_configs_in_worker_processes() -> None:
     pool.close()  # a second close (the CLI closes before measuring ceilings) does nothing
 
 
+def test_compile_pool_sends_guesses_only_to_idle_workers() -> None:
+    """Speculative warm-ups wait in the pool while the workers are busy: a needed warm-up
+    queued later runs before every guess still waiting, and a waiting guess that becomes
+    needed is sent at once. Test double: one worker THREAD whose warm-ups block until the
+    test releases them (a real worker's warm-up is over before the test could look); the
+    scheduling code is the pool's own. Real worker processes: the test above."""
+    import concurrent.futures as cf
+    import threading
+
+    from cellbench.tuner.compilepool import CompilePool
+
+    gate = threading.Semaphore(0)
+    ran: list[int] = []
+
+    def blocked_warm(m: int, cfg: dict) -> tuple[bool, str, float]:
+        gate.acquire()
+        ran.append(cfg["GROUP_SIZE_M"])
+        return True, "", 0.0
+
+    class GatedPool(CompilePool):
+        _warm_task = staticmethod(blocked_warm)
+
+        @staticmethod
+        def _executor(workers, initargs):
+            return cf.ThreadPoolExecutor(max_workers=workers)
+
+    cfgs = {g: _cfg(16, 32, 32, g=g) for g in (1, 4, 8, 16, 32)}
+    keys = {g: spaces.config_key(c) for g, c in cfgs.items()}
+    pool = GatedPool(1, "builtin", {}, "fp32", -1)
+    try:
+        pool.prefetch(2, [cfgs[1]])  # needed: the worker takes it (and blocks)
+        pool.prefetch(2, [cfgs[4], cfgs[8], cfgs[16]], speculative=True)
+        assert pool.queued(2) == {keys[g] for g in (1, 4, 8, 16)}
+        assert {k for _, k in pool._futures} == {keys[1]}  # the guesses wait: worker busy
+        pool.prefetch(2, [cfgs[32]])  # needed: sent at once, behind G1 only
+        pool.prefetch(2, [cfgs[16]])  # a waiting guess now needed: sent at once too
+        assert {k for _, k in pool._futures} == {keys[g] for g in (1, 32, 16)}
+        for _ in range(5):
+            gate.release()
+        for c in cfgs.values():
+            pool.wait(2, c)
+    finally:
+        for _ in range(5):
+            gate.release()
+        pool.close()
+    assert ran == [1, 32, 16, 4, 8], ran  # needed first, then the guesses in their order
+    assert pool.warmed == 5
+
+
 @pytest.mark.parametrize("first_m", [8, 1])
 def test_default_mode_queues_the_next_batch_sizes_round0(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, first_m: int
@@ -273,7 +322,7 @@ def test_default_mode_queues_the_next_batch_sizes_round0(
         assert backend.kernel_path(backend.make_problem(first_m, 0)) == (
             "decode" if first_m == 1 else "grouped"
         )
-        queued = {k for m, k in pool._futures if m == 64}
+        queued = pool.queued(64)
         assert queued, "nothing queued for the next batch size"
         tuner.tune_one(64)
     finally:

@@ -18,6 +18,7 @@ import concurrent.futures as cf
 import multiprocessing as mp
 import os
 import resource
+import threading
 import time
 from typing import Any
 
@@ -80,7 +81,13 @@ def _warm(m: int, cfg: dict[str, int]) -> tuple[bool, str, float]:
 
 
 class CompilePool:
-    """A pool of `workers` processes warming configs up for one backend on one GPU."""
+    """A pool of `workers` processes warming configs up for one backend on one GPU.
+
+    Two kinds of warm-up: needed ones (a batch size is about to time them) go to the workers
+    at once, in order; speculative ones (guesses: the local search's likely moves, the next
+    batch size's likely round 0) wait here and go to a worker only when one would otherwise
+    idle, so a guess never delays a kernel the GPU is waiting for. A speculative warm-up that
+    becomes needed before it started is sent at once."""
 
     def __init__(
         self,
@@ -92,28 +99,76 @@ class CompilePool:
     ):
         if workers < 1:
             raise ValueError(f"workers={workers} must be >= 1")
-        ctx = mp.get_context("spawn")  # CUDA cannot be forked
-        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-        self._ex = cf.ProcessPoolExecutor(
-            max_workers=workers,
-            mp_context=ctx,
-            initializer=_init,
-            initargs=(backend_name, shape_dict, act_dtype, device_index),
-        )
+        self._ex = self._executor(workers, (backend_name, shape_dict, act_dtype, device_index))
+        self._workers = workers
         self._futures: dict[tuple[int, str], cf.Future] = {}
+        # speculative warm-ups not sent yet, in order. _lock guards them, the futures and the
+        # count of tasks sent and not done: done-callbacks run on the executor's thread.
+        self._guesses: dict[tuple[int, str], tuple[int, dict[str, int]]] = {}
+        self._in_flight = 0
+        # re-entrant: a task that finishes before its callback is added runs the callback here
+        self._lock = threading.RLock()
+        self._closed = False
         self.wait_s = 0.0
         # The executor starts a process only when a task finds no idle one, so without this
         # the workers' imports (torch, triton, CUDA) would land in the first batch size's
         # compile wait instead of overlapping the main process's setup.
-        for _ in range(workers):
-            self._ex.submit(_ready)
+        with self._lock:
+            for _ in range(workers):
+                self._submit(_ready)
 
-    def prefetch(self, m: int, configs: list[dict[str, int]]) -> None:
-        """Queue warm-ups for `configs` at batch size m (configs already queued are skipped)."""
-        for cfg in configs:
-            k = (m, config_key(cfg))
-            if k not in self._futures:
-                self._futures[k] = self._ex.submit(_warm, m, cfg)
+    _warm_task = staticmethod(_warm)  # what a worker runs for one warm-up
+
+    @staticmethod
+    def _executor(workers: int, initargs: tuple[Any, ...]) -> cf.Executor:
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        return cf.ProcessPoolExecutor(
+            max_workers=workers,
+            mp_context=mp.get_context("spawn"),  # CUDA cannot be forked
+            initializer=_init,
+            initargs=initargs,
+        )
+
+    def _submit(self, fn: Any, *args: Any) -> cf.Future:
+        """Send a task to the workers (caller holds _lock)."""
+        self._in_flight += 1
+        fut = self._ex.submit(fn, *args)
+        fut.add_done_callback(self._done)
+        return fut
+
+    def _done(self, _fut: cf.Future) -> None:
+        with self._lock:
+            self._in_flight -= 1
+            self._feed()
+
+    def _feed(self) -> None:
+        """Send speculative warm-ups while a worker would otherwise idle."""
+        with self._lock:
+            while not self._closed and self._guesses and self._in_flight < self._workers:
+                k = next(iter(self._guesses))
+                m, cfg = self._guesses.pop(k)
+                self._futures[k] = self._submit(self._warm_task, m, cfg)
+
+    def prefetch(self, m: int, configs: list[dict[str, int]], speculative: bool = False) -> None:
+        """Queue warm-ups for `configs` at batch size m: needed ones are sent now (one that
+        waits as a guess too), speculative ones wait for an idle worker (see the class)."""
+        with self._lock:
+            for cfg in configs:
+                k = (m, config_key(cfg))
+                if k in self._futures:
+                    continue
+                if speculative:
+                    self._guesses.setdefault(k, (m, cfg))
+                else:
+                    self._guesses.pop(k, None)
+                    self._futures[k] = self._submit(self._warm_task, m, cfg)
+            self._feed()
+
+    def queued(self, m: int) -> set[str]:
+        """Config keys with a warm-up queued (sent or waiting) at batch size m."""
+        with self._lock:
+            waiting = {k for mm, k in self._guesses if mm == m}
+        return waiting | {k for mm, k in self._futures if mm == m}
 
     def wait(self, m: int, cfg: dict[str, int]) -> None:
         """Block until cfg's warm-up at m is done (queues it first if needed)."""
@@ -132,7 +187,7 @@ class CompilePool:
     def cpu_s(self) -> float:
         """CPU seconds of every finished warm-up, speculative ones (never waited on) too."""
         total = 0.0
-        for fut in self._futures.values():
+        for fut in list(self._futures.values()):
             if fut.done() and not fut.cancelled() and fut.exception() is None:
                 total += fut.result()[2]
         return total
@@ -140,10 +195,14 @@ class CompilePool:
     @property
     def warmed(self) -> int:
         """Warm-ups finished (compiled, or reported a compile error)."""
-        return sum(1 for f in self._futures.values() if f.done() and not f.cancelled())
+        return sum(1 for f in list(self._futures.values()) if f.done() and not f.cancelled())
 
     def close(self) -> None:
-        """Cancel queued warm-ups and stop the workers (a second call does nothing)."""
-        for f in self._futures.values():
+        """Drop waiting guesses, cancel queued warm-ups and stop the workers (a second call
+        does nothing)."""
+        with self._lock:
+            self._closed = True
+            self._guesses.clear()
+        for f in list(self._futures.values()):
             f.cancel()
         self._ex.shutdown(wait=True, cancel_futures=True)

@@ -18,9 +18,10 @@ Modes:
   are re-timed side by side, interleaved, and picked by median, where differences inside the
   measured spread count as ties, won by the table's config, else by the lowest median. A
   kernel compiled at one batch size is reused at the other batch sizes with the same
-  specialisation. With compile workers, round 0 queues its seeds' neighbours behind its own
-  kernels, and once a batch size times only compiled kernels (halving, final) the workers
-  start on the next batch size's likely round 0. On the builtin kernel's few-token path the
+  specialisation. With compile workers, the search also queues guesses: its seeds'
+  neighbours (the likely moves) and, from round 0's ranking on, the next batch size's likely
+  round 0; the workers take a guess only when no needed kernel waits (see CompilePool). On
+  the builtin kernel's few-token path the
   default mode screens every distinct kernel, as exhaustive does (see `SCREEN_ALL_PATHS`).
 
 Every candidate, including pruned ones and failures, goes to the tuning log; a killed run
@@ -672,6 +673,11 @@ class Tuner:
         )  # fmt: skip
         if not ranked:
             raise RuntimeError(f"M={m}: every candidate config failed or was pruned")
+        # a first guess at the next batch size's round 0, from round 0's ranking: the workers
+        # take it only when idle (see CompilePool), and the guess after the local search
+        # below adds what changed
+        ranked_keys = [r[2] for r in ranked]
+        self._prefetch_next(m, ranked_keys[: self.opt.finalists], ranked_keys)
         tried = set(taken)
         extra_n = 0
         # local search: one-step moves from the best two, new compiles within the budget
@@ -774,16 +780,18 @@ class Tuner:
         return chosen, seeds
 
     def _prefetch_next(self, m: int, finalist_keys: list[str], ranked_keys: list[str]) -> None:
-        """While batch size m re-times compiled kernels only (halving, final), queue what
-        round 0 of the next batch size will most likely compile, from m's current leaders:
-        the workers would otherwise idle until that batch size starts and waits for them. A
+        """Queue, as guesses, what round 0 of the next batch size will most likely compile,
+        from m's current leaders (called after m's round 0 and again after its local
+        search): the workers take them when idle, e.g. while m re-times compiled kernels
+        only (halving, final), and would otherwise wait for that batch size to start. A
         guess that turns out wrong costs CPU only (counted), never GPU time or budget."""
         nxt = self.next_m.get(m)
         if self.pool is None or nxt is None or self.opt.mode != "default":
             return
         cands = self._candidates(nxt, quiet=True)
         chosen, _ = self._round0(nxt, cands, finalist_keys, ranked_keys)
-        self.pool.prefetch(nxt, [c for k, c in chosen if not self._is_compiled(nxt, k)])
+        guess = [c for k, c in chosen if not self._is_compiled(nxt, k)]
+        self.pool.prefetch(nxt, guess, speculative=True)
 
     def _prefetch_moves(
         self,
@@ -805,7 +813,7 @@ class Tuner:
                 if k not in keys and k not in self.failed and not self._is_compiled(m, k):
                     keys.add(k)
                     guess.append(c)
-        self.pool.prefetch(m, guess[: 2 * self.opt.moves_per_round])
+        self.pool.prefetch(m, guess[: 2 * self.opt.moves_per_round], speculative=True)
 
     def _new_at(self, m: int) -> int:
         return self.new_compiles.get(m, 0)

@@ -21,8 +21,8 @@ Modes:
   specialisation. With compile workers, the search also queues guesses: its seeds'
   neighbours (the likely moves) and, from round 0's ranking on, the next batch size's likely
   round 0; the workers take a guess only when no needed kernel waits (see CompilePool). On
-  the builtin kernel's few-token path the
-  default mode screens every distinct kernel, as exhaustive does (see `SCREEN_ALL_PATHS`).
+  the builtin kernel's few-token path the default mode screens every distinct kernel, as
+  exhaustive does (see `SCREEN_ALL_PATHS`).
 
 Every candidate, including pruned ones and failures, goes to the tuning log; a killed run
 reads the log back and does not re-time what it already timed.

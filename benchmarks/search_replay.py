@@ -11,13 +11,13 @@ counts as failed.
 Per batch size it prints, over --seeds seeds (each its own candidate order and draws): the
 recorded median of default's pick over the best recorded median (median and worst ratio),
 the timings and the new compiles the search spent (compiles are what cost wall time on the
-GPU), and the same for the exhaustive run.
+GPU), and how many timings the exhaustive run took.
 
 What this measures: whether the search reaches the best configs of a real landscape, and at
 what cost in timings and compiles. What it does not: GPU time, or noise as a GPU run meets
-it. The recorded medians carry the exhaustive run's own noise (a sequential screen), so
-ratios within about 1 % are not told apart; only a GPU run (benchmarks/tuner_h200.py) can
-say which of two near-equal configs is faster.
+it. The recorded medians carry the exhaustive run's own noise (a sequential screen: up to
+3 % drift at M=4096 on the H200), so ratios within about 1-2 % are not told apart; only a
+GPU run (benchmarks/tuner_h200.py) can say which of two near-equal configs is faster.
 
     PYTHONPATH=workflow python benchmarks/search_replay.py \\
         benchmarks/results/tuner_h200_2026-12-03_bf16-6ms-both_run15_log-exhaustive.jsonl.gz

@@ -484,13 +484,24 @@ def persistent_variants(label: str, shape: MoEShape, table: dict, ms: list[int],
             (f"c{i}", c) for i, c in enumerate(PERSISTENT_EXTRA_CONFIGS) if c != shipped
         ]
         for cname, cfg in cfgs:
-            entries = [(name, lambda g=g, f=f: _set_persistent(g, f), cfg)
-                       for name, g, f in PERSISTENT_VARIANTS]  # fmt: skip
+            entries = []
+            for name, g, f in PERSISTENT_VARIANTS:  # a variant that fails drops out alone
+                _set_persistent(g, f)
+                try:
+                    run_fused(probs[0], cfg)
+                    run_gemms(probs[0], cfg)
+                    torch.cuda.synchronize()
+                except Exception as e:  # noqa: BLE001 - e.g. out of shared memory
+                    print(f"  persistent {label} M={m} {cname} {name}: {type(e).__name__}: "
+                          f"{e}"[:400])  # fmt: skip
+                    continue
+                finally:
+                    _set_persistent((), True)
+                entries.append((name, lambda g=g, f=f: _set_persistent(g, f), cfg))
+            if len(entries) < 2:
+                continue
             try:
                 us, extra = side_by_side(probs, seq, ref, entries, rounds)
-            except Exception as e:  # noqa: BLE001 - e.g. a variant that does not compile
-                print(f"  persistent {label} M={m} {cname}: {type(e).__name__}: {e}"[:400])
-                continue
             finally:
                 _set_persistent((), True)
             row = {"dtype": label, "M": m, "config_name": cname, "config": cfg, "us": us,

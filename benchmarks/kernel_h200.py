@@ -223,6 +223,28 @@ def sweep(label: str, shape: MoEShape, ms: list[int]) -> list[dict]:
     return best
 
 
+def side_by_side(probs, seq, ref, entries, rounds: int = 3) -> tuple[dict, dict]:
+    """Rounds of A B C.. / ..C B A graph timings of the two GEMMs and of the whole call.
+    entries: (name, setup, config, path); setup() puts the module settings of that variant in
+    place, path is the kernel path (`run_fused`'s). Returns medians {name: {"gemms",
+    "fused"}}, and the samples and the relative errors of the first round's whole call
+    against `ref`."""
+    times = {e[0]: {"gemms": [], "fused": []} for e in entries}
+    errs = {}
+    for r in range(rounds):
+        for name, setup, cfg, path in entries if r % 2 == 0 else entries[::-1]:
+            setup()
+            if r == 0:
+                errs[name] = relative_error(run_fused(probs[0], cfg, path=path), ref)
+            t = times[name]
+            t["gemms"].append(graph_time_us(
+                [lambda p=p, c=cfg, a=path: run_gemms(p, c, path=a) for p in seq]))  # fmt: skip
+            t["fused"].append(graph_time_us(
+                [lambda p=p, c=cfg, a=path: run_fused(p, c, path=a) for p in seq]))  # fmt: skip
+    us = {k: {kk: statistics.median(vv) for kk, vv in v.items()} for k, v in times.items()}
+    return us, {"samples": times, "rel_err": errs}
+
+
 def _set_b_tma(value: bool | None) -> None:
     sys.modules["cellbench.kernels.fused_moe"].B_OPERAND_TMA = value
 
@@ -245,29 +267,15 @@ def variants(label: str, shape: MoEShape, table: dict, ms: list[int], rounds: in
         cfg = nearest_config(table, m)
         probs, seq = input_sets(shape, m, base)
         ref = torch_moe_reference(probs[0])
-        vs = _variants_for(fp8, m)
-        times: dict[str, dict[str, list[float]]] = {v[0]: {"gemms": [], "fused": []} for v in vs}
-        errs = {}
-        for r in range(rounds):
-            for name, path, tma in vs if r % 2 == 0 else vs[::-1]:
-                _set_b_tma(tma)
-                if r == 0:
-                    errs[name] = relative_error(run_fused(probs[0], cfg, path=path), ref)
-                t = times[name]
-                t["gemms"].append(
-                    graph_time_us([lambda p=p, c=cfg, a=path: run_gemms(p, c, path=a) for p in seq])
-                )
-                t["fused"].append(graph_time_us(
-                    [lambda p=p, c=cfg, a=path: run_fused(p, c, path=a) for p in seq]))  # fmt: skip
+        entries = [(name, lambda t=tma: _set_b_tma(t), cfg, path)
+                   for name, path, tma in _variants_for(fp8, m)]  # fmt: skip
+        us, extra = side_by_side(probs, seq, ref, entries, rounds)
         _set_b_tma(None)
-        row = {"dtype": label, "M": m, "config": cfg,
-               "us": {k: {kk: statistics.median(vv) for kk, vv in v.items()}
-                      for k, v in times.items()},
-               "samples": times, "rel_err": errs}  # fmt: skip
+        row = {"dtype": label, "M": m, "config": cfg, "us": us, **extra}
         out.append(row)
         print(f"  variants {label} M={m}: " + "  ".join(
-            f"{k} gemms {v['gemms']:.1f} fused {v['fused']:.1f} err {errs[k]:.1e}"
-            for k, v in row["us"].items()), flush=True)  # fmt: skip
+            f"{k} gemms {v['gemms']:.1f} fused {v['fused']:.1f} err {extra['rel_err'][k]:.1e}"
+            for k, v in us.items()), flush=True)  # fmt: skip
         del probs, seq
         torch.cuda.empty_cache()
     return out
@@ -374,23 +382,13 @@ def decode_vs_grouped(
                  for kn in kernels if swept[kn, m]["top"]]  # fmt: skip
         paths += [("grouped", "grouped", DECODE_KERNEL_DEFAULT, shipped),
                   (f"decode-{kernels[0]}-shipped", "decode", kernels[0], shipped)]  # fmt: skip
-        times = {v[0]: {"gemms": [], "fused": []} for v in paths}
-        errs = {}
-        for r in range(rounds):
-            for name, path, kn, cfg in paths if r % 2 == 0 else paths[::-1]:
-                _set_decode_kernel(kn)
-                if r == 0:
-                    errs[name] = relative_error(run_fused(probs[0], cfg, path=path), ref)
-                t = times[name]
-                t["gemms"].append(graph_time_us(
-                    [lambda p=p, c=cfg, a=path: run_gemms(p, c, path=a) for p in seq]))  # fmt: skip
-                t["fused"].append(graph_time_us(
-                    [lambda p=p, c=cfg, a=path: run_fused(p, c, path=a) for p in seq]))  # fmt: skip
+        entries = [(name, lambda k=kn: _set_decode_kernel(k), cfg, path)
+                   for name, path, kn, cfg in paths]  # fmt: skip
+        us, extra = side_by_side(probs, seq, ref, entries, rounds)
         _set_decode_kernel(DECODE_KERNEL_DEFAULT)
-        us = {k: {kk: statistics.median(vv) for kk, vv in v.items()} for k, v in times.items()}
+        errs = extra["rel_err"]
         row = {"M": m, "floor_us": floor, "configs": {n: c for n, _, _, c in paths}, "us": us,
-               "roof_gemms": {k: floor / v["gemms"] for k, v in us.items()},
-               "samples": times, "rel_err": errs,
+               "roof_gemms": {k: floor / v["gemms"] for k, v in us.items()}, **extra,
                "sweep": {kn: swept[kn, m] for kn in kernels}}  # fmt: skip
         out.append(row)
         print(f"  decode vs grouped M={m} (floor {floor:.1f} us): " + "  ".join(
@@ -399,25 +397,6 @@ def decode_vs_grouped(
         del probs, seq
         torch.cuda.empty_cache()
     return out
-
-
-def side_by_side(probs, seq, ref, entries, rounds: int = 3) -> tuple[dict, dict]:
-    """Rounds of A B C.. / ..C B A graph timings of the two GEMMs and of the whole call.
-    entries: (name, setup, config), setup() puts the module settings of that variant in
-    place. Returns medians {name: {"gemms", "fused"}}, samples, and relative errors of the
-    first round's whole call against `ref`."""
-    times = {e[0]: {"gemms": [], "fused": []} for e in entries}
-    errs = {}
-    for r in range(rounds):
-        for name, setup, cfg in entries if r % 2 == 0 else entries[::-1]:
-            setup()
-            if r == 0:
-                errs[name] = relative_error(run_fused(probs[0], cfg), ref)
-            t = times[name]
-            t["gemms"].append(graph_time_us([lambda p=p, c=cfg: run_gemms(p, c) for p in seq]))
-            t["fused"].append(graph_time_us([lambda p=p, c=cfg: run_fused(p, c) for p in seq]))
-    us = {k: {kk: statistics.median(vv) for kk, vv in v.items()} for k, v in times.items()}
-    return us, {"samples": times, "rel_err": errs}
 
 
 def chain_variants(label: str, shape: MoEShape, table: dict, ms: list[int], rounds: int = 3):
@@ -434,7 +413,8 @@ def chain_variants(label: str, shape: MoEShape, table: dict, ms: list[int], roun
         if shipped["BLOCK_SIZE_N"] <= 64:  # wider tiles than 128 can overflow shared memory
             cfgs.append(("bn_x2", dict(shipped, BLOCK_SIZE_N=2 * shipped["BLOCK_SIZE_N"])))
         for cname, cfg in cfgs:
-            entries = [(name, lambda on=on: _set_chain(on), cfg) for name, on in CHAIN_VARIANTS]
+            entries = [(name, lambda on=on: _set_chain(on), cfg, "auto")
+                       for name, on in CHAIN_VARIANTS]  # fmt: skip
             us, extra = side_by_side(probs, seq, ref, entries, rounds)
             _set_chain(None)
             row = {"dtype": label, "M": m, "config_name": cname, "config": cfg, "us": us, **extra}
@@ -497,7 +477,7 @@ def persistent_variants(label: str, shape: MoEShape, table: dict, ms: list[int],
                     continue
                 finally:
                     _set_persistent((), True)
-                entries.append((name, lambda g=g, f=f: _set_persistent(g, f), cfg))
+                entries.append((name, lambda g=g, f=f: _set_persistent(g, f), cfg, "auto"))
             if len(entries) < 2:
                 continue
             try:

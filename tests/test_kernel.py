@@ -521,6 +521,10 @@ def test_make_problem_routing_and_determinism() -> None:
     # weights ~ N(0, 1/fan_in)
     assert 0.8 < float(a.w1.float().std() * 64**0.5) < 1.2
     assert 0.8 < float(a.w2.float().std() * 32**0.5) < 1.2
+    # w2 continues w1's random stream, it does not repeat it (undo the 1/sqrt(fan_in) scales)
+    head = 256
+    w1_head = a.w1.flatten()[:head].float() * 64**0.5
+    assert not torch.allclose(a.w2.flatten()[:head].float() * 32**0.5, w1_head)
     assert all(len(set(row)) == 2 for row in a.topk_ids.tolist())
     assert (
         a.topk_ids.dtype == torch.int32 and a.w1.shape == (8, 64, 64) and a.w2.shape == (8, 64, 32)

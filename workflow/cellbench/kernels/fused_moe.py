@@ -1079,9 +1079,9 @@ def _decode_sync(device: torch.device, pairs: int) -> torch.Tensor:
 # measured in runs 8-11) or "slice" (`_moe_decode_slice_kernel`: each program owns a slice
 # of intermediate columns through both GEMMs and adds its share of the output atomically; no
 # waiting, the top-k sum included; results vary in the last bits). H200, run 11, best
-# configs, whole call: slice 26.0 / 45.5 / 74.8 us at M=1/2/4, ticket 28.4 / 44.6 / 76.3.
-# The default stays "ticket" until a second machine confirms (one run so far, and it loses
-# at M=2).
+# configs, whole call: slice 26.0 / 45.5 / 74.8 us at M=1/2/4, ticket 28.4 / 44.6 / 76.3;
+# run 12 on another H200 gave the same order. The default stays "ticket": the slice kernel
+# loses at M=2, and choosing it per M needs a rule in `m_dependent_choices`, not written.
 DECODE_KERNEL = "ticket"
 
 # The slice kernel's fp32 accumulator rows and per-token counts, per (device, tokens, K);
@@ -1529,12 +1529,8 @@ def make_problem(
     gen = torch.Generator(device="cpu").manual_seed(seed)
     e, n, k, topk = shape.num_experts, shape.intermediate_size, shape.hidden_size, shape.topk
 
-    def randn(*size: int, scale: float = 1.0) -> torch.Tensor:
-        return (torch.randn(*size, generator=gen) * scale).to(dev)
-
-    def randn_on_device(*size: int, scale: float) -> torch.Tensor:
-        wgen = torch.Generator(device=dev).manual_seed(seed) if dev.type != "cpu" else gen
-        return torch.randn(*size, generator=wgen, device=dev).mul_(scale)
+    def randn(*size: int) -> torch.Tensor:
+        return torch.randn(*size, generator=gen).to(dev)
 
     x = randn(m, k).to(act)
     logits = randn(m, e)
@@ -1549,8 +1545,10 @@ def make_problem(
             )
         wf = weights_from
         return MoEProblem(shape, m, name, x, wf.w1, wf.w2, tw, ids.to(torch.int32), wf.quant)
-    w1f = randn_on_device(e, 2 * n, k, scale=k**-0.5)
-    w2f = randn_on_device(e, k, n, scale=n**-0.5)
+    # drawn on the device; one generator for both (a fresh one each would repeat w1's stream)
+    wgen = torch.Generator(device=dev).manual_seed(seed) if dev.type != "cpu" else gen
+    w1f = torch.randn(e, 2 * n, k, generator=wgen, device=dev).mul_(k**-0.5)
+    w2f = torch.randn(e, k, n, generator=wgen, device=dev).mul_(n**-0.5)
     quant = None
     if shape.dtype == "fp8_w8a8":
         w1, s1 = _quantise_weight(w1f, shape.block_shape)

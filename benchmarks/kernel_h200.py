@@ -440,9 +440,24 @@ PERSISTENT_VARIANTS = [
 PERSISTENT_EXTRA_CONFIGS = [_cfg(128, 256, 64, 16, 8, 4), _cfg(128, 256, 64, 16, 8, 3)]
 
 
-def _set_persistent(gemms: tuple[int, ...], flatten: bool) -> None:
+_PERSISTENT_NAMES = ("PERSISTENT_GEMMS", "PERSISTENT_FLATTEN", "PERSISTENT_MIN_PAIRS",
+                     "PERSISTENT_QUANTISED")  # fmt: skip
+
+
+def _persistent_settings() -> tuple:
     fm = sys.modules["cellbench.kernels.fused_moe"]
-    fm.PERSISTENT_GEMMS, fm.PERSISTENT_FLATTEN, fm.PERSISTENT_MIN_PAIRS = gemms, flatten, 1
+    return tuple(getattr(fm, n) for n in _PERSISTENT_NAMES)
+
+
+def _restore_persistent(saved: tuple) -> None:
+    fm = sys.modules["cellbench.kernels.fused_moe"]
+    for n, v in zip(_PERSISTENT_NAMES, saved, strict=True):
+        setattr(fm, n, v)
+
+
+def _set_persistent(gemms: tuple[int, ...], flatten: bool) -> None:
+    """One variant at every pair count and dtype (the module's rule has limits on both)."""
+    _restore_persistent((gemms, flatten, 1, True))
 
 
 def persistent_variants(label: str, shape: MoEShape, table: dict, ms: list[int], ceil: dict,
@@ -454,6 +469,7 @@ def persistent_variants(label: str, shape: MoEShape, table: dict, ms: list[int],
     fp8 = shape.dtype is not None
     base = make_problem(shape, 1, "bf16", "cuda", seed=1)
     out = []
+    saved = _persistent_settings()  # the module's rule, restored at the end
     _set_chain(False)
     for m in ms:
         probs, seq = input_sets(shape, m, base)
@@ -476,14 +492,14 @@ def persistent_variants(label: str, shape: MoEShape, table: dict, ms: list[int],
                           f"{e}"[:400])  # fmt: skip
                     continue
                 finally:
-                    _set_persistent((), True)
+                    _restore_persistent(saved)
                 entries.append((name, lambda g=g, f=f: _set_persistent(g, f), cfg, "auto"))
             if len(entries) < 2:
                 continue
             try:
                 us, extra = side_by_side(probs, seq, ref, entries, rounds)
             finally:
-                _set_persistent((), True)
+                _restore_persistent(saved)
             row = {"dtype": label, "M": m, "config_name": cname, "config": cfg, "us": us,
                    "matmul_frac_gemms": {k: roof["t_flop_us"] / v["gemms"]
                                          for k, v in us.items()}, **extra}  # fmt: skip

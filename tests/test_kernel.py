@@ -177,6 +177,20 @@ def test_persistent_gemms_give_the_one_tile_result(
     assert torch.equal(run_fused(p, config, path="grouped"), plain), f"seed {seed}"
 
 
+def test_persistence_rule(monkeypatch) -> None:
+    """Both GEMMs run persistent from 8192 pairs (M=1024 at top-8, what run 18 measured),
+    unquantised only, and never where kernels are chained."""
+    fm = sys.modules["cellbench.kernels.fused_moe"]
+    q = QuantArgs("fp8_w8a8", torch.ones(1), torch.ones(1))
+    assert fm.m_dependent_choices(1024, 8, None)[3] == (True, True)
+    assert fm.m_dependent_choices(512, 8, None)[3] == (False, False)
+    assert fm.m_dependent_choices(4096, 8, q)[3] == (False, False)
+    monkeypatch.setattr(fm, "PERSISTENT_QUANTISED", True)
+    assert fm.m_dependent_choices(4096, 8, q)[3] == (True, True)
+    monkeypatch.setattr(fm, "CHAIN_KERNELS", True)  # forced chaining wins
+    assert fm.m_dependent_choices(4096, 8, None)[3] == (False, False)
+
+
 @pytest.mark.skipif(DEVICE == "cpu", reason="the Triton interpreter's bf16 tl.dot is unusable")
 @pytest.mark.parametrize("m", [1, 5, 33])
 def test_fused_bf16_on_gpu(m: int) -> None:

@@ -780,18 +780,27 @@ def _chain(x: Any, pairs: int) -> bool:
 
 
 # Grouped GEMMs that run persistent (`_moe_gemm_kernel` with PERSISTENT: one program per SM
-# looping over the tiles) in calls of at least PERSISTENT_MIN_PAIRS (token, expert) pairs:
-# 1 and/or 2. Experimental, off by default: no side-by-side timing has adopted it yet
-# (benchmarks/kernel_h200.py --persistent-ms compares it). Never with chaining, which is
-# for small calls.
-PERSISTENT_GEMMS: tuple[int, ...] = ()
-PERSISTENT_MIN_PAIRS = 4096
+# looping over the tiles, the tile loop flattened into the pipeline) in calls of at least
+# PERSISTENT_MIN_PAIRS (token, expert) pairs: 1 and/or 2. Adopted for both GEMMs from 8192
+# pairs (M >= 1024 at top-8) by run 18 on the H200, side by side with one tile per program:
+# M=4096 two GEMMs 718.8 / 706.8 us against 768.6 / 772.7 (two configs; 55-56 % of the
+# matmul ceiling against 51 %), M=1024 even or better. Unquantised calls only until fp8 is
+# measured the same way (benchmarks/kernel_h200.py --persistent-ms). Never with chaining,
+# which is for small calls.
+PERSISTENT_GEMMS: tuple[int, ...] = (1, 2)
+PERSISTENT_MIN_PAIRS = 8192
 PERSISTENT_FLATTEN = True  # let Triton pipeline across the tile loop
+PERSISTENT_QUANTISED = False  # fp8 calls too
 
 
-def _persistent(gemm: int, pairs: int) -> bool:
+def _persistent(gemm: int, pairs: int, quantised: bool) -> bool:
     """Whether GEMM `gemm` (1 or 2) of a call with `pairs` pairs runs persistent."""
-    return gemm in PERSISTENT_GEMMS and pairs >= PERSISTENT_MIN_PAIRS
+    return (
+        gemm in PERSISTENT_GEMMS
+        and pairs >= PERSISTENT_MIN_PAIRS
+        and (PERSISTENT_QUANTISED or not quantised)
+        and not _chain_pairs(pairs)
+    )
 
 
 @functools.cache
@@ -940,7 +949,7 @@ def _gemm(
         sa, sw = a_scale.stride(), w_scale.stride()
     use_desc = _use_b_descriptor(w, config, topk_weights.numel())
     # GEMM 2 is the one that applies the routing weight
-    persistent = _persistent(2 if mul_routed_weight else 1, topk_weights.numel())
+    persistent = _persistent(2 if mul_routed_weight else 1, topk_weights.numel(), quant is not None)
     if persistent:
         if wait_prev or launch_next:
             raise ValueError("persistent GEMMs are never chained (see PERSISTENT_GEMMS)")
@@ -1050,7 +1059,8 @@ def m_dependent_choices(
     GEMMs run persistent. Calls whose choices differ run differently compiled kernels (the
     tuner counts compiles by it)."""
     pairs = m * topk
-    persistent = (_persistent(1, pairs), _persistent(2, pairs))
+    q = quant is not None
+    persistent = (_persistent(1, pairs, q), _persistent(2, pairs, q))
     return kernel_path(m, quant), _tma_pairs(pairs), _chain_pairs(pairs), persistent
 
 

@@ -239,32 +239,6 @@ def test_compile_pool_warms_configs_in_worker_processes() -> None:
     pool.close()  # a second close (the CLI closes before measuring ceilings) does nothing
 
 
-@pytest.mark.parametrize("start", ["forkserver", "spawn"])
-def test_compile_pool_workers_take_the_creators_environment(
-    monkeypatch: pytest.MonkeyPatch, start: str
-) -> None:
-    """Workers forked from the fork server (started by an earlier pool, with the environment
-    of that moment) see the environment the pool was created with: a run that moves
-    TRITON_CACHE_DIR between pools must not compile into the old cache."""
-    from cellbench.shapes import MoEShape
-    from cellbench.tuner import compilepool
-
-    monkeypatch.setenv("CELLBENCH_COMPILE_START", start)
-    shape = MoEShape(num_experts=8, intermediate_size=32, hidden_size=64, topk=2).to_dict()
-    seen = []
-    for value in ("first", "second"):
-        monkeypatch.setenv("CELLBENCH_TEST_MARK", value)
-        pool = compilepool.CompilePool(1, "builtin", shape, "fp32", -1)
-        try:
-            seen.append(pool._ex.submit(compilepool._worker_env, "CELLBENCH_TEST_MARK").result())
-        finally:
-            pool.close()
-    assert seen == ["first", "second"]
-    monkeypatch.setenv("CELLBENCH_COMPILE_START", "fork")
-    with pytest.raises(ValueError, match="CELLBENCH_COMPILE_START='fork'"):
-        compilepool.CompilePool(1, "builtin", shape, "fp32", -1)
-
-
 def test_compile_pool_sends_guesses_only_to_idle_workers() -> None:
     """Speculative warm-ups wait in the pool while the workers are busy: a needed warm-up
     queued later runs before every guess still waiting, and a waiting guess that becomes

@@ -10,13 +10,6 @@ dtypes, alignment) is the same. vLLM's kernel has no compile-only entry point, s
 worker builds the backend and runs the candidate once on a problem of the same batch size.
 A worker that hits a compile error just reports it; the main process meets the same error
 when it times the config and logs it as a failure.
-
-Workers are forked from a fork server that has imported torch and triton once (CUDA is only
-initialised in each worker), instead of each of them importing both from scratch: with 15
-spawned workers the start-up was most of the first batch size's wait once the weights were
-drawn on the GPU (run 18: setup 1.4 s, M=1 10.1 s). CELLBENCH_COMPILE_START=spawn goes back
-to spawned workers. The fork server's environment is the one of its start, so each worker
-takes the environment the pool was created with (TRITON_CACHE_DIR and the like).
 """
 
 from __future__ import annotations
@@ -36,33 +29,7 @@ __all__ = ["CompilePool"]
 _W: dict[str, Any] = {}
 
 
-START_METHODS = ("forkserver", "spawn")  # never fork: the parent has initialised CUDA
-
-
-def _context() -> mp.context.BaseContext:
-    """How workers start (see the module docstring); the fork server imports torch, triton."""
-    method = os.environ.get("CELLBENCH_COMPILE_START", "forkserver")
-    if method not in START_METHODS:
-        raise ValueError(f"CELLBENCH_COMPILE_START={method!r}: expected one of {START_METHODS}")
-    if method not in mp.get_all_start_methods():
-        method = "spawn"
-    ctx = mp.get_context(method)
-    if method == "forkserver":
-        ctx.set_forkserver_preload(["torch", "triton"])  # no effect once the server runs
-    return ctx
-
-
-def _init(
-    backend_name: str,
-    shape_dict: dict[str, Any],
-    act_dtype: str,
-    device_index: int,
-    env: dict[str, str] | None = None,
-):
-    if env is not None:  # the pool creator's environment, not the fork server's
-        for k in set(os.environ) - set(env):
-            del os.environ[k]
-        os.environ.update(env)
+def _init(backend_name: str, shape_dict: dict[str, Any], act_dtype: str, device_index: int):
     import torch
 
     from ..shapes import MoEShape
@@ -87,11 +54,6 @@ def _init(
 def _ready() -> bool:
     """A no-op: submitting one per worker makes the executor start its processes now."""
     return True
-
-
-def _worker_env(name: str) -> str | None:
-    """An environment variable as a worker sees it (for tests of the start-up)."""
-    return os.environ.get(name)
 
 
 def _warm(m: int, cfg: dict[str, int]) -> tuple[bool, str, float]:
@@ -137,8 +99,7 @@ class CompilePool:
     ):
         if workers < 1:
             raise ValueError(f"workers={workers} must be >= 1")
-        initargs = (backend_name, shape_dict, act_dtype, device_index, dict(os.environ))
-        self._ex = self._executor(workers, initargs)
+        self._ex = self._executor(workers, (backend_name, shape_dict, act_dtype, device_index))
         self._workers = workers
         self._futures: dict[tuple[int, str], cf.Future] = {}
         # speculative warm-ups not sent yet, in order. _lock guards them, the futures and the
@@ -163,7 +124,7 @@ class CompilePool:
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         return cf.ProcessPoolExecutor(
             max_workers=workers,
-            mp_context=_context(),
+            mp_context=mp.get_context("spawn"),  # CUDA cannot be forked
             initializer=_init,
             initargs=initargs,
         )

@@ -59,16 +59,20 @@ REPLAY_METHOD = "replay-of-recorded-samples"
 
 
 @contextlib.contextmanager
-def _kernel_rules_as_on_cuda() -> Iterator[None]:
+def _kernel_rules_as_on_cuda(persistent: bool) -> Iterator[None]:
     """The kernel path rule as on a CUDA GPU, for the duration (under the interpreter the
-    few-token path is off, which would change what the search sees at M <= 4)."""
+    few-token path is off, which would change what the search sees at M <= 4); persistent
+    GEMMs as the module's rule has them, or off for logs recorded before that rule (runs
+    15-16): they decide which batch sizes share compiled kernels."""
     fm = sys.modules["cellbench.kernels.fused_moe"]
-    before = fm.DECODE_MAX_TOKENS
+    before = fm.DECODE_MAX_TOKENS, fm.PERSISTENT_GEMMS
     fm.DECODE_MAX_TOKENS = fm.DECODE_RULE_MAX_TOKENS
+    if not persistent:
+        fm.PERSISTENT_GEMMS = ()
     try:
         yield
     finally:
-        fm.DECODE_MAX_TOKENS = before
+        fm.DECODE_MAX_TOKENS, fm.PERSISTENT_GEMMS = before
 
 
 class ReplayBackend(BuiltinBackend):
@@ -195,13 +199,14 @@ def replay(
 
 
 def evaluate(
-    path: Path, seeds: int, dtype: str | None = None, **options: Any
+    path: Path, seeds: int, dtype: str | None = None, persistent: bool = False, **options: Any
 ) -> list[dict[str, Any]]:
     """Replay default mode `seeds` times on the exhaustive log at `path`; one row per M.
-    `options` override TuneOptions fields (e.g. compile_budget=(16, 4))."""
+    `persistent`: the log was recorded with persistent GEMMs (kernel rule of commit 450047a
+    on); `options` override TuneOptions fields (e.g. compile_budget=(16, 4))."""
     dtype = dtype or ("fp8" if "fp8" in path.name else "bf16")
     records = read_records(path)
-    with _kernel_rules_as_on_cuda():
+    with _kernel_rules_as_on_cuda(persistent):
         recorded = recorded_samples(records, ReplayBackend(SHAPES[dtype]))
         ms = sorted({m for m, _ in recorded})
         runs = [replay(dtype, recorded, ms, seed, **options) for seed in range(seeds)]
@@ -232,13 +237,18 @@ def main() -> int:
     ap.add_argument("--seeds", type=int, default=20)
     ap.add_argument("--compile-budget", help="FIRST,LATER new kernels per batch size")
     ap.add_argument("--json", help="also write the rows here")
+    ap.add_argument(
+        "--persistent",
+        action="store_true",
+        help="the log was recorded with persistent GEMMs at large M (run 19 on)",
+    )
     args = ap.parse_args()
     path = Path(args.log)
     options = {}
     if args.compile_budget:
         first, later = (int(x) for x in args.compile_budget.split(","))
         options["compile_budget"] = (first, later)
-    rows = evaluate(path, args.seeds, args.dtype, **options)
+    rows = evaluate(path, args.seeds, args.dtype, args.persistent, **options)
     print(f"# search replay: {path.name}, {args.seeds} seeds; timings are draws from recorded "
           "samples, not GPU runs")  # fmt: skip
     print(f"{'M':>6} {'best us':>9} {'ratio med':>9} {'worst':>7} {'timed':>6} {'new':>5} "

@@ -377,6 +377,7 @@ def test_default_search_replayed_on_recorded_h200_timings(dtype: str, monkeypatc
     assert sorted(rows) == [1, 16, 64, 256, 1024, 4096]
     fm = sys.modules["cellbench.kernels.fused_moe"]
     assert fm.DECODE_MAX_TOKENS is None  # the replay put the CUDA path rule back
+    assert fm.PERSISTENT_GEMMS == (1, 2)  # and the persistence rule (off for these logs)
     for m, r in rows.items():
         assert statistics.median(r["ratios"]) <= (1.01 if m <= 256 else 1.03), (m, r)
         if dtype == "bf16" and m == 1:  # the few-token path: every distinct kernel, as exhaustive

@@ -220,6 +220,9 @@ class VllmBackend(BuiltinBackend):
     def kernel_path(self, problem: Any) -> str:
         return "grouped"  # vLLM's fused_experts: grouped GEMMs at every batch size
 
+    def m_specialisation(self, m: int) -> tuple[Any, ...]:
+        return ()  # the builtin kernel's path/TMA/chaining/persistence choices are not vLLM's
+
     def kernel_identity(self, m: int, config: dict[str, int]) -> str:
         from .spaces import config_key
 

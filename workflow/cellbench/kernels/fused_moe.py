@@ -784,7 +784,8 @@ def _chain(x: Any, pairs: int) -> bool:
 # PERSISTENT_MIN_PAIRS (token, expert) pairs: 1 and/or 2. Adopted for both GEMMs from 8192
 # pairs (M >= 1024 at top-8) by run 18 on the H200, side by side with one tile per program:
 # M=4096 two GEMMs 718.8 / 706.8 us against 768.6 / 772.7 (two configs; 55-56 % of the
-# matmul ceiling against 51 %), M=1024 even or better. Unquantised calls only until fp8 is
+# matmul ceiling against 51 %), M=1024 even or better; run 20's table with the rule in place:
+# 699.9 us, 56.4 % (benchmarks/NOTES-kernel.md). Unquantised calls only until fp8 is
 # measured the same way (benchmarks/kernel_h200.py --persistent-ms). Never with chaining,
 # which is for small calls.
 PERSISTENT_GEMMS: tuple[int, ...] = (1, 2)

@@ -436,6 +436,29 @@ def test_fp8_gemm_with_torch_quantised_activations(block, b_tma: bool, monkeypat
 
 
 @pytest.mark.parametrize("block", [None, (32, 32)], ids=["per-tensor", "block32"])
+def test_fp8_gemm_persistent_gives_the_one_tile_result(block, monkeypatch) -> None:
+    """The fp8 grouped GEMM run persistent (off by default for fp8: PERSISTENT_QUANTISED)
+    writes what one tile per program writes, bit for bit: what turning it on would rest on."""
+    fm = sys.modules["cellbench.kernels.fused_moe"]
+    monkeypatch.setattr(fm, "CHAIN_KERNELS", False)
+    seed = fresh_seed()
+    p = make_problem(MoEShape(8, 64, 128, 2, "fp8_w8a8", block), 5, "fp32", DEVICE, seed)
+    xq, xs = _torch_quant(p.hidden_states, block[1] if block else None)
+    cfg = CONFIGS[0]
+    align = moe_align_block_size(p.topk_ids, cfg["BLOCK_SIZE_M"], 8)
+    outs = []
+    for gemms in ((), (1,)):
+        monkeypatch.setattr(fm, "PERSISTENT_GEMMS", gemms)
+        monkeypatch.setattr(fm, "PERSISTENT_MIN_PAIRS", 1)
+        monkeypatch.setattr(fm, "PERSISTENT_QUANTISED", True)
+        c1 = torch.full((10, 128), float("nan"), device=DEVICE)
+        _gemm(xq, xs, p.w1, p.quant.w1_scale, c1, p.topk_weights, align, 2, False, cfg, p.quant)
+        outs.append(c1)
+    assert fm.m_dependent_choices(5, 2, p.quant)[3] == (True, False)
+    assert torch.isfinite(outs[0]).all() and torch.equal(outs[0], outs[1]), f"seed {seed}"
+
+
+@pytest.mark.parametrize("block", [None, (32, 32)], ids=["per-tensor", "block32"])
 def test_fp8_quant_kernels(block) -> None:
     seed = fresh_seed()
     # 96 columns: three groups of 32, so a program's group tile is partly masked.

@@ -173,6 +173,8 @@ def fmt(v, nd=2):
 
 
 def _cost_line(name: str, s: dict) -> str:
+    from cellbench.tuner.cli import worker_line
+
     if s.get("failed"):
         return f"{name}: FAILED (rc {s.get('rc')})"
     sec, c = s["seconds"], s["counts"]
@@ -183,6 +185,11 @@ def _cost_line(name: str, s: dict) -> str:
         f"workers {sec.get('compile_wait', 0):.1f} s; "
         f"timed {c['timed']}, pruned {c['pruned']}, failed {c['failed']}; "
         f"complete={s.get('complete')} skipped={s.get('skipped_batch_sizes')}"
+        + (
+            f"\n{'':>12}{worker_line(w)}"
+            if (w := s.get("compile_workers")) and "ready" in w
+            else ""
+        )
     )
 
 

@@ -657,6 +657,54 @@ def test_warm_config_compiles_what_the_real_call_uses(tmp_path: Path, m: int, bl
     assert _compiled(tmp_path / "cache") == warmed, "the real call compiled its kernel again"
 
 
+@pytest.mark.skipif(DEVICE == "cpu", reason="needs a GPU: the real call must load the binary")
+@pytest.mark.parametrize(
+    "m, block",
+    [(1, False), (64, False), (2048, False), (64, True)],
+    ids=["decode", "grouped", "persistent", "fp8-block"],
+)
+def test_compile_only_worker_compiles_what_the_real_call_uses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, m: int, block: bool
+) -> None:
+    """The tuner's compile-only workers never open the GPU (told its capability and SM count
+    by this process); the real call in another process then finds every config-dependent
+    kernel they compiled in the cache and compiles none of them again. M=2048 at top-4 is
+    8192 pairs: the persistent GEMMs, whose grid depends on the SM count."""
+    from cellbench.kernels.fused_moe import device_facts
+    from cellbench.tuner.compilepool import CompilePool
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(cache))
+    shape = (
+        MoEShape(16, 256, 512, 4, "fp8_w8a8", (128, 128)) if block else MoEShape(16, 256, 512, 4)
+    )
+    cfg = {
+        "BLOCK_SIZE_M": 16,
+        "BLOCK_SIZE_N": 64,
+        "BLOCK_SIZE_K": 128,
+        "GROUP_SIZE_M": 1,
+        "num_warps": 4,
+        "num_stages": 3,
+    }  # fmt: skip  (the config _WARM_SCRIPT runs)
+    pool = CompilePool(1, "builtin", shape.to_dict(), "bf16", 0, compile_only=True)
+    try:
+        assert pool.compile_only
+        pool.assume_device(*device_facts("cuda:0"))
+        pool.prefetch(m, [cfg])
+        pool.wait(m, cfg)
+        ok, msg = next(iter(pool._futures.values())).result()[:2]
+    finally:
+        pool.close()
+    assert ok, msg
+    warmed = _compiled(cache)
+    assert warmed, "the compile-only worker compiled nothing"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "workflow")}
+    kind = "block" if block else "bf16"
+    subprocess.run([sys.executable, "-c", _WARM_SCRIPT, "run", str(m), kind], env=env,
+                   check=True, timeout=300)  # fmt: skip
+    assert _compiled(cache) == warmed, "the real call compiled its kernel again"
+
+
 def test_decode_launch_key_names_what_the_kernel_reads(monkeypatch) -> None:
     """The tuner screens one config per distinct few-token launch: BLOCK_SIZE_M and
     GROUP_SIZE_M never matter there; BLOCK_SIZE_N below 32 gives the slice kernel the same

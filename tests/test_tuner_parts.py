@@ -239,6 +239,42 @@ def test_compile_pool_warms_configs_in_worker_processes() -> None:
     pool.close()  # a second close (the CLI closes before measuring ceilings) does nothing
 
 
+def test_compile_only_worker_builds_cuda_binaries_without_a_gpu(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A compile-only worker never opens the GPU: told the device's facts by the main process,
+    it compiles the builtin GEMM for sm_90 with Triton's real compiler (ptxas included) on
+    this machine, which has no GPU and no CUDA driver. The binaries land in Triton's cache,
+    where the owning process's launch finds them (checked on the H200:
+    benchmarks/compile_workers_h200.py). A config the kernel rejects is reported, not raised."""
+    from cellbench.shapes import MoEShape
+    from cellbench.tuner.compilepool import CompilePool
+
+    cache = tmp_path / "triton-cache"
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(cache))
+    shape = MoEShape(num_experts=8, intermediate_size=128, hidden_size=256, topk=2)
+    good = _cfg(16, 64, 64, g=1)
+    bad = {**_cfg(16, 64, 64, g=1), "num_warps": 3}  # not a power of two
+    pool = CompilePool(1, "builtin", shape.to_dict(), "bf16", 0, compile_only=True)
+    assert pool.compile_only
+    try:
+        pool.assume_device((9, 0), 132)
+        pool.prefetch(64, [good, bad])
+        pool.wait(64, good)
+        pool.wait(64, bad)
+        results = {k: f.result() for (_, k), f in pool._futures.items()}
+        startup = pool.startup()
+    finally:
+        pool.close()
+    ok, msg = results[spaces.config_key(good)][:2]
+    assert ok, msg
+    assert not results[spaces.config_key(bad)][0]
+    cubins = [p.name for p in cache.rglob("*.cubin")]
+    assert cubins and all(n.startswith("_moe_gemm_kernel") for n in cubins), cubins
+    assert startup["workers"] == 1
+    assert 0 <= startup["worker_started"] <= startup["torch_imported"] <= startup["ready"]
+
+
 def test_compile_pool_sends_guesses_only_to_idle_workers() -> None:
     """Speculative warm-ups wait in the pool while the workers are busy: a needed warm-up
     queued later runs before every guess still waiting, and a waiting guess that becomes

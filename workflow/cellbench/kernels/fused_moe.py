@@ -718,13 +718,35 @@ B_OPERAND_TMA: bool | None = None
 TMA_MIN_PAIRS = 64
 
 
+# Facts about a GPU stated by the process that owns it, for processes that only compile
+# kernels for it and never open it (see `assume_device`): device -> (capability, SM count).
+_ASSUMED_DEVICES: dict[torch.device, tuple[tuple[int, int], int]] = {}
+
+
+def assume_device(device: Any, capability: tuple[int, int], sm_count: int) -> None:
+    """Answer the kernels' questions about `device` (compute capability, SM count) from the
+    given facts instead of asking the driver: a compile-only process that takes them from
+    the owning process compiles the same kernels without creating a CUDA context."""
+    _ASSUMED_DEVICES[torch.device(device)] = ((int(capability[0]), int(capability[1])),
+                                              int(sm_count))  # fmt: skip
+    _cuda_sm90.cache_clear()
+    _programs_per_wave.cache_clear()
+
+
+def device_facts(device: Any) -> tuple[tuple[int, int], int]:
+    """(compute capability, SM count) of a CUDA device: what `assume_device` takes."""
+    dev = torch.device(device)
+    if dev in _ASSUMED_DEVICES:
+        return _ASSUMED_DEVICES[dev]
+    props = torch.cuda.get_device_properties(dev)
+    return (props.major, props.minor), props.multi_processor_count
+
+
 @functools.cache
 def _cuda_sm90(device: torch.device) -> bool:
     """CUDA capability >= 9: TMA and programmatic dependent launch (asked once per device:
     this sits on every GEMM launch)."""
-    return not getattr(torch.version, "hip", None) and (
-        torch.cuda.get_device_capability(device)[0] >= 9
-    )
+    return not getattr(torch.version, "hip", None) and device_facts(device)[0][0] >= 9
 
 
 def _use_b_descriptor(w: torch.Tensor, config: dict[str, Any], pairs: int) -> bool:
@@ -810,7 +832,7 @@ def _programs_per_wave(device: torch.device) -> int:
     that cannot be asked, so that each program still loops over several tiles)."""
     if interpreter_active() or device.type != "cuda":
         return 4
-    return torch.cuda.get_device_properties(device).multi_processor_count
+    return device_facts(device)[1]
 
 
 def _b_descriptor(w: torch.Tensor, config: dict[str, Any]) -> Any:

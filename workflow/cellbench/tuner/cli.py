@@ -408,6 +408,10 @@ def _run_device(plan: Plan, batch_sizes: list[int], device_index: int) -> dict[s
         if plan.on_gpu:
             torch.cuda.set_device(device_index)
             device = torch.device("cuda", device_index)
+            if pool is not None and pool.compile_only:
+                from ..kernels.fused_moe import device_facts
+
+                pool.assume_device(*device_facts(device))
         else:
             device = torch.device("cpu")
             torch.set_num_threads(max(os.cpu_count() or 1, 1))
@@ -450,8 +454,13 @@ def _run_device(plan: Plan, batch_sizes: list[int], device_index: int) -> dict[s
     stats.setup_s = setup_s
     if pool is not None:
         stats.compile_wait_s = pool.wait_s
+    workers = None
+    if pool is not None:  # start-up in seconds after the pool was created (see the pool)
+        workers = {k: round(v, 3) for k, v in pool.startup().items()}
+        workers["compile_only"] = pool.compile_only
     return {
         "entries": {str(m): d for m, d in details.items()},
+        "compile_workers": workers,
         "stats": stats.to_dict(),
         "wall_s": time.perf_counter() - t_wall,
         "space": {"name": space_name, "size": len(space)},
@@ -511,9 +520,10 @@ def _run_all(plan: Plan) -> dict[str, Any]:
         merged["entries"].update(r["entries"])
         for k, v in r["stats"].items():
             merged["stats"][k] = merged["stats"].get(k, 0) + v
-        merged["per_device"].append({"device_index": r["device_index"], "wall_s": r["wall_s"]})
-        for k in ("space", "limits", "ceilings", "timing", "compile_budget"):
-            merged.setdefault(k, r[k])
+        merged["per_device"].append({"device_index": r["device_index"], "wall_s": r["wall_s"],
+                                     "compile_workers": r.get("compile_workers")})  # fmt: skip
+        for k in ("space", "limits", "ceilings", "timing", "compile_budget", "compile_workers"):
+            merged.setdefault(k, r.get(k))
         merged["resumed_log_records"] = r["resumed_log_records"]
         merged.setdefault("skipped_batch_sizes", []).extend(r["skipped_batch_sizes"])
     return merged
@@ -603,7 +613,20 @@ def _human(summary: dict[str, Any]) -> str:
         f"{st['failed']} failed; seconds: wall {sec['wall']:.1f}, cpu {sec['cpu']:.1f}, "
         f"gpu {sec['gpu']:.1f}"
     )
+    w = summary.get("compile_workers")
+    if w and "ready" in w:
+        lines.append(worker_line(w))
     return "\n".join(lines)
+
+
+def worker_line(w: dict[str, Any]) -> str:
+    """One line on the compile workers' start-up (`compile_workers` of the summary)."""
+    return (
+        f"compile workers ({'compile-only' if w.get('compile_only') else 'each opens the GPU'}):"
+        f" ready {w['first_ready']:.1f}-{w['last_ready']:.1f} s after start (medians: process"
+        f" up {w['worker_started']:.1f}, torch {w['torch_imported']:.1f}, kernels"
+        f" {w['kernels_imported']:.1f}, ready {w['ready']:.1f})"
+    )
 
 
 def run(plan: Plan) -> dict[str, Any]:
@@ -658,6 +681,7 @@ def run(plan: Plan) -> dict[str, Any]:
             "setup": st.get("setup_s", 0.0),
             "compile_wait": st.get("compile_wait_s", 0.0),
         },
+        "compile_workers": res.get("compile_workers"),
         "space": res["space"],
         "hardware_limits": res["limits"],
         "ceilings": res["ceilings"],

@@ -10,6 +10,13 @@ dtypes, alignment) is the same. vLLM's kernel has no compile-only entry point, s
 worker builds the backend and runs the candidate once on a problem of the same batch size.
 A worker that hits a compile error just reports it; the main process meets the same error
 when it times the config and logs it as a failure.
+
+Builtin kernel on CUDA: the workers never open the GPU. Each one would otherwise create a
+CUDA context at start-up, fifteen at once on one device, before its first compile. Triton's
+JIT asks its driver three things when it only compiles (the target, the current device and
+stream), and the kernels ask two (compute capability, SM count): the main process states
+them (`CompilePool.assume_device`) and a worker answers from that. The cache key is the
+same as the main process's, so its launch finds the worker's binary.
 """
 
 from __future__ import annotations
@@ -18,49 +25,121 @@ import concurrent.futures as cf
 import multiprocessing as mp
 import os
 import resource
+import statistics
 import threading
 import time
 from typing import Any
 
 from .spaces import config_key
 
-__all__ = ["CompilePool"]
+__all__ = ["CompilePool", "COMPILE_ONLY_WORKERS"]
+
+# Default for CompilePool(compile_only=None); benchmarks/compile_workers_h200.py flips it to
+# compare start-ups.
+COMPILE_ONLY_WORKERS = True
 
 _W: dict[str, Any] = {}
 
 
-def _init(backend_name: str, shape_dict: dict[str, Any], act_dtype: str, device_index: int):
+def _is_hip() -> bool:
     import torch
 
+    return bool(getattr(torch.version, "hip", None))
+
+
+def _init(
+    backend_name: str,
+    shape_dict: dict[str, Any],
+    act_dtype: str,
+    device_index: int,
+    compile_only: bool,
+    started: float,
+):
+    phases = {"pool_created": started, "worker_started": time.time()}
+    if compile_only:
+        # compiled code, not the interpreter, and no question to CUDA from the kernels package
+        os.environ["TRITON_INTERPRET"] = "0"
+    import torch
+
+    phases["torch_imported"] = time.time()
     from ..shapes import MoEShape
 
     torch.set_num_threads(1)  # many workers share the cores
     device = "cpu"  # index -1: the CPU interpreter (only to exercise the pool)
     if device_index >= 0:
-        torch.cuda.set_device(device_index)
         device = f"cuda:{device_index}"
     shape = MoEShape.from_dict(shape_dict)
-    _W.update(shape=shape, act_dtype=act_dtype, device=device, problems={})
+    _W.update(shape=shape, act_dtype=act_dtype, device=device, problems={}, facts=None)
     if backend_name == "builtin":
         from ..kernels import warm_config
 
         _W["warm_config"] = warm_config
-    else:
+    phases["kernels_imported"] = time.time()
+    if device_index >= 0 and not compile_only:
+        torch.cuda.set_device(device_index)
+    if backend_name != "builtin":
         from .backends import make_backend
 
         _W["backend"] = make_backend(backend_name, shape, act_dtype, device)
+    phases["ready"] = time.time()
+    _W["phases"] = phases
 
 
-def _ready() -> bool:
-    """A no-op: submitting one per worker makes the executor start its processes now."""
-    return True
+def _take_phases() -> dict[str, float] | None:
+    """This worker's start-up timestamps, once (the pool gathers them from task results)."""
+    return _W.pop("phases", None)
 
 
-def _warm(m: int, cfg: dict[str, int]) -> tuple[bool, str, float]:
+class _CompileOnlyDriver:
+    """What Triton's JIT asks its driver when it compiles without launching (warm-up): the
+    target, the current device and stream. Loading or launching a kernel needs the real
+    driver, and a compile-only worker never does either."""
+
+    def __init__(self, target: Any, device_index: int):
+        self.target = target
+        self.device_index = device_index
+
+    def get_current_target(self) -> Any:
+        return self.target
+
+    def get_current_device(self) -> int:
+        return self.device_index
+
+    def get_current_stream(self, device: int | None = None) -> int:
+        return 0
+
+
+def _assume(facts: dict[str, Any]) -> None:
+    """Compile for the GPU the main process described, without opening it."""
+    import importlib
+
+    from triton.backends.compiler import GPUTarget
+    from triton.runtime.driver import driver
+
+    fused = importlib.import_module("cellbench.kernels.fused_moe")
+    cap = tuple(facts["capability"])
+    fused.assume_device(_W["device"], cap, facts["sm_count"])
+    target = GPUTarget("cuda", cap[0] * 10 + cap[1], 32)
+    driver.set_active(_CompileOnlyDriver(target, int(_W["device"].split(":")[1])))
+    _W["facts"] = facts
+
+
+def _ready() -> tuple[bool, str, float, dict[str, float] | None]:
+    """Nothing to do: submitting one per worker makes the executor start its processes now."""
+    return True, "", 0.0, _take_phases()
+
+
+def _warm(
+    m: int, cfg: dict[str, int], facts: dict[str, Any] | None = None
+) -> tuple[bool, str, float, dict[str, float] | None]:
     import torch
 
     r0 = resource.getrusage(resource.RUSAGE_SELF)
     try:
+        if facts is not None and _W["facts"] is None and "warm_config" in _W:
+            _assume(facts)
+        elif _W["facts"] is None and _W["device"] != "cpu" and not torch.cuda.is_initialized():
+            torch.cuda.set_device(_W["device"])  # compile-only, but told nothing: open it
         if "warm_config" in _W:
             _W["warm_config"](_W["shape"], m, _W["act_dtype"], cfg, _W["device"])
         else:
@@ -77,7 +156,7 @@ def _warm(m: int, cfg: dict[str, int]) -> tuple[bool, str, float]:
         ok, msg = False, f"{type(e).__name__}: {str(e)[:200]}"
     r1 = resource.getrusage(resource.RUSAGE_SELF)
     cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
-    return ok, msg, cpu
+    return ok, msg, cpu, _take_phases()
 
 
 class CompilePool:
@@ -96,10 +175,21 @@ class CompilePool:
         shape_dict: dict[str, Any],
         act_dtype: str,
         device_index: int,
+        compile_only: bool | None = None,
     ):
+        """compile_only: workers that never open the GPU (see the module); None = wherever
+        that works (the builtin kernel on CUDA), False = each worker opens it."""
         if workers < 1:
             raise ValueError(f"workers={workers} must be >= 1")
-        self._ex = self._executor(workers, (backend_name, shape_dict, act_dtype, device_index))
+        if compile_only is None:
+            compile_only = COMPILE_ONLY_WORKERS
+        self.compile_only = bool(
+            compile_only and backend_name == "builtin" and device_index >= 0 and not _is_hip()
+        )
+        self.started = time.time()
+        self._ex = self._executor(workers, (backend_name, shape_dict, act_dtype, device_index,
+                                            self.compile_only, self.started))  # fmt: skip
+        self._facts: dict[str, Any] | None = None
         self._workers = workers
         self._futures: dict[tuple[int, str], cf.Future] = {}
         # speculative warm-ups not sent yet, in order. _lock guards them, the futures and the
@@ -114,10 +204,33 @@ class CompilePool:
         # the workers' imports (torch, triton, CUDA) would land in the first batch size's
         # compile wait instead of overlapping the main process's setup.
         with self._lock:
-            for _ in range(workers):
-                self._submit(_ready)
+            self._ready_futures = [self._submit(_ready) for _ in range(workers)]
 
     _warm_task = staticmethod(_warm)  # what a worker runs for one warm-up
+
+    def assume_device(self, capability: tuple[int, int], sm_count: int) -> None:
+        """State the GPU's facts for compile-only workers (call before the first warm-up;
+        without them a compile-only worker opens the GPU after all)."""
+        self._facts = {"capability": list(capability), "sm_count": int(sm_count)}
+
+    def startup(self) -> dict[str, float]:
+        """Worker start-up, in seconds after the pool was created (medians over the workers
+        heard from so far): process started, torch imported, kernels imported, ready
+        (GPU opened where the workers open it); 'first_ready' and 'last_ready' too."""
+        phases = []
+        for fut in list(self._futures.values()) + self._ready_futures:
+            if fut.done() and not fut.cancelled() and fut.exception() is None:
+                r = fut.result()
+                if len(r) > 3 and r[3]:
+                    phases.append(r[3])
+        if not phases:
+            return {}
+        out: dict[str, float] = {"workers": float(len(phases))}
+        for name in ("worker_started", "torch_imported", "kernels_imported", "ready"):
+            out[name] = statistics.median(p[name] - p["pool_created"] for p in phases)
+        ready = [p["ready"] - p["pool_created"] for p in phases]
+        out["first_ready"], out["last_ready"] = min(ready), max(ready)
+        return out
 
     @staticmethod
     def _executor(workers: int, initargs: tuple[Any, ...]) -> cf.Executor:
@@ -128,6 +241,9 @@ class CompilePool:
             initializer=_init,
             initargs=initargs,
         )
+
+    def _args(self, m: int, cfg: dict[str, int]) -> tuple[Any, ...]:
+        return (m, cfg) if self._facts is None else (m, cfg, self._facts)
 
     def _submit(self, fn: Any, *args: Any) -> cf.Future:
         """Send a task to the workers (caller holds _lock)."""
@@ -147,7 +263,7 @@ class CompilePool:
             while not self._closed and self._guesses and self._in_flight < self._workers:
                 k = next(iter(self._guesses))
                 m, cfg = self._guesses.pop(k)
-                self._futures[k] = self._submit(self._warm_task, m, cfg)
+                self._futures[k] = self._submit(self._warm_task, *self._args(m, cfg))
 
     def prefetch(self, m: int, configs: list[dict[str, int]], speculative: bool = False) -> None:
         """Queue warm-ups for `configs` at batch size m: needed ones are sent now (one that
@@ -161,7 +277,7 @@ class CompilePool:
                     self._guesses.setdefault(k, (m, cfg))
                 else:
                     self._guesses.pop(k, None)
-                    self._futures[k] = self._submit(self._warm_task, m, cfg)
+                    self._futures[k] = self._submit(self._warm_task, *self._args(m, cfg))
             self._feed()
 
     def queued(self, m: int) -> set[str]:

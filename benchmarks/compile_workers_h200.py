@@ -1,19 +1,21 @@
-"""Compile workers on one GPU: workers that open the GPU against compile-only workers.
+"""Compile workers on one GPU: three ways to start them, and whether their binaries are used.
 
 The tuner's compile pool starts `--workers` processes that warm up (compile) candidate
-configs while the main process times on the GPU. Before their first compile, workers that
-open the GPU each create a CUDA context, all at once on one device; compile-only workers
-take the device's facts from the main process instead (`tuner/compilepool.py`). This script
-times, for each kind in alternating order (A B B A ...), a fresh pool with an empty Triton
-cache compiling the same `--configs` GEMM configs of the Qwen3-30B-A3B TP=1 shape (E=128,
-N=768, K=2048, top-8) at batch size `--m`: when each worker was up, had imported torch and
-the kernels, and was ready, and when the last config was compiled.
+configs while the main process times on the GPU. Workers that open the GPU each create a
+CUDA context, all at once on one device, before their first compile; compile-only workers
+take the device's facts from the main process instead (`tuner/compilepool.py`), and can
+then be forked from it (inheriting torch, triton and the kernels, already imported) rather
+than spawned (importing them again). This script times, for each kind in rotating order,
+a fresh pool on an empty Triton cache compiling the same `--configs` GEMM configs of the
+Qwen3-30B-A3B TP=1 shape (E=128, N=768, K=2048, top-8) at batch size `--m`: when each
+worker was up, had imported torch and the kernels, and was ready, and when the last config
+was compiled.
 
-Then it checks the point of the exercise: the main process launches every config that a
-compile-only pool compiled, with that pool's cache, and counts the Triton cache entries its
-launches add (0 = each launch loaded the worker's binary; compiling would add one entry
-per kernel). The config-independent kernels (alignment, activation, sums) are compiled
-first by one launch of a config outside the set.
+Then it checks the point of the exercise: the main process launches every config that the
+last forked compile-only pool compiled, with that pool's cache, and counts the Triton cache
+entries its launches add (0 = each launch loaded the worker's binary; compiling would add
+one entry per kernel). The config-independent kernels (alignment, one per BLOCK_SIZE_M;
+activation; sums) are compiled first by launches of configs outside the set.
 
 Usage (repository root, GPU machine):
     PYTHONPATH=workflow python3 benchmarks/compile_workers_h200.py [--out FILE.json]
@@ -57,10 +59,19 @@ def cache_entries(cache: Path) -> int:
     return sum(1 for p in cache.iterdir() if p.is_dir()) if cache.exists() else 0
 
 
-def one_pool(compile_only: bool, shape: MoEShape, m: int, cfgs: list, workers: int) -> dict:
+KINDS = {  # name: (compile_only, forked)
+    "opens GPU": (False, False),
+    "compile-only spawned": (True, False),
+    "compile-only forked": (True, True),
+}
+
+
+def one_pool(kind: str, shape: MoEShape, m: int, cfgs: list, workers: int) -> dict:
     """A fresh pool on an empty cache compiles cfgs at m; returns its timings and cache."""
+    compile_only, forked = KINDS[kind]
+    compilepool.FORK_COMPILE_ONLY = forked
     cache = Path(tempfile.mkdtemp(prefix="cb-triton-cache-"))
-    os.environ["TRITON_CACHE_DIR"] = str(cache)  # the workers inherit it at spawn
+    os.environ["TRITON_CACHE_DIR"] = str(cache)  # the workers inherit it
     t0 = time.perf_counter()
     pool = compilepool.CompilePool(workers, "builtin", shape.to_dict(), "bf16", 0,
                                    compile_only=compile_only)  # fmt: skip
@@ -77,7 +88,8 @@ def one_pool(compile_only: bool, shape: MoEShape, m: int, cfgs: list, workers: i
         startup = pool.startup()
     finally:
         pool.close()
-    return {"compile_only": pool.compile_only, "all_compiled_s": round(done_s, 3),
+    return {"kind": kind, "compile_only": pool.compile_only, "start_method": pool.start_method,
+            "all_compiled_s": round(done_s, 3),
             "compiled_ok": ok, "startup": {k: round(v, 3) for k, v in startup.items()},
             "cache": str(cache), "cache_entries": cache_entries(cache)}  # fmt: skip
 
@@ -96,30 +108,32 @@ def main() -> int:
     shape = MoEShape(num_experts=128, intermediate_size=768, hidden_size=2048, topk=8)
     cfgs = gemm_configs(a.configs)
     runs = []
+    names = list(KINDS)
     for r in range(a.rounds):
-        order = (False, True) if r % 2 == 0 else (True, False)
-        for compile_only in order:
-            res = one_pool(compile_only, shape, a.m, cfgs, a.workers)
+        for i in range(len(names)):
+            kind = names[(i + r) % len(names)]  # rotate the order each round
+            res = one_pool(kind, shape, a.m, cfgs, a.workers)
             res["round"] = r
             runs.append(res)
             su = {k: res["startup"].get(k, 0.0) for k in (
                 "first_ready", "last_ready", "worker_started", "torch_imported",
                 "kernels_imported", "ready")}  # fmt: skip
-            kind = "compile-only" if compile_only else "opens GPU  "
-            print(f"round {r} {kind}: {res['compiled_ok']}/{len(cfgs)} compiled, all done "
-                  f"{res['all_compiled_s']:.2f} s; workers ready {su['first_ready']:.2f}-"
-                  f"{su['last_ready']:.2f} s (medians: up {su['worker_started']:.2f}, torch "
-                  f"{su['torch_imported']:.2f}, kernels {su['kernels_imported']:.2f}, "
-                  f"ready {su['ready']:.2f})", flush=True)  # fmt: skip
+            print(f"round {r} {kind:>20} ({res['start_method']}): {res['compiled_ok']}/"
+                  f"{len(cfgs)} compiled, all done {res['all_compiled_s']:.2f} s; workers "
+                  f"ready {su['first_ready']:.2f}-{su['last_ready']:.2f} s (medians: up "
+                  f"{su['worker_started']:.2f}, torch {su['torch_imported']:.2f}, kernels "
+                  f"{su['kernels_imported']:.2f}, ready {su['ready']:.2f})",
+                  flush=True)  # fmt: skip
 
     # Does the main process's launch load what a compile-only worker compiled?
-    last = next(x for x in reversed(runs) if x["compile_only"])
+    last = next(x for x in reversed(runs) if x["kind"] == "compile-only forked")
     cache = Path(last["cache"])
     os.environ["TRITON_CACHE_DIR"] = str(cache)
     backend = make_backend("builtin", shape, "bf16", torch.device("cuda", 0))
     prob = backend.make_problem(a.m, 0)
-    outside = {**cfgs[0], "GROUP_SIZE_M": 16}  # not in the set: compiles the shared kernels
-    backend.output(prob, outside)
+    for bm in sorted({c["BLOCK_SIZE_M"] for c in cfgs}):  # the shared kernels, per block M
+        outside = next({**c, "GROUP_SIZE_M": 16} for c in cfgs if c["BLOCK_SIZE_M"] == bm)
+        backend.output(prob, outside)  # GROUP_SIZE_M 16: a config outside the set
     torch.cuda.synchronize()
     before = cache_entries(cache)
     t0 = time.perf_counter()
@@ -135,15 +149,13 @@ def main() -> int:
         f"Triton cache entries added: {added} (0 = every binary was the worker's)"
     )
 
-    def med(compile_only: bool, key: str) -> float:
+    def med(kind: str, key: str) -> float:
         vals = [x[key] if key in x else x["startup"].get(key, 0.0) for x in runs
-                if x["compile_only"] == compile_only]  # fmt: skip
+                if x["kind"] == kind]  # fmt: skip
         return statistics.median(vals)
 
     for key in ("last_ready", "all_compiled_s"):
-        print(
-            f"median {key}: opens GPU {med(False, key):.2f} s, compile-only {med(True, key):.2f} s"
-        )
+        print(f"median {key}: " + ", ".join(f"{k} {med(k, key):.2f} s" for k in names))
     out = {
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "device": torch.cuda.get_device_name(0),

@@ -4,6 +4,9 @@ timing statistics, the vLLM JSON writer and the tuning log's handling of a torn 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -239,40 +242,55 @@ def test_compile_pool_warms_configs_in_worker_processes() -> None:
     pool.close()  # a second close (the CLI closes before measuring ceilings) does nothing
 
 
-def test_compile_only_worker_builds_cuda_binaries_without_a_gpu(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+_COMPILE_ONLY_SCRIPT = """
+import json, sys
+from cellbench.shapes import MoEShape
+from cellbench.tuner import compilepool, spaces
+compilepool.FORK_COMPILE_ONLY = sys.argv[1] == "fork"
+good = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1,
+        "num_warps": 4, "num_stages": 2}
+bad = {**good, "num_warps": 3}  # not a power of two
+shape = MoEShape(num_experts=8, intermediate_size=128, hidden_size=256, topk=2)
+pool = compilepool.CompilePool(1, "builtin", shape.to_dict(), "bf16", 0, compile_only=True)
+try:
+    pool.assume_device((9, 0), 132)
+    pool.prefetch(64, [good, bad])
+    pool.wait(64, good)
+    pool.wait(64, bad)
+    res = {k: list(f.result()[:2]) for (_, k), f in pool._futures.items()}
+    startup = pool.startup()
+finally:
+    pool.close()
+print(json.dumps({"compile_only": pool.compile_only, "start_method": pool.start_method,
+                  "good": res[spaces.config_key(good)], "bad": res[spaces.config_key(bad)],
+                  "startup": startup}))
+"""
+
+
+@pytest.mark.parametrize("start", ["fork", "spawn"])
+def test_compile_only_worker_builds_cuda_binaries_without_a_gpu(tmp_path: Path, start: str) -> None:
     """A compile-only worker never opens the GPU: told the device's facts by the main process,
     it compiles the builtin GEMM for sm_90 with Triton's real compiler (ptxas included) on
-    this machine, which has no GPU and no CUDA driver. The binaries land in Triton's cache,
-    where the owning process's launch finds them (checked on the H200:
-    benchmarks/compile_workers_h200.py). A config the kernel rejects is reported, not raised."""
-    from cellbench.shapes import MoEShape
-    from cellbench.tuner.compilepool import CompilePool
-
+    this machine, which has no GPU and no CUDA driver; forked (the default: it inherits the
+    main process's imports) or spawned. The binaries land in Triton's cache, where the
+    owning process's launch finds them (tests/test_kernel.py, on a GPU). A config the kernel
+    rejects is reported, not raised. The main process runs in a subprocess with compiled,
+    not interpreted, kernels (TRITON_INTERPRET=0): compiling needs no GPU, launching would."""
     cache = tmp_path / "triton-cache"
-    monkeypatch.setenv("TRITON_CACHE_DIR", str(cache))
-    shape = MoEShape(num_experts=8, intermediate_size=128, hidden_size=256, topk=2)
-    good = _cfg(16, 64, 64, g=1)
-    bad = {**_cfg(16, 64, 64, g=1), "num_warps": 3}  # not a power of two
-    pool = CompilePool(1, "builtin", shape.to_dict(), "bf16", 0, compile_only=True)
-    assert pool.compile_only
-    try:
-        pool.assume_device((9, 0), 132)
-        pool.prefetch(64, [good, bad])
-        pool.wait(64, good)
-        pool.wait(64, bad)
-        results = {k: f.result() for (_, k), f in pool._futures.items()}
-        startup = pool.startup()
-    finally:
-        pool.close()
-    ok, msg = results[spaces.config_key(good)][:2]
-    assert ok, msg
-    assert not results[spaces.config_key(bad)][0]
+    env = {**os.environ, "TRITON_CACHE_DIR": str(cache), "TRITON_INTERPRET": "0",
+           "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "workflow")}  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", _COMPILE_ONLY_SCRIPT, start], env=env,
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    assert r["compile_only"] and r["start_method"] == start
+    assert r["good"][0], r["good"][1]
+    assert not r["bad"][0] and "num_warps" in r["bad"][1]
     cubins = [p.name for p in cache.rglob("*.cubin")]
     assert cubins and all(n.startswith("_moe_gemm_kernel") for n in cubins), cubins
-    assert startup["workers"] == 1
-    assert 0 <= startup["worker_started"] <= startup["torch_imported"] <= startup["ready"]
+    su = r["startup"]
+    assert su["workers"] == 1
+    assert 0 <= su["worker_started"] <= su["torch_imported"] <= su["ready"]
 
 
 def test_compile_pool_sends_guesses_only_to_idle_workers() -> None:
@@ -298,7 +316,7 @@ def test_compile_pool_sends_guesses_only_to_idle_workers() -> None:
         _warm_task = staticmethod(blocked_warm)
 
         @staticmethod
-        def _executor(workers, initargs):
+        def _executor(workers, initargs, start_method):
             return cf.ThreadPoolExecutor(max_workers=workers)
 
     cfgs = {g: _cfg(16, 32, 32, g=g) for g in (1, 4, 8, 16, 32)}

@@ -16,7 +16,10 @@ CUDA context at start-up, fifteen at once on one device, before its first compil
 JIT asks its driver three things when it only compiles (the target, the current device and
 stream), and the kernels ask two (compute capability, SM count): the main process states
 them (`CompilePool.assume_device`) and a worker answers from that. The cache key is the
-same as the main process's, so its launch finds the worker's binary.
+same as the main process's, so its launch finds the worker's binary. Such workers are
+forked from the main process before it opens the GPU, so they start with torch, triton and
+the kernels imported (a spawned worker imports them again: ~4-5 s on the H200 machine, the
+bulk of its start-up).
 """
 
 from __future__ import annotations
@@ -28,15 +31,17 @@ import resource
 import statistics
 import threading
 import time
+import warnings
 from typing import Any
 
 from .spaces import config_key
 
-__all__ = ["CompilePool", "COMPILE_ONLY_WORKERS"]
+__all__ = ["CompilePool", "COMPILE_ONLY_WORKERS", "FORK_COMPILE_ONLY"]
 
-# Default for CompilePool(compile_only=None); benchmarks/compile_workers_h200.py flips it to
-# compare start-ups.
+# Default for CompilePool(compile_only=None), and whether compile-only workers are forked
+# (see CompilePool._start_method); benchmarks/compile_workers_h200.py flips them to compare.
 COMPILE_ONLY_WORKERS = True
+FORK_COMPILE_ONLY = True
 
 _W: dict[str, Any] = {}
 
@@ -187,8 +192,10 @@ class CompilePool:
             compile_only and backend_name == "builtin" and device_index >= 0 and not _is_hip()
         )
         self.started = time.time()
+        self.start_method = self._start_method()
         self._ex = self._executor(workers, (backend_name, shape_dict, act_dtype, device_index,
-                                            self.compile_only, self.started))  # fmt: skip
+                                            self.compile_only, self.started),
+                                  self.start_method)  # fmt: skip
         self._facts: dict[str, Any] | None = None
         self._workers = workers
         self._futures: dict[tuple[int, str], cf.Future] = {}
@@ -203,7 +210,12 @@ class CompilePool:
         # The executor starts a process only when a task finds no idle one, so without this
         # the workers' imports (torch, triton, CUDA) would land in the first batch size's
         # compile wait instead of overlapping the main process's setup.
-        with self._lock:
+        with self._lock, warnings.catch_warnings():
+            # Python warns when it forks a process that has threads (the CUDA driver's, once
+            # CUDA is initialised); a forked worker here never calls CUDA, and malloc and the
+            # interpreter's own locks are fork-safe.
+            warnings.filterwarnings("ignore", message=r".*fork\(\) may lead to deadlocks",
+                                    category=DeprecationWarning)  # fmt: skip
             self._ready_futures = [self._submit(_ready) for _ in range(workers)]
 
     _warm_task = staticmethod(_warm)  # what a worker runs for one warm-up
@@ -232,12 +244,24 @@ class CompilePool:
         out["first_ready"], out["last_ready"] = min(ready), max(ready)
         return out
 
+    def _start_method(self) -> str:
+        """'fork' for compile-only workers: a forked worker starts with torch, triton and the
+        kernels already imported, which a spawned one spends ~4-5 s on (H200 machine, run
+        21). 'spawn' where a worker opens the GPU: CUDA does not survive a fork."""
+        if not (self.compile_only and FORK_COMPILE_ONLY):
+            return "spawn"
+        from .. import kernels  # imported here, before the fork, so that every worker has it
+
+        if kernels.interpreter_active():  # forked workers would inherit interpreted kernels
+            return "spawn"
+        return "fork"
+
     @staticmethod
-    def _executor(workers: int, initargs: tuple[Any, ...]) -> cf.Executor:
+    def _executor(workers: int, initargs: tuple[Any, ...], start_method: str) -> cf.Executor:
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         return cf.ProcessPoolExecutor(
             max_workers=workers,
-            mp_context=mp.get_context("spawn"),  # CUDA cannot be forked
+            mp_context=mp.get_context(start_method),
             initializer=_init,
             initargs=initargs,
         )

@@ -125,12 +125,12 @@ class ReplayTuner(Tuner):
         self._record_timed(m, key, cfg, stage, t)
         return t
 
-    def _final(self, m, finalists, problems):
+    def _side_by_side(self, m, configs, problems, repeats, stage):
         out = []
-        for key, cfg in finalists:
-            t = self._draw(m, cfg, self.opt.repeats)
-            assert t is not None, f"finalist {key} at M={m} has no recorded samples"
-            self._record_timed(m, key, cfg, "final", t)
+        for key, cfg in configs:
+            t = self._draw(m, cfg, repeats)
+            assert t is not None, f"{stage} config {key} at M={m} has no recorded samples"
+            self._record_timed(m, key, cfg, stage, t)
             out.append((key, cfg, t))
         return out
 

@@ -213,6 +213,49 @@ def test_tie_goes_to_the_seed_tables_config(tmp_path: Path) -> None:
     assert e.config == wider and e.ties == [spaces.describe(cheaper)]
 
 
+@pytest.mark.parametrize("retimed_faster", ["other", "shipped"])
+def test_a_tie_with_the_shipped_config_is_timed_again(tmp_path: Path, retimed_faster: str) -> None:
+    """When vLLM's config ties with a finalist that measured faster, the two are timed again
+    side by side (twice the repeats) and the median of all their samples picks, whichever
+    way it falls; no second timing where the shipped config is ahead or out of the tie.
+    Test double: the re-timing returns set samples (which of two near-equal configs a GPU
+    finds faster cannot be caused here); the rule and the pick are the tuner's own."""
+    from cellbench.tuner.search import TuneOptions, Tuner
+    from cellbench.tuner.timing import Timing
+
+    shipped = _cfg(128, 256, 64, w=8, g=16, s=4)
+    other = _cfg(128, 256, 64, w=8, g=1, s=3)
+    k_s, k_o = spaces.config_key(shipped), spaces.config_key(other)
+    faster = k_o if retimed_faster == "other" else k_s
+    asked: list[tuple[list[str], int, str]] = []
+
+    class SetRetiming(Tuner):
+        def _side_by_side(self, m, configs, problems, repeats, stage):
+            asked.append(([k for k, _ in configs], repeats, stage))
+            return [(k, c, Timing(99.0 if k == faster else 101.0, [99.0 if k == faster else
+                                                                   101.0] * repeats))
+                    for k, c in configs]  # fmt: skip
+
+    opts = TuneOptions(on_gpu=False, seed_table={4096: shipped}, repeats=5)
+    t = SetRetiming(None, [shipped, other], n=768, k=2048, operand_bytes=2, limits=H200,
+                    options=opts, log=artifacts.TuningLog(tmp_path / "log.jsonl"))  # fmt: skip
+    noisy = [100.0, 98.0, 102.0, 99.0, 101.0]  # spread 1%
+    tied = [(k_o, other, Timing(100.0, noisy)),
+            (k_s, shipped, Timing(100.5, [x + 0.5 for x in noisy]))]  # fmt: skip
+    final, settled = t._settle_tie(4096, tied, [])
+    assert settled and asked == [([k_o, k_s], 10, "tiebreak")]
+    e = t._pick(4096, final, 2, settled)
+    assert spaces.config_key(e.config) == faster
+    assert len(e.samples_us) == 15  # the final's 5 and the re-timing's 10
+    # shipped ahead, or the other config faster beyond the noise: nothing timed again
+    asked.clear()
+    ahead = [(k_o, other, Timing(100.5, noisy)), (k_s, shipped, Timing(100.0, noisy))]
+    apart = [(k_o, other, Timing(90.0, [90.0] * 5)), (k_s, shipped, Timing(100.0, [100.0] * 5))]
+    assert t._settle_tie(4096, ahead, [])[1] is False
+    assert t._settle_tie(4096, apart, [])[1] is False
+    assert asked == []
+
+
 def test_compile_pool_warms_configs_in_worker_processes() -> None:
     """The pool's plumbing: spawned workers take configs per batch size, and the main process
     waits on each exactly once. Here (no GPU, index -1) a builtin worker's compile-only

@@ -16,7 +16,9 @@ Modes:
   with the warps; nearest steps of every kind first) while the budget lasts; successive
   halving re-times the leaders with more repeats, and the finalists (plus the table's config)
   are re-timed side by side, interleaved, and picked by median, where differences inside the
-  measured spread count as ties, won by the table's config, else by the lowest median. A
+  measured spread count as ties, won by the table's config, else by the lowest median; a
+  tie of the table's config with a finalist that measured faster is timed again, the two
+  side by side with twice the repeats, and the median of all their samples decides. A
   kernel compiled at one batch size is reused at the other batch sizes with the same
   specialisation. With compile workers, the search also queues guesses: its seeds'
   neighbours (the likely moves) and, from round 0's ranking on, the next batch size's likely

@@ -667,9 +667,11 @@ def test_compile_only_worker_compiles_what_the_real_call_uses(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, m: int, block: bool
 ) -> None:
     """The tuner's compile-only workers never open the GPU (told its capability and SM count
-    by this process); the real call in another process then finds every config-dependent
-    kernel they compiled in the cache and compiles none of them again. M=2048 at top-4 is
-    8192 pairs: the persistent GEMMs, whose grid depends on the SM count."""
+    by this process); they compile the config's kernels and the batch size's
+    config-independent ones (alignment, activation, quantisation, sums), and the real call
+    in another process then compiles nothing at all: every kernel it launches is in the
+    cache. M=2048 at top-4 is 8192 pairs: the persistent GEMMs, whose grid depends on the SM
+    count."""
     from cellbench.kernels.fused_moe import device_facts
     from cellbench.tuner.compilepool import CompilePool
 
@@ -698,11 +700,14 @@ def test_compile_only_worker_compiles_what_the_real_call_uses(
     assert ok, msg
     warmed = _compiled(cache)
     assert warmed, "the compile-only worker compiled nothing"
+    everything = {str(p.relative_to(cache)) for p in cache.rglob("*.json")}
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "workflow")}
     kind = "block" if block else "bf16"
     subprocess.run([sys.executable, "-c", _WARM_SCRIPT, "run", str(m), kind], env=env,
                    check=True, timeout=300)  # fmt: skip
     assert _compiled(cache) == warmed, "the real call compiled its kernel again"
+    added = {str(p.relative_to(cache)) for p in cache.rglob("*.json")} - everything
+    assert not added, f"the real call compiled kernels the workers did not: {sorted(added)}"
 
 
 def test_decode_launch_key_names_what_the_kernel_reads(monkeypatch) -> None:

@@ -313,8 +313,9 @@ print(json.dumps({"compile_only": pool.compile_only, "start_method": pool.start_
 @pytest.mark.parametrize("start", ["fork", "spawn"])
 def test_compile_only_worker_builds_cuda_binaries_without_a_gpu(tmp_path: Path, start: str) -> None:
     """A compile-only worker never opens the GPU: told the device's facts by the main process,
-    it compiles the builtin GEMM for sm_90 with Triton's real compiler (ptxas included) on
-    this machine, which has no GPU and no CUDA driver; forked (the default: it inherits the
+    it compiles the builtin GEMMs and the batch size's shared kernels for sm_90 with
+    Triton's real compiler (ptxas included) on this machine, which has no GPU and no CUDA
+    driver; forked (the default: it inherits the
     main process's imports) or spawned. The binaries land in Triton's cache, where the
     owning process's launch finds them (tests/test_kernel.py, on a GPU). A config the kernel
     rejects is reported, not raised. The main process runs in a subprocess with compiled,
@@ -329,8 +330,12 @@ def test_compile_only_worker_builds_cuda_binaries_without_a_gpu(tmp_path: Path, 
     assert r["compile_only"] and r["start_method"] == start
     assert r["good"][0], r["good"][1]
     assert not r["bad"][0] and "num_warps" in r["bad"][1]
-    cubins = [p.name for p in cache.rglob("*.cubin")]
-    assert cubins and all(n.startswith("_moe_gemm_kernel") for n in cubins), cubins
+    # the config's GEMMs, and the batch size's config-independent kernels (alignment for
+    # its BLOCK_SIZE_M, SiLU-and-mul, top-k sum), which the main process would otherwise
+    # compile itself
+    cubins = {p.stem for p in cache.rglob("*.cubin")}
+    assert cubins == {"_moe_gemm_kernel", "_align_small_kernel", "_silu_mul_kernel",
+                      "_sum_topk_kernel"}, cubins  # fmt: skip
     su = r["startup"]
     assert su["workers"] == 1
     assert 0 <= su["worker_started"] <= su["torch_imported"] <= su["ready"]

@@ -31,6 +31,7 @@ from .fused_moe import (  # noqa: E402
     run_fused,
     run_gemms,
     warm_config,
+    warm_shared,
 )
 
 __all__ = [
@@ -48,4 +49,5 @@ __all__ = [
     "run_fused",
     "run_gemms",
     "warm_config",
+    "warm_shared",
 ]

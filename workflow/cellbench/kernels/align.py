@@ -19,6 +19,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .placeholders import empty, launch
+
 # Pairs handled by one program of the histogram and scatter kernels.
 _CHUNK = 128
 # Rows of the per-chunk histogram read at once by the prefix-sum program.
@@ -184,26 +186,28 @@ def moe_align_block_size(
         raise ValueError(f"BLOCK_SIZE_M={block_m} must be a power of two")
     ids = topk_ids.contiguous()
     numel = ids.numel()
-    dev = ids.device
     max_padded = max_padded_tokens(numel, num_experts, block_m)
     num_blocks = triton.cdiv(max_padded, block_m)
     num_chunks = max(1, triton.cdiv(numel, _CHUNK))
     e_p = triton.next_power_of_2(num_experts)
 
-    sorted_ids = torch.empty(max_padded, dtype=torch.int32, device=dev)
-    expert_ids = torch.empty(num_blocks, dtype=torch.int32, device=dev)
-    total = torch.empty(1, dtype=torch.int32, device=dev)
+    sorted_ids = empty(ids, (max_padded,), torch.int32)
+    expert_ids = empty(ids, (num_blocks,), torch.int32)
+    total = empty(ids, (1,), torch.int32)
 
     if numel <= _CHUNK:
-        _align_small_kernel[(1,)](
+        launch(
+            _align_small_kernel, (1,),
             ids, sorted_ids, expert_ids, total, numel, num_experts, num_blocks,
             BLOCK_M=block_m, E_P=e_p, CHUNK=_CHUNK, BLOCKS=_BLOCKS,
         )  # fmt: skip
         return sorted_ids, expert_ids, total
-    hist = torch.empty((num_chunks, num_experts), dtype=torch.int32, device=dev)
-    offsets = torch.empty((num_chunks, num_experts), dtype=torch.int32, device=dev)
-    _hist_kernel[(num_chunks,)](ids, hist, numel, num_experts, CHUNK=_CHUNK, E_P=e_p)
-    _prefix_kernel[(1,)](
+    hist = empty(ids, (num_chunks, num_experts), torch.int32)
+    offsets = empty(ids, (num_chunks, num_experts), torch.int32)
+    launch(_hist_kernel, (num_chunks,), ids, hist, numel, num_experts, CHUNK=_CHUNK, E_P=e_p)
+    launch(
+        _prefix_kernel,
+        (1,),
         hist,
         offsets,
         sorted_ids,
@@ -218,5 +222,6 @@ def moe_align_block_size(
         ROWS=_ROWS,
         BLOCKS=_BLOCKS,
     )
-    _scatter_kernel[(num_chunks,)](ids, offsets, sorted_ids, numel, num_experts, CHUNK=_CHUNK)
+    launch(_scatter_kernel, (num_chunks,), ids, offsets, sorted_ids, numel, num_experts,
+           CHUNK=_CHUNK)  # fmt: skip
     return sorted_ids, expert_ids, total

@@ -19,7 +19,6 @@ In-container module: standard library, torch and triton only.
 from __future__ import annotations
 
 import functools
-import math
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,6 +29,10 @@ import triton.language as tl
 
 from ..shapes import ROCM_CONFIG_KEYS, VLLM_CONFIG_KEYS, MoEShape
 from .align import moe_align_block_size
+from .placeholders import Placeholder as _Placeholder
+from .placeholders import empty as _empty
+from .placeholders import launch as _launch
+from .placeholders import zeros as _zeros
 
 try:  # programmatic dependent launch (Hopper and later; Triton >= 3.4)
     from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
@@ -1028,14 +1031,6 @@ def _gemm(
     )
 
 
-def _launch(kernel: Any, grid: tuple[int, ...], *args: Any, **kwargs: Any) -> None:
-    """Launch, or only compile when the arguments are placeholders (see `warm_config`)."""
-    if isinstance(args[0], _Placeholder):
-        kernel.warmup(*args, grid=grid, **kwargs)
-    else:
-        kernel[grid](*args, **kwargs)
-
-
 # Unquantised calls of at most this many tokens take the few-token path (_moe_decode_kernel:
 # both GEMMs and the activation in one launch, no alignment) when the path is "auto".
 # None = by the rule below; an int forces the cut (0: never).
@@ -1245,11 +1240,12 @@ def _group_quant(
     f8 = fp8_dtype()
     rows = x.shape[0]
     ngroups = n_cols // group
-    q = torch.empty((rows, n_cols), dtype=f8, device=x.device)
-    s = torch.empty((rows, ngroups), dtype=torch.float32, device=x.device)
+    q = _empty(x, (rows, n_cols), f8)
+    s = _empty(x, (rows, ngroups), torch.float32)
     # Up to 1024 columns per program: one program per row at the usual sizes.
     per_prog = max(1, min(triton.next_power_of_2(ngroups), max(1, 1024 // group)))
-    _group_quant_kernel[(rows, triton.cdiv(ngroups, per_prog))](
+    _launch(
+        _group_quant_kernel, (rows, triton.cdiv(ngroups, per_prog)),
         x, q, s, n_cols, x.stride(0), q.stride(0), s.stride(0),
         SILU_MUL=silu_mul, FP8_MAX=float(torch.finfo(f8).max), GROUP=group, GROUPS=per_prog,
     )  # fmt: skip
@@ -1259,12 +1255,11 @@ def _group_quant(
 def _tensor_quant(x: torch.Tensor, amax: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Quantise a contiguous tensor to fp8 with the scale amax / fp8 max."""
     f8 = fp8_dtype()
-    q = torch.empty(x.shape, dtype=f8, device=x.device)
-    s = torch.empty(1, dtype=torch.float32, device=x.device)
+    q = _empty(x, tuple(x.shape), f8)
+    s = _empty(x, (1,), torch.float32)
     blk = 1024
-    _tensor_quant_kernel[(triton.cdiv(x.numel(), blk),)](
-        x, q, amax, s, x.numel(), FP8_MAX=float(torch.finfo(f8).max), BLOCK=blk
-    )
+    _launch(_tensor_quant_kernel, (triton.cdiv(x.numel(), blk),),
+            x, q, amax, s, x.numel(), FP8_MAX=float(torch.finfo(f8).max), BLOCK=blk)  # fmt: skip
     return q, s
 
 
@@ -1273,9 +1268,9 @@ def _quantise_rows(x: torch.Tensor, quant: QuantArgs) -> tuple[torch.Tensor, tor
     if quant.block_shape is not None:
         return _group_quant(x, x.shape[1], quant.block_shape[1], silu_mul=False)
     x = x.contiguous()
-    amax = torch.zeros(1, dtype=torch.float32, device=x.device)
+    amax = _zeros(x, (1,), torch.float32)
     blk = 1024
-    _amax_kernel[(triton.cdiv(x.numel(), blk),)](x, amax, x.numel(), BLOCK=blk)
+    _launch(_amax_kernel, (triton.cdiv(x.numel(), blk),), x, amax, x.numel(), BLOCK=blk)
     return _tensor_quant(x, amax)
 
 
@@ -1290,10 +1285,11 @@ def _silu_mul(
         return _group_quant(c1, n, quant.block_shape[1], silu_mul=True)
     blk = min(1024, triton.next_power_of_2(n))
     grid = (pairs, triton.cdiv(n, blk))
-    y = torch.empty((pairs, n), dtype=out_dtype, device=c1.device)
+    y = _empty(c1, (pairs, n), out_dtype)
     track = quant is not None
-    amax = torch.zeros(1, dtype=torch.float32, device=c1.device) if track else y
-    _silu_mul_kernel[grid](
+    amax = _zeros(c1, (1,), torch.float32) if track else y
+    _launch(
+        _silu_mul_kernel, grid,
         c1, y, amax, n, c1.stride(0), y.stride(0), TRACK_AMAX=track, CHAINED=chained, BLOCK=blk,
         **({"launch_pdl": True} if chained else {}),
     )  # fmt: skip
@@ -1313,9 +1309,10 @@ def _sum_topk(
 ) -> torch.Tensor:
     k = c3.shape[1]
     if out is None:
-        out = torch.empty((m, k), dtype=out_dtype, device=c3.device)
+        out = _empty(c3, (m, k), out_dtype)
     blk = min(1024, triton.next_power_of_2(k))
-    _sum_topk_kernel[(m, triton.cdiv(k, blk))](
+    _launch(
+        _sum_topk_kernel, (m, triton.cdiv(k, blk)),
         c3, out, k, c3.stride(0), out.stride(0),
         TOPK=topk, TOPK_P=triton.next_power_of_2(topk), CHAINED=chained, BLOCK=blk,
         **({"launch_pdl": True} if chained else {}),
@@ -1383,41 +1380,6 @@ def fused_moe(
 # ----------------------------------------------------------------------------- compile only
 
 
-class _Placeholder:
-    """A contiguous tensor's shape, dtype and device, no memory: what Triton needs to
-    specialise and compile a kernel (its address reads as 0, i.e. 16-byte aligned, as the
-    caching allocator's tensors are)."""
-
-    def __init__(self, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device):
-        self.shape = tuple(int(d) for d in shape)
-        self.dtype = dtype
-        self.device = device
-        self.is_cuda = device.type == "cuda"
-
-    def stride(self, dim: int | None = None) -> Any:
-        st, acc = [], 1
-        for d in reversed(self.shape):
-            st.append(acc)
-            acc *= d
-        st = tuple(reversed(st))
-        return st if dim is None else st[dim]
-
-    def data_ptr(self) -> int:
-        return 0
-
-    def element_size(self) -> int:
-        return self.dtype.itemsize
-
-    def is_contiguous(self) -> bool:
-        return True
-
-    def contiguous(self) -> _Placeholder:
-        return self
-
-    def numel(self) -> int:
-        return math.prod(self.shape)
-
-
 def warm_config(
     shape: MoEShape, m: int, act_dtype: str, config: dict[str, Any], device: Any
 ) -> None:
@@ -1425,8 +1387,8 @@ def warm_config(
     depends on `config` for a call of m tokens (the GEMMs, or the few-token kernel), with
     the same specialisation as the real call: Triton's cache then serves the real call.
 
-    The config-independent kernels (alignment per BLOCK_SIZE_M, activation, sums) are few
-    and compile on first use in the caller.
+    The config-independent kernels (alignment per BLOCK_SIZE_M, activation, quantisation,
+    sums) are `warm_shared`'s, or compile on first use in the caller.
     """
     check_config(config, None)
     if interpreter_active():
@@ -1482,6 +1444,38 @@ def warm_config(
     a2, a2s = activation(pairs, n)
     _gemm(a2, a2s, w2, quant.w2_scale if quant else None, ph(pairs, k), tw, align, 1, True,
           config, quant, ch, ch)  # type: ignore[arg-type]  # fmt: skip
+
+
+def warm_shared(
+    shape: MoEShape, m: int, act_dtype: str, device: Any, block_m: int | None = None
+) -> None:
+    """Compile, as `warm_config` does, the kernels of a call of m tokens that no config key
+    changes: with block_m, the alignment for that BLOCK_SIZE_M only; without, the rest
+    (activation quantisation, SiLU-and-mul, top-k sum). The same host functions as the real
+    call, on placeholders (see `placeholders`), so the specialisations are the same."""
+    if interpreter_active():
+        return
+    dev = torch.device(device)
+    act = _DTYPES[_DTYPE_ALIASES.get(act_dtype, act_dtype)]
+    e, n, k, topk = shape.num_experts, shape.intermediate_size, shape.hidden_size, shape.topk
+    quant = None
+    if shape.dtype == "fp8_w8a8":
+        bs = shape.block_shape
+        quant = QuantArgs("fp8_w8a8", None, None, bs)  # type: ignore[arg-type]
+    pairs = m * topk
+    x = _Placeholder((m, k), act, dev)
+    ch = _chain(x, pairs)
+    if kernel_path(m, quant) == "decode":
+        if block_m is None and DECODE_KERNEL != "slice":  # the slice kernel sums itself
+            _sum_topk(_Placeholder((pairs, k), act, dev), m, topk, act, None, chained=ch)
+        return
+    if block_m is not None:
+        moe_align_block_size(_Placeholder((m, topk), torch.int32, dev), block_m, e)
+        return
+    if quant is not None:
+        _quantise_rows(x, quant)
+    _silu_mul(_Placeholder((pairs, 2 * n), act, dev), act, quant, chained=ch)
+    _sum_topk(_Placeholder((pairs, k), act, dev), m, topk, act, None, chained=ch)
 
 
 # ----------------------------------------------------------------------------- problems

@@ -44,6 +44,7 @@ COMPILE_ONLY_WORKERS = True
 FORK_COMPILE_ONLY = True
 
 _W: dict[str, Any] = {}
+_PKG = __name__.rsplit(".", 2)[0]  # "cellbench"
 
 
 def _is_hip() -> bool:
@@ -90,6 +91,27 @@ def _init(
     _W["phases"] = phases
 
 
+def _warm_shared(
+    m: int, block_m: int | None, facts: dict[str, Any] | None
+) -> tuple[bool, str, float, dict[str, float] | None]:
+    """Compile the config-independent kernels of a call of m tokens (compile-only workers;
+    see `kernels.warm_shared`): block_m's alignment, or without it the rest."""
+    import importlib
+
+    r0 = resource.getrusage(resource.RUSAGE_SELF)
+    try:
+        if facts is not None and _W["facts"] is None:
+            _assume(facts)
+        kernels = importlib.import_module(f"{_PKG}.kernels")
+        kernels.warm_shared(_W["shape"], m, _W["act_dtype"], _W["device"], block_m)
+        ok, msg = True, ""
+    except Exception as e:  # noqa: BLE001 - reported; the main process compiles them itself
+        ok, msg = False, f"{type(e).__name__}: {str(e)[:200]}"
+    r1 = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+    return ok, msg, cpu, _take_phases()
+
+
 def _take_phases() -> dict[str, float] | None:
     """This worker's start-up timestamps, once (the pool gathers them from task results)."""
     return _W.pop("phases", None)
@@ -121,7 +143,7 @@ def _assume(facts: dict[str, Any]) -> None:
     from triton.backends.compiler import GPUTarget
     from triton.runtime.driver import driver
 
-    fused = importlib.import_module("cellbench.kernels.fused_moe")
+    fused = importlib.import_module(f"{_PKG}.kernels.fused_moe")
     cap = tuple(facts["capability"])
     fused.assume_device(_W["device"], cap, facts["sm_count"])
     target = GPUTarget("cuda", cap[0] * 10 + cap[1], 32)
@@ -201,7 +223,7 @@ class CompilePool:
         self._futures: dict[tuple[int, str], cf.Future] = {}
         # speculative warm-ups not sent yet, in order. _lock guards them, the futures and the
         # count of tasks sent and not done: done-callbacks run on the executor's thread.
-        self._guesses: dict[tuple[int, str], tuple[int, dict[str, int]]] = {}
+        self._guesses: dict[tuple[int, str], tuple[Any, tuple[Any, ...]]] = {}  # task, args
         self._in_flight = 0
         # re-entrant: a task that finishes before its callback is added runs the callback here
         self._lock = threading.RLock()
@@ -219,6 +241,7 @@ class CompilePool:
             self._ready_futures = [self._submit(_ready) for _ in range(workers)]
 
     _warm_task = staticmethod(_warm)  # what a worker runs for one warm-up
+    _shared_task = staticmethod(_warm_shared)  # ... for a batch size's shared kernels
 
     def assume_device(self, capability: tuple[int, int], sm_count: int) -> None:
         """State the GPU's facts for compile-only workers (call before the first warm-up;
@@ -286,41 +309,71 @@ class CompilePool:
         with self._lock:
             while not self._closed and self._guesses and self._in_flight < self._workers:
                 k = next(iter(self._guesses))
-                m, cfg = self._guesses.pop(k)
-                self._futures[k] = self._submit(self._warm_task, *self._args(m, cfg))
+                fn, args = self._guesses.pop(k)
+                self._futures[k] = self._submit(fn, *args)
+
+    def _queue(self, k: tuple[int, str], fn: Any, args: tuple[Any, ...], speculative: bool):
+        """Send a warm-up now, or keep it as a guess (caller holds _lock)."""
+        if k in self._futures:
+            return
+        if speculative:
+            self._guesses.setdefault(k, (fn, args))
+        else:
+            self._guesses.pop(k, None)
+            self._futures[k] = self._submit(fn, *args)
+
+    def _shared_keys(self, m: int, configs: list[dict[str, int]]) -> list[tuple[tuple, tuple]]:
+        """The config-independent warm-ups a batch size's configs need, as (key, task args):
+        compile-only workers only (elsewhere the main process compiles these on first use,
+        as it always did)."""
+        if not self.compile_only:
+            return []
+        out = [((m, "shared:rest"), (m, None))]
+        for bm in sorted({int(c["BLOCK_SIZE_M"]) for c in configs}):
+            out.append(((m, f"shared:align{bm}"), (m, bm)))
+        return out
 
     def prefetch(self, m: int, configs: list[dict[str, int]], speculative: bool = False) -> None:
         """Queue warm-ups for `configs` at batch size m: needed ones are sent now (one that
-        waits as a guess too), speculative ones wait for an idle worker (see the class)."""
+        waits as a guess too), speculative ones wait for an idle worker (see the class).
+        Compile-only workers also get, first, the batch size's config-independent kernels
+        (alignment per BLOCK_SIZE_M, activation, quantisation, sums: `warm_shared`), which
+        the main process would otherwise compile itself, one after another, at its first
+        call of a new specialisation (~4 s before fp8's first timing at M=1, run 22)."""
         with self._lock:
+            for k, (mm, bm) in self._shared_keys(m, configs):
+                self._queue(k, self._shared_task, (mm, bm, self._facts), speculative)
             for cfg in configs:
                 k = (m, config_key(cfg))
-                if k in self._futures:
-                    continue
-                if speculative:
-                    self._guesses.setdefault(k, (m, cfg))
-                else:
-                    self._guesses.pop(k, None)
-                    self._futures[k] = self._submit(self._warm_task, *self._args(m, cfg))
+                self._queue(k, self._warm_task, self._args(m, cfg), speculative)
             self._feed()
 
     def queued(self, m: int) -> set[str]:
         """Config keys with a warm-up queued (sent or waiting) at batch size m."""
         with self._lock:
             waiting = {k for mm, k in self._guesses if mm == m}
-        return waiting | {k for mm, k in self._futures if mm == m}
+            keys = waiting | {k for mm, k in self._futures if mm == m}
+        return {k for k in keys if not k.startswith("shared:")}
 
     def wait(self, m: int, cfg: dict[str, int]) -> None:
-        """Block until cfg's warm-up at m is done (queues it first if needed)."""
+        """Block until cfg's warm-up at m is done (queues it first if needed), and its
+        config-independent warm-ups where there are any."""
         k = (m, config_key(cfg))
         if k not in self._futures:
             self.prefetch(m, [cfg])
-        fut = self._futures[k]
+        with self._lock:
+            keys = [sk for sk, _ in self._shared_keys(m, [cfg])]
+            for sk in keys:  # a shared warm-up still waiting as a guess is needed now
+                if sk in self._guesses:
+                    fn, args = self._guesses.pop(sk)
+                    self._futures[sk] = self._submit(fn, *args)
+            futs = [self._futures[x] for x in [*keys, k] if x in self._futures]
         t0 = time.perf_counter()
-        try:
-            fut.result()
-        except Exception:  # noqa: BLE001 - a dead worker: the main process compiles itself
-            pass
+        for fut in futs:
+            try:
+                fut.result()
+            except Exception:  # noqa: BLE001 - a dead worker: the main process compiles itself
+                pass
         self.wait_s += time.perf_counter() - t0
 
     @property

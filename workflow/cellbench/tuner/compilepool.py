@@ -91,6 +91,21 @@ def _init(
     _W["phases"] = phases
 
 
+def _reported(work: Any) -> tuple[bool, str, float, dict[str, float] | None]:
+    """Run one warm-up; returns (ok, error message, CPU seconds, start-up phases or None).
+    An error is reported, not raised: the main process meets it again when it times the
+    config and logs it as a failure (or compiles a shared kernel itself)."""
+    r0 = resource.getrusage(resource.RUSAGE_SELF)
+    try:
+        work()
+        ok, msg = True, ""
+    except Exception as e:  # noqa: BLE001 - reported, see above
+        ok, msg = False, f"{type(e).__name__}: {str(e)[:200]}"
+    r1 = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+    return ok, msg, cpu, _take_phases()
+
+
 def _warm_shared(
     m: int, block_m: int | None, facts: dict[str, Any] | None
 ) -> tuple[bool, str, float, dict[str, float] | None]:
@@ -98,18 +113,13 @@ def _warm_shared(
     see `kernels.warm_shared`): block_m's alignment, or without it the rest."""
     import importlib
 
-    r0 = resource.getrusage(resource.RUSAGE_SELF)
-    try:
+    def work() -> None:
         if facts is not None and _W["facts"] is None:
             _assume(facts)
         kernels = importlib.import_module(f"{_PKG}.kernels")
         kernels.warm_shared(_W["shape"], m, _W["act_dtype"], _W["device"], block_m)
-        ok, msg = True, ""
-    except Exception as e:  # noqa: BLE001 - reported; the main process compiles them itself
-        ok, msg = False, f"{type(e).__name__}: {str(e)[:200]}"
-    r1 = resource.getrusage(resource.RUSAGE_SELF)
-    cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
-    return ok, msg, cpu, _take_phases()
+
+    return _reported(work)
 
 
 def _take_phases() -> dict[str, float] | None:
@@ -161,29 +171,24 @@ def _warm(
 ) -> tuple[bool, str, float, dict[str, float] | None]:
     import torch
 
-    r0 = resource.getrusage(resource.RUSAGE_SELF)
-    try:
+    def work() -> None:
         if facts is not None and _W["facts"] is None and "warm_config" in _W:
             _assume(facts)
         elif _W["facts"] is None and _W["device"] != "cpu" and not torch.cuda.is_initialized():
             torch.cuda.set_device(_W["device"])  # compile-only, but told nothing: open it
         if "warm_config" in _W:
             _W["warm_config"](_W["shape"], m, _W["act_dtype"], cfg, _W["device"])
-        else:
-            be = _W["backend"]
-            probs = _W["problems"]
-            if m not in probs:
-                probs.clear()  # one batch size at a time: keeps memory flat
-                probs[m] = be.make_problem(m, 0)
-            be.output(probs[m], cfg)
-            if torch.cuda.is_available():
-                torch.cuda.synchronize()
-        ok, msg = True, ""
-    except Exception as e:  # noqa: BLE001 - reported; the main process logs the failure
-        ok, msg = False, f"{type(e).__name__}: {str(e)[:200]}"
-    r1 = resource.getrusage(resource.RUSAGE_SELF)
-    cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
-    return ok, msg, cpu, _take_phases()
+            return
+        be = _W["backend"]
+        probs = _W["problems"]
+        if m not in probs:
+            probs.clear()  # one batch size at a time: keeps memory flat
+            probs[m] = be.make_problem(m, 0)
+        be.output(probs[m], cfg)
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+
+    return _reported(work)
 
 
 class CompilePool:

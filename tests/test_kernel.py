@@ -673,8 +673,10 @@ def test_compile_only_worker_compiles_what_the_real_call_uses(
     cache. M=2048 at top-4 is 8192 pairs: the persistent GEMMs, whose grid depends on the SM
     count."""
     from cellbench.kernels.fused_moe import device_facts
+    from cellbench.tuner import compilepool
     from cellbench.tuner.compilepool import CompilePool
 
+    monkeypatch.setattr(compilepool, "SHARED_WARMUPS", True)
     cache = tmp_path / "cache"
     monkeypatch.setenv("TRITON_CACHE_DIR", str(cache))
     shape = (

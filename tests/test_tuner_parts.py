@@ -290,6 +290,7 @@ import json, sys
 from cellbench.shapes import MoEShape
 from cellbench.tuner import compilepool, spaces
 compilepool.FORK_COMPILE_ONLY = sys.argv[1] == "fork"
+compilepool.SHARED_WARMUPS = True
 good = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1,
         "num_warps": 4, "num_stages": 2}
 bad = {**good, "num_warps": 3}  # not a power of two

@@ -36,12 +36,17 @@ from typing import Any
 
 from .spaces import config_key
 
-__all__ = ["CompilePool", "COMPILE_ONLY_WORKERS", "FORK_COMPILE_ONLY"]
+__all__ = ["CompilePool", "COMPILE_ONLY_WORKERS", "FORK_COMPILE_ONLY", "SHARED_WARMUPS"]
 
 # Default for CompilePool(compile_only=None), and whether compile-only workers are forked
 # (see CompilePool._start_method); benchmarks/compile_workers_h200.py flips them to compare.
 COMPILE_ONLY_WORKERS = True
 FORK_COMPILE_ONLY = True
+# Whether compile-only workers also compile each batch size's config-independent kernels
+# (see CompilePool.prefetch). Off until measured on a GPU: tests/test_kernel.py's
+# compile-only test (the real call must then compile nothing) and default mode's wall in
+# benchmarks/tuner_h200.py. The CPU test already compiles them for sm_90 with it on.
+SHARED_WARMUPS = False
 
 _W: dict[str, Any] = {}
 _PKG = __name__.rsplit(".", 2)[0]  # "cellbench"
@@ -331,7 +336,7 @@ class CompilePool:
         """The config-independent warm-ups a batch size's configs need, as (key, task args):
         compile-only workers only (elsewhere the main process compiles these on first use,
         as it always did)."""
-        if not self.compile_only:
+        if not (self.compile_only and SHARED_WARMUPS):
             return []
         out = [((m, "shared:rest"), (m, None))]
         for bm in sorted({int(c["BLOCK_SIZE_M"]) for c in configs}):
@@ -341,10 +346,11 @@ class CompilePool:
     def prefetch(self, m: int, configs: list[dict[str, int]], speculative: bool = False) -> None:
         """Queue warm-ups for `configs` at batch size m: needed ones are sent now (one that
         waits as a guess too), speculative ones wait for an idle worker (see the class).
-        Compile-only workers also get, first, the batch size's config-independent kernels
-        (alignment per BLOCK_SIZE_M, activation, quantisation, sums: `warm_shared`), which
-        the main process would otherwise compile itself, one after another, at its first
-        call of a new specialisation (~4 s before fp8's first timing at M=1, run 22)."""
+        With SHARED_WARMUPS, compile-only workers also get, first, the batch size's
+        config-independent kernels (alignment per BLOCK_SIZE_M, activation, quantisation,
+        sums: `warm_shared`), which the main process otherwise compiles itself, one after
+        another, at its first call of a new specialisation (part of the ~4 s before fp8's
+        first timing at M=1 in run 22, inferred from the log's gaps, not measured apart)."""
         with self._lock:
             for k, (mm, bm) in self._shared_keys(m, configs):
                 self._queue(k, self._shared_task, (mm, bm, self._facts), speculative)

@@ -45,8 +45,9 @@ FORK_COMPILE_ONLY = True
 # Whether compile-only workers also compile each batch size's config-independent kernels
 # (see CompilePool.prefetch). Off until measured on a GPU: tests/test_kernel.py's
 # compile-only test (the real call must then compile nothing) and default mode's wall in
-# benchmarks/tuner_h200.py. The CPU test already compiles them for sm_90 with it on.
-SHARED_WARMUPS = False
+# benchmarks/tuner_h200.py (CELLBENCH_SHARED_WARMUPS=1 turns it on in the tuner's process).
+# The CPU test already compiles them for sm_90 with it on.
+SHARED_WARMUPS = os.environ.get("CELLBENCH_SHARED_WARMUPS", "0") == "1"
 
 _W: dict[str, Any] = {}
 _PKG = __name__.rsplit(".", 2)[0]  # "cellbench"

@@ -1380,6 +1380,24 @@ def fused_moe(
 # ----------------------------------------------------------------------------- compile only
 
 
+def _placeholder_call(
+    shape: MoEShape, act_dtype: str, device: Any
+) -> tuple[torch.device, torch.dtype, QuantArgs | None]:
+    """What the warm-ups share: the device, the activation dtype, and the call's
+    quantisation with its weight scales as placeholders (None unquantised)."""
+    dev = torch.device(device)
+    act = _DTYPES[_DTYPE_ALIASES.get(act_dtype, act_dtype)]
+    if shape.dtype != "fp8_w8a8":
+        return dev, act, None
+    e, n, k, bs = shape.num_experts, shape.intermediate_size, shape.hidden_size, shape.block_shape
+    if bs is None:
+        s1 = s2 = _Placeholder((e,), torch.float32, dev)
+    else:
+        s1 = _Placeholder((e, 2 * n // bs[0], k // bs[1]), torch.float32, dev)
+        s2 = _Placeholder((e, k // bs[0], n // bs[1]), torch.float32, dev)
+    return dev, act, QuantArgs("fp8_w8a8", s1, s2, bs)  # type: ignore[arg-type]
+
+
 def warm_config(
     shape: MoEShape, m: int, act_dtype: str, config: dict[str, Any], device: Any
 ) -> None:
@@ -1393,20 +1411,11 @@ def warm_config(
     check_config(config, None)
     if interpreter_active():
         return  # the interpreter compiles nothing
-    dev = torch.device(device)
-    act = _DTYPES[_DTYPE_ALIASES.get(act_dtype, act_dtype)]
+    dev, act, quant = _placeholder_call(shape, act_dtype, device)
     e, n, k, topk = shape.num_experts, shape.intermediate_size, shape.hidden_size, shape.topk
-    quant = None
     wdt = act
-    if shape.dtype == "fp8_w8a8":
+    if quant is not None:
         wdt = fp8_dtype()
-        bs = shape.block_shape
-        if bs is None:
-            s1 = s2 = _Placeholder((e,), torch.float32, dev)
-        else:
-            s1 = _Placeholder((e, 2 * n // bs[0], k // bs[1]), torch.float32, dev)
-            s2 = _Placeholder((e, k // bs[0], n // bs[1]), torch.float32, dev)
-        quant = QuantArgs("fp8_w8a8", s1, s2, bs)  # type: ignore[arg-type]
         check_config(config, quant)
     pairs = m * topk
 
@@ -1455,13 +1464,8 @@ def warm_shared(
     call, on placeholders (see `placeholders`), so the specialisations are the same."""
     if interpreter_active():
         return
-    dev = torch.device(device)
-    act = _DTYPES[_DTYPE_ALIASES.get(act_dtype, act_dtype)]
+    dev, act, quant = _placeholder_call(shape, act_dtype, device)
     e, n, k, topk = shape.num_experts, shape.intermediate_size, shape.hidden_size, shape.topk
-    quant = None
-    if shape.dtype == "fp8_w8a8":
-        bs = shape.block_shape
-        quant = QuantArgs("fp8_w8a8", None, None, bs)  # type: ignore[arg-type]
     pairs = m * topk
     x = _Placeholder((m, k), act, dev)
     ch = _chain(x, pairs)

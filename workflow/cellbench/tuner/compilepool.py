@@ -120,8 +120,7 @@ def _warm_shared(
     import importlib
 
     def work() -> None:
-        if facts is not None and _W["facts"] is None:
-            _assume(facts)
+        _prepare_device(facts)
         kernels = importlib.import_module(f"{_PKG}.kernels")
         kernels.warm_shared(_W["shape"], m, _W["act_dtype"], _W["device"], block_m)
 
@@ -167,6 +166,19 @@ def _assume(facts: dict[str, Any]) -> None:
     _W["facts"] = facts
 
 
+def _prepare_device(facts: dict[str, Any] | None) -> None:
+    """Before a warm-up: a builtin worker told the GPU's facts compiles from them; one that
+    opens the GPU has done so in `_init`. A compile-only worker told nothing opens it now
+    (spawned), or fails here (forked: CUDA does not survive a fork), and the failure is
+    reported: the main process then compiles for itself."""
+    import torch
+
+    if facts is not None and _W["facts"] is None and "warm_config" in _W:
+        _assume(facts)
+    elif _W["facts"] is None and _W["device"] != "cpu" and not torch.cuda.is_initialized():
+        torch.cuda.set_device(_W["device"])
+
+
 def _ready() -> tuple[bool, str, float, dict[str, float] | None]:
     """Nothing to do: submitting one per worker makes the executor start its processes now."""
     return True, "", 0.0, _take_phases()
@@ -178,10 +190,7 @@ def _warm(
     import torch
 
     def work() -> None:
-        if facts is not None and _W["facts"] is None and "warm_config" in _W:
-            _assume(facts)
-        elif _W["facts"] is None and _W["device"] != "cpu" and not torch.cuda.is_initialized():
-            torch.cuda.set_device(_W["device"])  # compile-only, but told nothing: open it
+        _prepare_device(facts)
         if "warm_config" in _W:
             _W["warm_config"](_W["shape"], m, _W["act_dtype"], cfg, _W["device"])
             return
@@ -370,16 +379,10 @@ class CompilePool:
     def wait(self, m: int, cfg: dict[str, int]) -> None:
         """Block until cfg's warm-up at m is done (queues it first if needed), and its
         config-independent warm-ups where there are any."""
-        k = (m, config_key(cfg))
-        if k not in self._futures:
-            self.prefetch(m, [cfg])
         with self._lock:
-            keys = [sk for sk, _ in self._shared_keys(m, [cfg])]
-            for sk in keys:  # a shared warm-up still waiting as a guess is needed now
-                if sk in self._guesses:
-                    fn, args = self._guesses.pop(sk)
-                    self._futures[sk] = self._submit(fn, *args)
-            futs = [self._futures[x] for x in [*keys, k] if x in self._futures]
+            self.prefetch(m, [cfg])  # as needed: sends what is still a guess or not queued
+            keys = [sk for sk, _ in self._shared_keys(m, [cfg])] + [(m, config_key(cfg))]
+            futs = [self._futures[x] for x in keys]
         t0 = time.perf_counter()
         for fut in futs:
             try:

@@ -308,6 +308,11 @@ class Tuner:
                 "samples_us": [round(s, 4) for s in t.samples_us],
                 "method": t.method,
                 "abandoned": t.abandoned,
+                **(
+                    {"phases_ms": {k: round(v * 1e3, 2) for k, v in t.phases_s.items()}}
+                    if t.phases_s
+                    else {}
+                ),  # fmt: skip
             }
         )
 

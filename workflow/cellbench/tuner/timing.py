@@ -34,6 +34,9 @@ class Timing:
     method: str = GPU_METHOD
     abandoned: bool = False  # stopped after the first sample: far slower than the best so far
     wall_s: float = 0.0  # wall time spent timing (the device busy time, roughly)
+    # where wall_s went on a GPU (seconds): the first eager call (it loads a kernel new to
+    # this process), the other eager calls, graph capture, warm-up replays, timed replays
+    phases_s: dict[str, float] = field(default_factory=dict)
 
     @property
     def spread(self) -> float:
@@ -86,9 +89,13 @@ def _time_gpu(
     import torch
 
     t_start = time.perf_counter()
-    for c in calls:  # compile (or load from the cache) and touch every input set once
+    calls[0]()  # compiles, or loads from the cache, a kernel new to this process
+    torch.cuda.synchronize()
+    t_first = time.perf_counter()
+    for c in calls[1:]:  # touch every other input set once
         c()
     torch.cuda.synchronize()
+    t_eager = time.perf_counter()
     method = GPU_METHOD
     holder: list = []
     try:
@@ -121,18 +128,27 @@ def _time_gpu(
 
     samples: list[float] = []
     abandoned = False
+    t_capture = time.perf_counter()
     first = one()  # also serves as the first warm-up replay
+    t_warm = t_capture
     if abandon_above_us is not None and first > abandon_above_us:
         samples, abandoned = [first], True
     else:
         for _ in range(max(warmup - 1, 0)):
             replay()
         torch.cuda.synchronize()
+        t_warm = time.perf_counter()
         samples = [one() for _ in range(repeats)]
     holder.clear()
-    return Timing(
-        statistics.median(samples), samples, method, abandoned, time.perf_counter() - t_start
-    )
+    t_end = time.perf_counter()
+    phases = {
+        "first": t_first - t_start,
+        "eager": t_eager - t_first,
+        "capture": t_capture - t_eager,
+        "warm": t_warm - t_capture,
+        "timed": t_end - t_warm,
+    }
+    return Timing(statistics.median(samples), samples, method, abandoned, t_end - t_start, phases)
 
 
 def time_calls(

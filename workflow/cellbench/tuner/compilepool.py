@@ -43,11 +43,12 @@ __all__ = ["CompilePool", "COMPILE_ONLY_WORKERS", "FORK_COMPILE_ONLY", "SHARED_W
 COMPILE_ONLY_WORKERS = True
 FORK_COMPILE_ONLY = True
 # Whether compile-only workers also compile each batch size's config-independent kernels
-# (see CompilePool.prefetch). Off until measured on a GPU: tests/test_kernel.py's
-# compile-only test (the real call must then compile nothing) and default mode's wall in
-# benchmarks/tuner_h200.py (CELLBENCH_SHARED_WARMUPS=1 turns it on in the tuner's process).
-# The CPU test already compiles them for sm_90 with it on.
-SHARED_WARMUPS = os.environ.get("CELLBENCH_SHARED_WARMUPS", "0") == "1"
+# (see CompilePool.prefetch). On, from run 25 on the H200: the GPU test (the real call then
+# compiles nothing at all) passed, and fp8 default mode over six batch sizes took 25.9 s of
+# wall and 12.0 GPU-seconds with it, against 27.8 s and 17.6 without, on the same machine
+# (the workers' waits rose from 7.0 to 10.5 s: they now compile those kernels too).
+# CELLBENCH_SHARED_WARMUPS=0 turns it off in the tuner's process.
+SHARED_WARMUPS = os.environ.get("CELLBENCH_SHARED_WARMUPS", "1") != "0"
 
 _W: dict[str, Any] = {}
 _PKG = __name__.rsplit(".", 2)[0]  # "cellbench"
@@ -359,8 +360,8 @@ class CompilePool:
         With SHARED_WARMUPS, compile-only workers also get, first, the batch size's
         config-independent kernels (alignment per BLOCK_SIZE_M, activation, quantisation,
         sums: `warm_shared`), which the main process otherwise compiles itself, one after
-        another, at its first call of a new specialisation (part of the ~4 s before fp8's
-        first timing at M=1 in run 22, inferred from the log's gaps, not measured apart)."""
+        another, at its first call of a new specialisation (run 22's fp8 log has a ~0.5 s
+        gap at each new BLOCK_SIZE_M, inferred to be its alignment kernel compiling)."""
         with self._lock:
             for k, (mm, bm) in self._shared_keys(m, configs):
                 self._queue(k, self._shared_task, (mm, bm, self._facts), speculative)

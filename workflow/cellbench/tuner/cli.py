@@ -92,7 +92,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--compile-budget",
         help="default mode: FIRST,LATER new kernels per batch size (first batch size of each "
-        "specialisation, the others); 'none' for no limit (default 32,8 on GPU, 8,4 on CPU)",
+        "specialisation, the others); 'none' for no limit (default 32,12 on GPU, 8,4 on CPU)",
     )
     p.add_argument(
         "--seed-configs",
@@ -168,7 +168,7 @@ def _parse_compile_budget(text: str | None) -> tuple[int, int] | None | str:
         first, later = (int(x) for x in parts)
     except ValueError:
         raise UsageError(
-            f"--compile-budget={text!r}: expected FIRST,LATER (two integers, e.g. 32,8) or none"
+            f"--compile-budget={text!r}: expected FIRST,LATER (two integers, e.g. 32,12) or none"
         ) from None
     if first < 1 or later < 1:
         raise UsageError(f"--compile-budget={text!r}: both numbers must be >= 1")

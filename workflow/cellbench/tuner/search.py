@@ -77,9 +77,15 @@ class TuneOptions:
     halving_repeats: tuple[int, ...] = (3, 7, 15)
     eta: int = 3  # successive halving keeps 1/eta each round
     finalists: int = 4
-    # default mode: distinct kernels newly compiled at the first batch size / at each later
-    # one (seeds and local-search moves included); None = no limit
-    compile_budget: tuple[int, int] | None = (32, 8)
+    # default mode: distinct kernels newly compiled at the first batch size of a kernel
+    # specialisation / at each later one (seeds and local-search moves included); None = no
+    # limit. 12 later, not 8, from run 25 (H200, fp8): with 8 the local search at M=256 ran
+    # out of new kernels before trying 3 stages around its best tile, and the pick re-timed
+    # 1.4% slower than exhaustive's. Replayed on runs 21, 22 and 25's fp8 exhaustive logs
+    # (8 seeds each), 12 brings the worst M<=256 ratio to 1.0056 (1.0117 with 8) and M=4096's
+    # worst from 1.033 to 1.0008, for 12-19 more timings over the six batch sizes
+    # (benchmarks/results/search_replay_2026-12-03_compile-budget.txt).
+    compile_budget: tuple[int, int] | None = (32, 12)
     round0_max: int = 28  # configs timed in round 0 (compiled ones cost GPU time only)
     reuse_ranked: int = 6  # best-ranked configs of the previous batch size re-timed (no compile)
     local_rounds: int = 3  # rounds of one-step moves around the best two

@@ -318,7 +318,7 @@ class Tuner:
                     {"phases_ms": {k: round(v * 1e3, 2) for k, v in t.phases_s.items()}}
                     if t.phases_s
                     else {}
-                ),  # fmt: skip
+                ),
             }
         )
 

@@ -633,34 +633,41 @@ def test_bad_configs_and_inputs_are_named() -> None:
         error_bound("int4")
 
 
-_WARM_SCRIPT = """
-import sys, torch
-from cellbench.kernels import make_problem, run_fused, warm_config
+# The shape and config of the compile-only tests' scripts; argv[1:3]: m, "block" or "bf16".
+_SCRIPT_CASE = """
+import sys
 from cellbench.shapes import MoEShape
-what, m, block = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "block"
+m, block = int(sys.argv[1]), sys.argv[2] == "block"
 shape = MoEShape(16, 256, 512, 4, "fp8_w8a8", (128, 128)) if block else MoEShape(16, 256, 512, 4)
 cfg = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 1,
        "num_warps": 4, "num_stages": 3}
+"""
+
+# argv[3]: "warm" (compile only) or "run" (a real call)
+_WARM_SCRIPT = (
+    _SCRIPT_CASE
+    + """
+import torch
+from cellbench.kernels import make_problem, run_fused, warm_config
+what = sys.argv[3]
 if what == "warm":
     warm_config(shape, m, "bf16", cfg, "cuda")
 else:
     run_fused(make_problem(shape, m, "bf16", "cuda", seed=0), cfg)
     torch.cuda.synchronize()
 """
+)
 
 
 # A compile-only pool of one worker, started (forked) by a fresh process that has opened no
-# GPU and run no kernel, as the tuner's is; argv: m, "block" or "bf16", capability, SMs.
-_POOL_SCRIPT = """
-import json, sys
-from cellbench.shapes import MoEShape
+# GPU and run no kernel, as the tuner's is; argv[3:6]: capability major, minor, SM count.
+_POOL_SCRIPT = (
+    _SCRIPT_CASE
+    + """
+import json
 from cellbench.tuner import compilepool
-m, block = int(sys.argv[1]), sys.argv[2] == "block"
 cap, sms = (int(sys.argv[3]), int(sys.argv[4])), int(sys.argv[5])
 compilepool.SHARED_WARMUPS = True
-shape = MoEShape(16, 256, 512, 4, "fp8_w8a8", (128, 128)) if block else MoEShape(16, 256, 512, 4)
-cfg = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 1,
-       "num_warps": 4, "num_stages": 3}  # the config _WARM_SCRIPT runs
 pool = compilepool.CompilePool(1, "builtin", shape.to_dict(), "bf16", 0, compile_only=True)
 try:
     assert pool.compile_only
@@ -673,6 +680,7 @@ finally:
 bad = [msg for ok, msg in results if not ok]
 print(json.dumps([not bad, "; ".join(bad)]))
 """
+)
 
 
 def _compiled(cache: Path) -> set[str]:
@@ -693,7 +701,7 @@ def test_warm_config_compiles_what_the_real_call_uses(tmp_path: Path, m: int, bl
            "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "workflow")}  # fmt: skip
     kind = "block" if block else "bf16"
     for what in ("warm", "run"):
-        subprocess.run([sys.executable, "-c", _WARM_SCRIPT, what, str(m), kind], env=env,
+        subprocess.run([sys.executable, "-c", _WARM_SCRIPT, str(m), kind, what], env=env,
                        check=True, timeout=300)  # fmt: skip
         if what == "warm":
             warmed = _compiled(tmp_path / "cache")
@@ -735,7 +743,7 @@ def test_compile_only_worker_compiles_what_the_real_call_uses(
     warmed = _compiled(cache)
     assert warmed, "the compile-only worker compiled nothing"
     everything = {str(p.relative_to(cache)) for p in cache.rglob("*.json")}
-    subprocess.run([sys.executable, "-c", _WARM_SCRIPT, "run", str(m), kind], env=env,
+    subprocess.run([sys.executable, "-c", _WARM_SCRIPT, str(m), kind, "run"], env=env,
                    check=True, timeout=300)  # fmt: skip
     assert _compiled(cache) == warmed, "the real call compiled its kernel again"
     added = {str(p.relative_to(cache)) for p in cache.rglob("*.json")} - everything

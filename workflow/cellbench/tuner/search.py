@@ -408,10 +408,17 @@ class Tuner:
         return results
 
     def _final(
-        self, m: int, finalists: list[tuple[str, dict[str, int]]], problems: list[Any]
-    ) -> list[tuple[str, dict[str, int], Timing]]:
-        """Side-by-side re-timing of the finalists."""
-        return self._side_by_side(m, finalists, problems, self.opt.repeats, "final")
+        self,
+        m: int,
+        finalists: list[tuple[str, dict[str, int]]],
+        problems: list[Any],
+        n_cands: int,
+    ) -> Entry:
+        """The finalists re-timed side by side, a tie with the seed table's config settled
+        (`_settle_tie`), and the pick (`_pick`)."""
+        final = self._side_by_side(m, finalists, problems, self.opt.repeats, "final")
+        final, settled = self._settle_tie(m, final, problems)
+        return self._pick(m, final, n_cands, settled)
 
     def _side_by_side(
         self,
@@ -533,8 +540,7 @@ class Tuner:
             tk = self._table_key(m)
             if tk is not None and any(r[2] == tk for r in ranked[self.opt.finalists :]):
                 finalists.append(next((r[2], r[3]) for r in ranked if r[2] == tk))
-            final, settled = self._settle_tie(m, self._final(m, finalists, problems), problems)
-            entry = self._pick(m, final, len(cands), settled)
+            entry = self._final(m, finalists, problems, len(cands))
         else:
             entry = self._default_search(m, cands, problems, ref)
         err = None
@@ -781,8 +787,7 @@ class Tuner:
         if tk is not None and tk in tried and tk not in self.failed:
             if all(k != tk for k, _ in finalists):
                 finalists.append((tk, by_key[tk]))
-        final, settled = self._settle_tie(m, self._final(m, finalists, problems), problems)
-        entry = self._pick(m, final, len(chosen) + extra_n, settled)
+        entry = self._final(m, finalists, problems, len(chosen) + extra_n)
         # next batch size starts from these (the pick first)
         self.finalists_prev = [spaces.config_key(entry.config)] + [
             k for k, _ in finalists if k != spaces.config_key(entry.config)

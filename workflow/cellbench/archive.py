@@ -94,7 +94,7 @@ def build_archive(
 ) -> dict:
     final_dir = out_manifest.parent
     final_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{label}.", dir=final_dir.parent))
+    staging = atomicio.staging_dir(final_dir.parent, f".{label}.")
     try:
         for cell in cells:
             src = results / cell

@@ -26,7 +26,8 @@ rule archive:
                 }
             )
         ),
-        config_hash=cbconfig.config_hash(config),
+        # The tracked settings of its cells only: a timeout edit archives nothing new.
+        config_hash=archive_settings_hash,
     shell:
         "python -m cellbench.archive --label {wildcards.label} --results results "
         "--cells {params.cells} --digests {params.digests} --config-hash {params.config_hash} "

@@ -13,7 +13,7 @@ rule tiny_model:
     params:
         kind=lambda wildcards: config["models"][wildcards.model]["build"],
     shell:
-        "python -m cellbench.assets model --kind {params.kind} --out {output} > {log} 2>&1"
+        logged("python -m cellbench.assets model --kind {params.kind} --out {output}")
 
 
 rule gsm8k_set:
@@ -28,4 +28,4 @@ rule gsm8k_set:
     params:
         n=config["gsm8k"]["local_questions"],
     shell:
-        "python -m cellbench.assets gsm8k --n {params.n} --out {output} > {log} 2>&1"
+        logged("python -m cellbench.assets gsm8k --n {params.n} --out {output}")

@@ -13,7 +13,7 @@ from snakemake.utils import validate
 
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
 from cellbench import config as cbconfig  # noqa: E402
-from cellbench import pins  # noqa: E402
+from cellbench import jobargs, pins  # noqa: E402
 
 try:
     cbconfig.validate(config)
@@ -102,7 +102,7 @@ def model_entry(wildcards):
 
 
 def local_model_dir(model):
-    return f"results/assets/models/{model}"
+    return jobargs.local_model_dir(model)
 
 
 def model_inputs(wildcards):
@@ -114,15 +114,12 @@ def model_inputs(wildcards):
 
 def model_source(wildcards):
     """What the server and the tuner are given: a local folder or a Hugging Face id."""
-    entry = model_entry(wildcards)
-    if entry.get("build"):
-        return local_model_dir(wildcards.model)
-    return entry["hf_id"]
+    return jobargs.model_source(config, wildcards.model)
 
 
 def gpus_for(wildcards):
     """GPUs a cell's job holds: its TP size in containers, none for host processes."""
-    return int(wildcards.tp) if RUNTIME == "docker" else 0
+    return jobargs.gpus_per_server(config, wildcards)
 
 
 def in_cell_python(wildcards):
@@ -132,57 +129,22 @@ def in_cell_python(wildcards):
     return PYTHON_HOST
 
 
-def step_args(wildcards, *, env=()):
-    """Arguments of `python -m cellbench.steps`: where and with which GPUs a step runs."""
-    args = ["--runtime", RUNTIME]
-    if RUNTIME == "docker":
-        args += [
-            "--image-ref",
-            PINS.ref(wildcards.image),
-            "--gpu-vendor",
-            config["gpu_vendor"],
-            "--gpus",
-            str(gpus_for(wildcards)),
-            "--total-gpus",
-            str(config["gpus"]),
-            "--lease-dir",
-            "results/.leases",
-            "--mount",
-            f"{Path(config['hf_cache']).expanduser()}:/root/.cache/huggingface:rw",
-            "--pass-env",
-            "HF_TOKEN",
-            "--label",
-            f"cellbench.cell={wildcards.image}/{wildcards.model}/tp{wildcards.tp}-ep{wildcards.ep}",
-        ]
-    for item in env:
-        args += ["--env", item]
-    return shlex.join(args)
+# Rerun triggers (cellbench/jobargs.py, docs/rerun-triggers.md): a params function of
+# wildcards alone is compared with the last run's value, so `*_settings` carry every value
+# that shapes a result. Host details go through functions that also take `input`, which
+# Snakemake leaves out of that comparison on purpose: changing them reruns nothing.
 
 
-def tune_args(wildcards):
-    """The tuner's command line for a cell; everything that changes the result is in here."""
-    model = model_entry(wildcards)
-    tune = config["tune"]
-    model_config = model.get("model_config") or model_source(wildcards)
-    args = ["--model-config", model_config, "--tp", wildcards.tp]
-    if int(wildcards.ep) > 1:
-        args.append("--ep")
-    dtype = model["dtype"]
-    if dtype in ("bf16", "fp16", "fp32"):
-        # Unquantised: no dtype in vLLM's file name; the activations' dtype is what differs.
-        args += ["--dtype", "none", "--act-dtype", dtype]
-    else:
-        args += ["--dtype", dtype]
-    block = model["block_shape"]
-    args += [
-        "--block-shape",
-        f"{block[0]},{block[1]}" if isinstance(block, list) else str(block or "none"),
-    ]
-    args += ["--batch-sizes", ",".join(map(str, cbconfig.batch_sizes(config)))]
-    args += ["--mode", tune["mode"], "--backend", tune["backend"]]
-    if tune["max_configs"]:
-        args += ["--max-configs", str(tune["max_configs"])]
-    return shlex.join(args)
+def tune_settings(wildcards):
+    return jobargs.tune_settings(config, PINS, wildcards)
+
+
+def tuner_args(wildcards):
+    return jobargs.tuner_args(config, wildcards)
+
+
+def step_host_args(wildcards, input):
+    return jobargs.step_flags(config, PINS, wildcards)
 
 
 def serve_inputs(wildcards, arms):
@@ -194,82 +156,12 @@ def serve_inputs(wildcards, arms):
     return inputs
 
 
-def load_args(wildcards):
-    """serve_stage's flags that every serve job shares: the model, its layout, the load grid."""
-    model = model_entry(wildcards)
-    serve = config["serve"]
-    return [
-        "--model",
-        model_source(wildcards),
-        "--served-model-name",
-        wildcards.model,
-        "--tp",
-        wildcards.tp,
-        "--ep",
-        wildcards.ep,
-        "--serve-args-json",
-        json.dumps(model["serve_args"]),
-        "--grid-json",
-        json.dumps(serve["grid"]),
-        "--concurrency",
-        ",".join(map(str, serve["concurrency"])),
-        "--prompts-per-concurrency",
-        str(serve["prompts_per_concurrency"]),
-        "--warmups-per-concurrency",
-        str(serve["warmups_per_concurrency"]),
-        "--repeats",
-        str(serve["repeats"]),
-        "--ignore-eos" if serve["ignore_eos"] else "--no-ignore-eos",
-        "--ready-timeout",
-        str(serve["ready_timeout_s"]),
-        "--max-failed-share",
-        str(serve["max_failed_share"]),
-    ]
+def serve_settings(wildcards, arm):
+    return jobargs.serve_settings(config, PINS, wildcards, arm)
 
 
-def docker_server_args(wildcards):
-    """serve_stage's flags for containerised servers: vendor, GPUs per server, HF cache."""
-    return [
-        "--gpu-vendor",
-        config["gpu_vendor"],
-        "--gpus",  # per server
-        wildcards.tp,
-        "--total-gpus",
-        str(config["gpus"]),
-        "--hf-cache",
-        str(Path(config["hf_cache"]).expanduser()),
-    ]
-
-
-def serve_args(wildcards, input, arm):
-    """serve_stage's command line for one arm, or for both (arm="pair")."""
-    gsm8k = config["gsm8k"]
-    # Flag order is part of the job's params: keep it stable, or finished cells rerun.
-    args = [
-        "--runtime",
-        RUNTIME,
-        "--cell-id",
-        f"{wildcards.image}/{wildcards.model}/tp{wildcards.tp}-ep{wildcards.ep}",
-        "--arm",
-        arm,
-        *load_args(wildcards),
-        "--gsm8k-fewshot",
-        str(gsm8k["num_fewshot"]),
-        "--lease-dir",
-        "results/.leases",
-    ]
-    if gsm8k["limit"]:
-        args += ["--gsm8k-limit", str(gsm8k["limit"])]
-    if "gsm8k" in input.keys():
-        args += ["--gsm8k-task-dir", input.gsm8k]
-    if "tuned" in input.keys():
-        args += ["--tuned-config-dir", input.tuned]
-    if RUNTIME == "docker":
-        args += ["--image-ref", PINS.ref(wildcards.image)]
-    args += ["--image-digest", PINS.digest(wildcards.image)]
-    if RUNTIME == "docker":
-        args += docker_server_args(wildcards)
-    return shlex.join(args)
+def serve_host_args(wildcards, input):
+    return jobargs.serve_host(config, input)
 
 
 def compare_cell_dir(wildcards, image):
@@ -290,36 +182,23 @@ def compare_inputs(wildcards):
     return inputs
 
 
+def compare_settings(wildcards):
+    return jobargs.compare_settings(config, PINS, wildcards)
+
+
 def compare_args(wildcards, input):
-    """serve_stage's command line for a comparison: two images' tuned arms (--arm images)."""
-    sides = []
-    for image, tuned in (
-        (wildcards.image_a, input.tuned_a),
-        (wildcards.image_b, input.tuned_b),
-    ):
-        sides.append(
-            {
-                "name": image,
-                "cell": f"{image}/{wildcards.model}/tp{wildcards.tp}-ep{wildcards.ep}",
-                "image_ref": PINS.ref(image) if RUNTIME == "docker" else None,
-                "image_digest": PINS.digest(image),
-                "tuned_config_dir": tuned,
-            }
-        )
-    args = [
-        "--runtime",
-        RUNTIME,
-        "--cell-id",
-        COMPARE_ID.format(**wildcards),
-        "--arm",
-        "images",
-        *load_args(wildcards),
-        "--lease-dir",
-        "results/.leases",
-        "--no-gsm8k",
-        "--images-json",
-        json.dumps(sides),
-    ]
-    if RUNTIME == "docker":
-        args += docker_server_args(wildcards)
-    return shlex.join(args)
+    return jobargs.compare_args(config, PINS, wildcards, input)
+
+
+def archive_settings_hash(wildcards):
+    """What the archive records as its configuration: the tracked settings of its cells."""
+    return jobargs.results_hash(config, PINS, cells_with_label(wildcards.label))
+
+
+def logged(command):
+    """A rule's shell: the command's output goes to the job's log; if it fails, the log's last
+    meaningful lines are printed on the terminal too (not only "check log file(s)")."""
+    return (
+        f"({command}) > {{log}} 2>&1 || "
+        "{{ rc=$?; python -m cellbench.joblog {log:q} >&2; exit $rc; }}"
+    )

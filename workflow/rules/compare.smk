@@ -21,9 +21,10 @@ rule compare_images:
         # Two servers of TP GPUs each, alive together.
         gpu=lambda wildcards: 2 * gpus_for(wildcards),
     params:
-        digest_a=lambda wildcards: PINS.digest(wildcards.image_a),
-        digest_b=lambda wildcards: PINS.digest(wildcards.image_b),
+        # Tracked: both pins and the load grid. The full command line names input folders,
+        # so it is built untracked (compare_args) from the same values.
+        settings=compare_settings,
         args=compare_args,
         out=lambda wildcards, output: str(Path(output.bench).parent),
     shell:
-        SERVE_SHELL
+        logged("python -m cellbench.serve_stage {params.args} --out-dir {params.out}")

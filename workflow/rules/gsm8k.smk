@@ -16,5 +16,7 @@ rule gsm8k:
     params:
         cell=lambda wildcards: f"{wildcards.image}/{wildcards.model}/tp{wildcards.tp}-ep{wildcards.ep}",
     shell:
-        "python -m cellbench.gsm8k summarize --lm-eval-dir {input.lm_eval} "
-        "--cell-id {params.cell} --arm {wildcards.arm} --out {output} > {log} 2>&1"
+        logged(
+            "python -m cellbench.gsm8k summarize --lm-eval-dir {input.lm_eval} "
+            "--cell-id {params.cell} --arm {wildcards.arm} --out {output}"
+        )

@@ -5,8 +5,9 @@
 # per-arm files, so the gsm8k, report and archive rules read either.
 
 
-SERVE_SHELL = (
-    "python -m cellbench.serve_stage {params.args} --out-dir {params.out} > {log} 2>&1"
+# params.settings is tracked (every flag that shapes a number), params.host is not.
+SERVE_SHELL = logged(
+    "python -m cellbench.serve_stage {params.settings} {params.host} --out-dir {params.out}"
 )
 
 
@@ -31,8 +32,8 @@ if config["serve"]["interleave_arms"]:
             # Two servers of TP GPUs each, alive together.
             gpu=lambda wildcards: 2 * gpus_for(wildcards),
         params:
-            digest=lambda wildcards: PINS.digest(wildcards.image),
-            args=lambda wildcards, input: serve_args(wildcards, input, "pair"),
+            settings=lambda wildcards: serve_settings(wildcards, "pair"),
+            host=serve_host_args,
             out=lambda wildcards: os.path.join(CELL_DIR.format(**wildcards), "serve"),
         shell:
             SERVE_SHELL
@@ -55,8 +56,8 @@ else:
         resources:
             gpu=gpus_for,
         params:
-            digest=lambda wildcards: PINS.digest(wildcards.image),
-            args=lambda wildcards, input: serve_args(wildcards, input, wildcards.arm),
+            settings=lambda wildcards: serve_settings(wildcards, wildcards.arm),
+            host=serve_host_args,
             out=lambda wildcards, output: str(Path(output.bench).parent),
         shell:
             SERVE_SHELL

@@ -17,12 +17,15 @@ rule tune:
     resources:
         gpu=gpus_for,
     params:
-        digest=lambda wildcards: PINS.digest(wildcards.image),
-        code_version=config["tune"]["code_version"],
-        python=in_cell_python,
-        steps=step_args,
-        args=tune_args,
+        # Tracked (a rerun trigger): pinned digest, GPUs, the tuner's flags, code version.
+        settings=tune_settings,
+        tuner=tuner_args,
+        # Untracked host details: interpreter, leases, mounts, the host's GPU count.
+        python=lambda wildcards, input: in_cell_python(wildcards),
+        steps=step_host_args,
         out=lambda wildcards, output: str(Path(output.summary).parent),
     shell:
+        # cellbench.steps writes the log itself; on failure print its reason here too.
         "python -m cellbench.steps {params.steps} --log {log} -- "
-        "{params.python} -m cellbench.tuner {params.args} --out {params.out}"
+        "{params.python} -m cellbench.tuner {params.tuner} --out {params.out} "
+        "|| {{ rc=$?; python -m cellbench.joblog {log:q} >&2; exit $rc; }}"

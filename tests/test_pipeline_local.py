@@ -14,6 +14,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+import yaml
 from cellbench import archive
 from test_workflow import fresh_copy
 
@@ -106,25 +107,94 @@ def test_report_and_archive(finished_run):
 
 
 @pytest.mark.slow
-def test_nothing_left_to_do_and_one_cell_reruns_alone(finished_run):
+def test_nothing_left_to_do(finished_run):
+    # What each setting reruns is test_rerun_trigger_table's; here: a finished run is final.
     proc = snakemake(finished_run, "-n", "all")
     assert proc.returncode == 0 and "Nothing to be done" in proc.stdout + proc.stderr
-    # A new version of the in-container tuner code (a rule parameter) reruns every tune and
-    # what reads its configs: the pair jobs, which measure the untuned arm again alongside.
-    config = finished_run / "config/local.yaml"
-    original = config.read_text()
-    config.write_text(original.replace("tune:\n", "tune:\n  code_version: '2'\n", 1))
+
+
+# --- rerun triggers: docs/rerun-triggers.md's table, checked against Snakemake's own plan ---
+
+TRIGGER_DOC = ROOT / "docs" / "rerun-triggers.md"
+# Settings of config/local.yaml that the table leaves out, and why (the doc says the same).
+NOT_EDITABLE_ALONE = {
+    "runtime": "a docker runtime needs pinned images and a GPU vendor",
+    "gpu_vendor": "only `none` is valid on the local runtime",
+    "models.*.build": "one kind of embedded model exists",
+}
+
+
+def trigger_table() -> list[tuple[str, dict, dict[str, int]]]:
+    """(setting, edit, expected jobs by rule) per row of the table."""
+    rows = []
+    for line in TRIGGER_DOC.read_text().splitlines():
+        m = re.fullmatch(r"\| `([^`]+)` \| `(\{.*\})` \| ([^|]+) \|", line.strip())
+        if not m:
+            continue
+        setting, edit, jobs = m.groups()
+        expected = {}
+        if jobs.strip() != "nothing":
+            for item in jobs.split(","):
+                rule, count = item.split()
+                expected[rule] = int(count)
+        rows.append((setting, yaml.safe_load(edit), expected))
+    return rows
+
+
+def apply_edit(config: dict, dotted: str, value) -> None:
+    keys = [int(k) if k.isdigit() else k for k in dotted.split(".")]
+    node = config
+    for key in keys[:-1]:
+        node = node[key]
+    node[keys[-1]] = value
+
+
+def leaf_settings(node, prefix="") -> set[str]:
+    """Dotted names of a config's settings, with model and image names as `*`."""
+    if not isinstance(node, dict) or prefix in ("serve.grid", "cells"):
+        return {prefix}
+    out = set()
+    for key, value in node.items():
+        name = "*" if prefix in ("models", "images") else key
+        out |= leaf_settings(value, f"{prefix}.{name}" if prefix else name)
+    return out
+
+
+def test_trigger_table_covers_every_setting_of_the_embedded_default():
+    config = yaml.safe_load((ROOT / "config/local.yaml").read_text())
+    settings = {setting for setting, _, _ in trigger_table()}
+    assert leaf_settings(config) - settings == set(NOT_EDITABLE_ALONE)
+    names = set(config["models"]) | set(config["images"])
+    for setting, edit, _ in trigger_table():
+        # The row's edit changes the setting it names (`models.*.x`, `cells.1.tp` -> `cells`).
+        parts = []
+        for part in next(iter(edit)).split("."):
+            if part.isdigit():
+                break
+            parts.append("*" if part in names else part)
+        assert ".".join(parts) == setting, (setting, edit)
+
+
+@pytest.mark.slow
+def test_rerun_trigger_table(finished_run):
+    """Each setting edited alone in a finished run: Snakemake plans exactly the jobs the
+    table lists (nothing, for settings that shape no number)."""
+    config_path = finished_run / "config/local.yaml"
+    original = config_path.read_text()
+    mismatches = []
     try:
-        proc = snakemake(finished_run, "-n", "all", "--quiet", "rules")
+        for setting, edit, expected in trigger_table():
+            config = yaml.safe_load(original)
+            for dotted, value in edit.items():
+                apply_edit(config, dotted, value)
+            config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+            proc = snakemake(finished_run, "-n", "all", "--quiet", "rules")
+            assert proc.returncode == 0, (setting, proc.stdout[-3000:] + proc.stderr[-3000:])
+            jobs = {r: int(n) for r, n in re.findall(r"^(\w+)\s+(\d+)$", proc.stdout, flags=re.M)}
+            jobs.pop("total", None)
+            jobs.pop("all", None)
+            if jobs != expected:
+                mismatches.append(f"{setting}: planned {jobs}, table says {expected}")
     finally:
-        config.write_text(original)
-    jobs = dict(re.findall(r"^(\w+)\s+(\d+)$", proc.stdout, flags=re.M))
-    jobs.pop("total", None)
-    assert jobs == {
-        "tune": "2",
-        "serve_pair": "2",
-        "gsm8k": "4",
-        "report": "1",
-        "archive": "1",
-        "all": "1",
-    }, proc.stdout + proc.stderr
+        config_path.write_text(original)
+    assert not mismatches, "\n".join(mismatches)

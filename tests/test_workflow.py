@@ -140,3 +140,40 @@ def test_host_env_lists_pyprojects_dependencies() -> None:
     pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
     assert pip == deps
     assert "python=3.11" in env["dependencies"]
+
+
+def test_failed_job_prints_its_reason_on_the_terminal(tmp_path):
+    """A job that fails shows the reason from its log on Snakemake's terminal output, not only
+    "check log file(s)". The fault is real: lm-eval output truncated mid-file."""
+    work = fresh_copy(tmp_path)
+    lm_eval = work / "results/host-cpu/tiny-qwen3-moe/tp1-ep1/serve/untuned/lm_eval/m"
+    lm_eval.mkdir(parents=True)
+    (lm_eval / "results_2026-01-01T00-00-00.json").write_text('{"results": ')
+    target = "results/host-cpu/tiny-qwen3-moe/tp1-ep1/gsm8k/untuned.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--cores", "1", target, "--allowed-rules", "gsm8k"],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode != 0
+    terminal = proc.stdout + proc.stderr
+    assert "cellbench: the job failed; from its log" in terminal
+    assert "JSONDecodeError" in terminal
+    assert not (work / target).exists()
+
+
+def test_meaningful_tail_keeps_the_exception_and_drops_progress_bars():
+    from cellbench.joblog import meaningful_tail
+
+    log = "\n".join(
+        ["starting", " 50%|#####     | 5/10", "Traceback (most recent call last):"]
+        + [f'  File "x.py", line {i}, in f' for i in range(30)]
+        + ["    raise ValueError('bad grid')", "ValueError: bad grid: isl must be > 0"]
+    )
+    tail = meaningful_tail(log)
+    assert tail[0].startswith("Traceback") and tail[-1].startswith("ValueError: bad grid")
+    assert len(tail) <= 20 and not any("%|" in line for line in tail)
+    plain = "\n".join(["line"] * 50 + ["server failed to start: port 8000 taken"] + ["x"] * 3)
+    assert "server failed to start: port 8000 taken" in meaningful_tail(plain)

@@ -529,6 +529,15 @@ def _run_all(plan: Plan) -> dict[str, Any]:
     return merged
 
 
+def _installed_version(package: str) -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
 def _csv_rows(plan: Plan, entries: dict[str, Any], cu_num: int | None) -> list[dict[str, Any]]:
     s = plan.shape
     act = {"bf16": "torch.bfloat16", "fp16": "torch.float16", "fp32": "torch.float32"}
@@ -668,6 +677,8 @@ def run(plan: Plan) -> dict[str, Any]:
         "triton_version": triton.__version__,
         "torch_version": torch.__version__,
         "python_version": platform.python_version(),
+        # Read where the tuner runs (inside the image on docker): what shaped the numbers.
+        "vllm_version": _installed_version("vllm"),
         "batch_sizes": plan.batch_sizes,
         "complete": not res.get("skipped_batch_sizes"),
         "skipped_batch_sizes": res.get("skipped_batch_sizes", []),

@@ -1,5 +1,8 @@
 # cellbench: tune -> serve (untuned, tuned) -> GSM8K -> report -> archive, per cell.
 # The rules live in workflow/rules/, one file per stage; their logic in workflow/cellbench/.
+from snakemake.utils import min_version
+
+min_version("9.27")  # pyproject.toml pins 9.27.1
 
 
 include: "workflow/rules/common.smk"

@@ -128,6 +128,12 @@ def test_lint_clean() -> None:
     shells = sum(t.count("shell:") for t in texts)
     conda = sum(t.count("conda:") for t in texts)
     assert shells == conda > 0
+    # Every job keeps a log and a benchmark file (the `all` rule, in the Snakefile, runs none).
+    rules = sum(len(re.findall(r"^\s*rule \w+:", t, flags=re.M)) for t in texts)
+    def count(directive: str) -> int:
+        return sum(len(re.findall(rf"^\s*{directive}:\s*$", t, flags=re.M)) for t in texts)
+
+    assert count("log") == count("benchmark") == count("shell") == rules
 
 
 def test_host_env_lists_pyprojects_dependencies() -> None:

@@ -1,0 +1,132 @@
+"""Which fused-MoE launch config a server used, read from what the server logged.
+
+vLLM (0.32-0.34, ``get_moe_configs``) logs once per process either
+
+    Using configuration from <path> for MoE layer.
+    Using default MoE config. Performance might be sub-optimal! Config file not found at <p>, <p>
+
+and neither when the MoE layer does not run the Triton kernel (AITER's MoE on ROCm, a CPU
+backend). The project's own experts implementation for ``transformers serve`` logs the same two
+lines. ``read_evidence`` turns a server log into one observation per arm:
+
+* ``tuned``     a file under the arm's tuned-config folder was loaded;
+* ``shipped``   a file elsewhere (the image's own vLLM configs) was loaded;
+* ``default``   no file was found: vLLM's default heuristic ran;
+* ``none seen`` no fused-MoE Triton path logged anything;
+* ``mixed``     processes of one server disagree (e.g. TP ranks that found different files).
+
+``arm_problem`` says what is wrong with an arm's evidence (None when it is what the arm needs).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterable
+from typing import Any
+
+LOADED_RE = re.compile(r"Using configuration from (?P<path>.+?) for MoE layer\.")
+DEFAULT_RE = re.compile(
+    r"Using default MoE config\. Performance might be sub-optimal! "
+    r"Config file not found at (?P<paths>.+?)\s*$"
+)
+SOURCES = ("tuned", "shipped", "default", "none seen", "mixed")
+# Environment variables that decide whether vLLM's Triton fused-MoE path runs at all.
+MOE_ENV = ("VLLM_ROCM_USE_AITER", "VLLM_ROCM_USE_AITER_MOE", "VLLM_TUNED_CONFIG_FOLDER")
+
+
+def _under(path: str, folders: Iterable[str]) -> bool:
+    path = path.rstrip("/")
+    return any(path.startswith(folder.rstrip("/") + "/") for folder in folders if folder)
+
+
+def _paths(text: str) -> list[str]:
+    """The searched paths of a default-config line. Older vLLM joins them with ", ", newer
+    prints a Python list; config file names hold commas of their own (no space after)."""
+    text = text.strip()
+    if text.startswith("["):
+        try:
+            return [str(p) for p in ast.literal_eval(text)]
+        except (ValueError, SyntaxError):
+            text = text.strip("[]")
+    return [p.strip(" '\"") for p in text.split(", ") if p.strip(" '\"")]
+
+
+def read_evidence(log_text: str, tuned_folders: Iterable[str] = ()) -> dict[str, Any]:
+    """The MoE config source a server's log shows. ``tuned_folders`` are the paths the server
+    saw its tuned folder as (the host path, and the path inside a container)."""
+    tuned_folders = [str(f) for f in tuned_folders]
+    lines, kinds, paths, searched = [], set(), [], []
+    for raw in log_text.splitlines():
+        line = raw.strip()
+        if m := LOADED_RE.search(line):
+            path = m.group("path").strip()
+            kinds.add("tuned" if _under(path, tuned_folders) else "shipped")
+            paths.append(path)
+            lines.append(line)
+        elif m := DEFAULT_RE.search(line):
+            kinds.add("default")
+            searched += _paths(m.group("paths"))
+            lines.append(line)
+    if not kinds:
+        source = "none seen"
+    elif len(kinds) == 1:
+        source = kinds.pop()
+    else:
+        source = "mixed"
+    return {
+        "source": source,
+        "paths": sorted(set(paths)),
+        "searched": sorted(set(searched)),
+        # One line per process is enough to show; a TP=8 server logs eight alike.
+        "log_lines": sorted(set(lines))[:8],
+    }
+
+
+def arm_problem(
+    arm: str, evidence: dict[str, Any], env: dict[str, str] | None = None
+) -> str | None:
+    """Why an arm's evidence makes its numbers untrustworthy, with the fix; None when fine.
+    A tuned arm must have loaded its tuned file; an untuned arm must not have (a shipped file
+    is allowed, and labelled)."""
+    source = evidence["source"]
+    said = "; ".join(evidence["log_lines"]) or "no fused-MoE config line at all"
+    env = env or {}
+    if arm == "tuned" and source != "tuned":
+        if source == "none seen":
+            aiter = {k: env[k] for k in MOE_ENV[:2] if k in env}
+            hint = (
+                f"the server's environment has {aiter}: set VLLM_ROCM_USE_AITER=0 for this "
+                "model so the Triton fused-MoE kernel (which reads the tuned file) runs"
+                if aiter.get("VLLM_ROCM_USE_AITER", "0") not in ("0", "false", "False")
+                else "the server's MoE layers do not run the Triton fused-MoE kernel (AITER or "
+                "a CPU backend), so no tuned config can apply"
+            )
+        elif source == "default":
+            hint = (
+                "the tuned file's name does not match what the server looked for "
+                f"({', '.join(evidence['searched'])}): check E, N, device_name, dtype and "
+                "block_shape of the tuned file against these"
+            )
+        else:
+            hint = f"it loaded {', '.join(evidence['paths'])} instead of the tuned file"
+        return (
+            f"tuned arm: expected the server to load the tuned config file, but its log says "
+            f"{source!r} ({said}); {hint}"
+        )
+    if arm == "untuned" and source in ("tuned", "mixed"):
+        return (
+            f"untuned arm: expected no tuned config, but its log says {source!r} ({said}); "
+            "the untuned server must not see the tuned folder (VLLM_TUNED_CONFIG_FOLDER)"
+        )
+    if source == "mixed":
+        return f"{arm} arm: the server's processes loaded different MoE configs ({said})"
+    return None
+
+
+def arm_label(arm: str, evidence: dict[str, Any]) -> str:
+    """How a report names the arm: an untuned arm that loaded the image's own file is the
+    'shipped' arm."""
+    if arm == "untuned" and evidence.get("source") == "shipped":
+        return "shipped"
+    return arm

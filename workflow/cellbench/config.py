@@ -9,13 +9,19 @@ key and the value, so `snakemake -n` and `cellbench cells` say the same thing.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
+import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import yaml
+
+# The refusal of EP with TP 1 is worded once, for the config and `cellbench shapes/tune`.
+from cellbench.shapes import EP_NEEDS_TP
 
 # Batch-size tiers by name are the tuner's own lists (stdlib-only at import).
 from cellbench.tuner.cli import BATCH_SIZE_TIERS
@@ -26,6 +32,84 @@ ARMS = ("untuned", "tuned")
 
 class ConfigError(ValueError):
     """A configuration value is wrong; the message names the key and the value."""
+
+
+# --- strict YAML -----------------------------------------------------------------------------
+# yaml.safe_load keeps the last of two equal keys without a word; a config with `runtime:`
+# twice would silently run the second. This loader refuses it, naming both lines.
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a mapping holding the same key twice."""
+
+    source = "<string>"
+
+
+def _construct_strict_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False):
+    first_line: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor` may be overridden
+            continue
+        key = loader.construct_object(key_node, deep=True)
+        try:
+            hash(key)
+        except TypeError:
+            continue  # SafeLoader's own error names an unhashable key
+        line = key_node.start_mark.line + 1
+        if key in first_line:
+            raise ConfigError(
+                f"config file {loader.source!r}, line {line}: duplicate key {key!r} "
+                f"(first at line {first_line[key]}); YAML would keep only the last one, "
+                "so remove one of them"
+            )
+        first_line[key] = line
+    return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
+
+
+_StrictLoader.add_constructor(
+    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_strict_mapping
+)
+
+
+def read_yaml(path: str | Path) -> Any:
+    """Parse one YAML file strictly; a ConfigError names the file and line of any fault."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"config file {str(path)!r} does not exist") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"config file {str(path)!r} cannot be read: {exc}") from None
+    loader = _StrictLoader(text)
+    loader.source = str(path)
+    try:
+        return loader.get_single_data()
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f", line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        what = ": ".join(x for x in (exc.context, exc.problem) if x)
+        raise ConfigError(f"config file {str(path)!r}{where}: not valid YAML: {what}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {str(path)!r}: not valid YAML: {exc}") from None
+    finally:
+        loader.dispose()
+
+
+def check_files(paths) -> None:
+    """Re-read config files that another reader (Snakemake) already merged, strictly: a
+    duplicate key, which that reader drops silently, raises ConfigError naming file and lines."""
+    for path in paths:
+        _read_mapping(path)
+
+
+def _read_mapping(path: str | Path) -> dict[str, Any] | None:
+    data = read_yaml(path)
+    if data is not None and not isinstance(data, dict):
+        raise ConfigError(
+            f"config file {str(path)!r}: the top level must be a mapping of keys "
+            f"(runtime:, images:, ...), not a {type(data).__name__}"
+        )
+    return data
 
 
 @dataclass(frozen=True, order=True)
@@ -108,6 +192,11 @@ def _schema_message(error: jsonschema.ValidationError) -> str:
         return f"unknown key {', '.join(map(repr, unknown))}{where}"
     if error.validator == "required":
         return f"{key}: {error.message}"
+    if error.validator == "oneOf" and "is valid under each of" in error.message:
+        alternatives = " or ".join(
+            "/".join(alt.get("required", [])) or json.dumps(alt) for alt in error.validator_value
+        )
+        return f"{key}: give exactly one of {alternatives}, not more"
     if error.validator == "oneOf" and error.context:
         # Report the alternative that came closest rather than "not valid under any".
         best = jsonschema.exceptions.best_match(error.context)
@@ -139,6 +228,7 @@ def validate(config: dict[str, Any]) -> dict[str, Any]:
         raise ConfigError(
             "the configuration is empty: pass --configfile config/local.yaml or config/config.yaml"
         )
+    _check_plain_values(config)
     validator = _validator()(load_schema())
     errors = sorted(validator.iter_errors(config), key=lambda e: list(e.absolute_path))
     if errors:
@@ -148,9 +238,143 @@ def validate(config: dict[str, Any]) -> dict[str, Any]:
     return config
 
 
+def _walk(node: Any, key: str = ""):
+    """(key path, value) of every value in a parsed config, depth first."""
+    yield key, node
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield from _walk(v, f"{key}.{k}" if key else str(k))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _walk(v, f"{key}[{i}]")
+
+
+def _check_plain_values(config: dict[str, Any]) -> None:
+    """What a JSON schema lets through: names YAML read as numbers, NaN and infinities."""
+    for section in ("images", "models"):
+        names = config.get(section)
+        for name in names if isinstance(names, dict) else ():
+            if not isinstance(name, str):
+                kind = "a boolean" if isinstance(name, bool) else "a number"
+                raise ConfigError(
+                    f"config error: {section}: the name {name!r} was read as {kind}; "
+                    f'quote it ("{name}") so it is a string'
+                )
+    for key, value in _walk(config):
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(
+                f"config error: {key} = {value}: must be a finite number "
+                "(.nan and .inf are not settings)"
+            )
+
+
+# Options the pipeline sets itself on every server; a model's serve_args may not repeat them.
+RESERVED_SERVE_ARGS = (
+    "--host",
+    "--port",
+    "--tensor-parallel-size",
+    "-tp",
+    "--enable-expert-parallel",
+    "--served-model-name",
+)
+# Docker's reference grammar: lower-case path components, a tag of word characters.
+_REF_PATH = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
+_REF_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+_HF_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?$")
+
+
+def _check_image_ref(name: str, ref: str) -> None:
+    repo, tag = ref.rsplit(":", 1)
+    parts = repo.split("/")
+    # A first component with a dot, a colon or "localhost" is a registry host, not a path.
+    if len(parts) > 1 and ("." in parts[0] or ":" in parts[0] or parts[0] == "localhost"):
+        parts = parts[1:]
+    bad = [p for p in parts if not _REF_PATH.match(p)]
+    if bad or not _REF_TAG.match(tag):
+        what = f"path component {bad[0]!r}" if bad else f"tag {tag!r}"
+        raise ConfigError(
+            f"config error: images.{name}.ref = {ref!r}: {what} is not a valid image "
+            "reference (repository paths are lower case: a-z, 0-9, '.', '_', '-'; "
+            "tags up to 128 of A-Z, a-z, 0-9, '_', '.', '-')"
+        )
+
+
+def _check_names_and_strings(config: dict[str, Any]) -> None:
+    for name, image in config["images"].items():
+        _check_image_ref(name, image["ref"])
+    for key in ("image_lock", "hf_cache", "run_label"):
+        if not config[key].strip():
+            raise ConfigError(f'config error: {key} = "": must not be empty')
+    if not config["tune"]["code_version"].strip():
+        raise ConfigError('config error: tune.code_version = "": must not be empty')
+    for name, model in config["models"].items():
+        where = f"models.{name}"
+        if "hf_id" in model and not _HF_ID.match(model["hf_id"]):
+            raise ConfigError(
+                f"config error: {where}.hf_id = {model['hf_id']!r}: not a Hugging Face model "
+                "id (ORG/NAME of letters, digits, '_', '.', '-')"
+            )
+        for arg in model["serve_args"]:
+            option = arg.split("=", 1)[0]
+            if option in RESERVED_SERVE_ARGS:
+                raise ConfigError(
+                    f"config error: {where}.serve_args holds {option!r}: the pipeline sets it "
+                    "for every server (from the cell's tp/ep and the leased port); remove it"
+                )
+        block = model["block_shape"]
+        if isinstance(block, list) and model["dtype"] not in ("fp8_w8a8", "auto"):
+            raise ConfigError(
+                f"config error: {where}.block_shape = {block}: a block shape applies only to "
+                f"dtype fp8_w8a8 (or auto), not dtype = {model['dtype']!r}"
+            )
+        if "model_config" in model and not Path(model["model_config"]).expanduser().exists():
+            raise ConfigError(
+                f"config error: {where}.model_config = {model['model_config']!r}: no such "
+                "file (give the model's config.json, or leave the key out to read it from "
+                "the Hugging Face cache)"
+            )
+
+
+def _check_stage_settings(config: dict[str, Any]) -> None:
+    serve, gsm8k = config["serve"], config["gsm8k"]
+    seen: dict[tuple[int, int], int] = {}
+    for i, point in enumerate(serve["grid"]):
+        pair = (point["isl"], point["osl"])
+        if pair in seen:
+            raise ConfigError(
+                f"config error: serve.grid[{i}] = {{isl: {pair[0]}, osl: {pair[1]}}}: the "
+                f"same point as serve.grid[{seen[pair]}]; each point is measured once per repeat"
+            )
+        seen[pair] = i
+    conc = serve["concurrency"]
+    if len(set(conc)) != len(conc):
+        dup = next(c for c in conc if conc.count(c) > 1)
+        raise ConfigError(
+            f"config error: serve.concurrency = {conc}: {dup} is listed twice; "
+            "list each concurrency once"
+        )
+    local_q, limit = gsm8k["local_questions"], gsm8k["limit"]
+    if local_q and limit is not None and limit > local_q:
+        raise ConfigError(
+            f"config error: gsm8k.limit = {limit}: more than the {local_q} questions "
+            "generated (gsm8k.local_questions); lower the limit or generate more"
+        )
+    if (
+        config["runtime"] == "local"
+        and config["tune"]["backend"] == "vllm"
+        and importlib.util.find_spec("vllm") is None
+    ):
+        raise ConfigError(
+            'config error: tune.backend = "vllm" with runtime: local needs vLLM installed on '
+            'this host (no module "vllm"); use tune.backend: builtin'
+        )
+
+
 def _check_semantics(config: dict[str, Any]) -> None:
     images, models = config["images"], config["models"]
     runtime = config["runtime"]
+    _check_names_and_strings(config)
+    _check_stage_settings(config)
     for i, group in enumerate(config["cells"]):
         where = f"cells[{i}]"
         for name in group["images"]:
@@ -180,10 +404,7 @@ def _check_semantics(config: dict[str, Any]) -> None:
                 "(set serve.interleave_arms: false to serve the arms one after the other)"
             )
         if group["ep"] and tp == 1:
-            raise ConfigError(
-                f"config error: {where}.ep = true with tp = 1: expert parallel "
-                "needs more than one rank"
-            )
+            raise ConfigError(f"config error: {where}.ep = true with tp = 1: {EP_NEEDS_TP}")
     if config["serve"]["compare_images"]:
         _check_compare_images(config)
     for name, model in models.items():
@@ -227,15 +448,8 @@ def _check_compare_images(config: dict[str, Any]) -> None:
 
 
 def load(path: str | Path) -> dict[str, Any]:
-    """Read a YAML config file and validate it."""
-    path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"config file {str(path)!r} does not exist") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"config file {str(path)!r} is not valid YAML: {exc}") from None
-    return validate(raw or {})
+    """Read a YAML config file strictly and validate it."""
+    return validate(_read_mapping(path) or {})
 
 
 def cells(config: dict[str, Any]) -> list[Cell]:

@@ -324,6 +324,27 @@ def device_name() -> str:
     return _sanitise(torch.cuda.get_device_name(0))
 
 
+# The same words as the config's refusal of `ep: true` with `tp: 1` (config.py uses this too).
+EP_NEEDS_TP = "expert parallel needs more than one rank"
+# A device name becomes part of a file name (``...,device_name=NAME,...json``): no folder
+# separators, no commas or '=' (the name's own separators), nothing a shell would mangle.
+DEVICE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+DEVICE_NAME_RULE = "letters, digits, '_', '.', '-', starting with a letter or digit"
+
+
+def check_shape_arguments(args: argparse.Namespace) -> None:
+    """Refuse what the config refuses, before any model config is read; ShapeError."""
+    if args.tp < 1:
+        raise ShapeError(f"--tp={args.tp} must be >= 1")
+    if args.ep and args.tp == 1:
+        raise ShapeError(f"--ep with --tp 1: {EP_NEEDS_TP} (give --tp 2 or more, or drop --ep)")
+    if args.device_name is not None and not DEVICE_NAME_RE.match(args.device_name):
+        raise ShapeError(
+            f"--device-name {args.device_name!r}: it becomes part of a file name, so it may "
+            f"hold only {DEVICE_NAME_RULE}"
+        )
+
+
 def add_shape_arguments(p: argparse.ArgumentParser, *, dtype_help: str) -> None:
     """Options naming a fused-MoE shape, shared by `cellbench shapes` and `cellbench tune`."""
     p.add_argument(
@@ -361,6 +382,7 @@ def main(argv: list[str] | None = None) -> int:
         return int(e.code or 0)
     block = None if args.block_shape.lower() == "none" else args.block_shape
     try:
+        check_shape_arguments(args)
         cfg = read_model_config(args.model_config)
         shape = moe_shape(cfg, args.tp, args.ep, dtype=args.dtype, block_shape=block)
     except ShapeError as e:

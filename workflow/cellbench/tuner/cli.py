@@ -176,10 +176,12 @@ def _parse_compile_budget(text: str | None) -> tuple[int, int] | None | str:
 
 
 def _validate(args: argparse.Namespace, argv: list[str]) -> Plan:
-    from ..shapes import ShapeError, moe_shape, read_model_config
+    from ..shapes import ShapeError, check_shape_arguments, moe_shape, read_model_config
 
-    if args.tp < 1:
-        raise UsageError(f"--tp={args.tp} must be >= 1")
+    try:
+        check_shape_arguments(args)  # the same refusals as `cellbench shapes`
+    except ShapeError as e:
+        raise UsageError(str(e)) from None
     if args.max_configs is not None and args.max_configs < 1:
         raise UsageError(f"--max-configs={args.max_configs} must be >= 1")
     batch_sizes = parse_batch_sizes(args.batch_sizes)
@@ -712,7 +714,7 @@ def run(plan: Plan) -> dict[str, Any]:
             "Triton CPU interpreter wall-clock medians: they rank configs for the interpreter "
             "only and say nothing about GPU speed"
         )
-    atomic_write_json(plan.out / SUMMARY_NAME, summary)
+    atomic_write_json(plan.out / SUMMARY_NAME, summary, checksum=True)
     print(_human(summary), flush=True)
     return summary
 

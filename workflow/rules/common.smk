@@ -16,6 +16,9 @@ from cellbench import config as cbconfig  # noqa: E402
 from cellbench import jobargs, pins  # noqa: E402
 
 try:
+    # Snakemake merged the config files with a reader that keeps the last of two equal keys;
+    # re-read them strictly so a duplicate key is refused, naming the file and both lines.
+    cbconfig.check_files(workflow.configfiles)
     cbconfig.validate(config)
 except cbconfig.ConfigError as exc:
     raise WorkflowError(str(exc)) from None

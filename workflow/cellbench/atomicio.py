@@ -4,12 +4,19 @@ A temporary file in the same folder is written, flushed to disk, then renamed ov
 so a job killed half-way never leaves an output that looks complete. The file gets the mode a
 plain ``open()`` would give it (0666 less the umask): ``mkstemp`` makes it 0600, and a rename
 keeps that, which would leave results unreadable to colleagues.
+
+``checksum=True`` also records the file's sha256 in a sidecar ``NAME.sha256`` (the format
+``sha256sum -c`` reads), so a reader can tell a result that changed after it was written
+(``cellbench.results`` verifies it). Standard library only: the tuner uses this in the image.
 """
 
 from __future__ import annotations
 
+import ctypes
+import hashlib
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -27,9 +34,37 @@ def publish_mode(fd: int, *, executable: bool = False) -> None:
     os.fchmod(fd, (0o777 if executable else 0o666) & ~_umask())
 
 
-def write_bytes(path: str | Path, data: bytes) -> None:
+def checksum_path(path: str | Path) -> Path:
+    """The sidecar that holds ``path``'s sha256."""
+    path = Path(path)
+    return path.with_name(path.name + ".sha256")
+
+
+def sha256_file(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def recorded_checksum(path: str | Path) -> str | None:
+    """The sha256 recorded for ``path`` when it was written, or None if none was recorded."""
+    side = checksum_path(path)
+    try:
+        text = side.read_text()
+    except FileNotFoundError:
+        return None
+    return text.split()[0] if text.split() else ""
+
+
+def write_bytes(path: str | Path, data: bytes, *, checksum: bool = False) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    if checksum:
+        # A stale sidecar must not outlive the file it described; if we die before the new
+        # one is written, the file reads as "no checksum recorded", never as a wrong one.
+        checksum_path(path).unlink(missing_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
@@ -41,14 +76,18 @@ def write_bytes(path: str | Path, data: bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    if checksum:
+        digest = hashlib.sha256(data).hexdigest()
+        write_bytes(checksum_path(path), f"{digest}  {path.name}\n".encode())
 
 
-def write_text(path: str | Path, text: str) -> None:
-    write_bytes(path, text.encode())
+def write_text(path: str | Path, text: str, *, checksum: bool = False) -> None:
+    write_bytes(path, text.encode(), checksum=checksum)
 
 
-def write_json(path: str | Path, obj: Any) -> None:
-    write_text(path, json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
+def write_json(path: str | Path, obj: Any, *, checksum: bool = False) -> None:
+    text = json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n"
+    write_text(path, text, checksum=checksum)
 
 
 def staging_dir(parent: str | Path, prefix: str) -> Path:
@@ -59,3 +98,38 @@ def staging_dir(parent: str | Path, prefix: str) -> Path:
     path = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
     os.chmod(path, 0o777 & ~_umask())
     return path
+
+
+_RENAME_EXCHANGE = 2  # linux/fs.h
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths in one step (Linux renameat2); False where that is not available."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd = -100
+    rc = renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), _RENAME_EXCHANGE)
+    return rc == 0
+
+
+def replace_dir(staging: str | Path, final: str | Path) -> None:
+    """Put a finished ``staging`` folder in the place of ``final`` (same file system).
+
+    Where the kernel can swap two paths at once, readers of ``final`` see the old folder or the
+    new one and never no folder; elsewhere the old one is moved aside first, so for an instant
+    ``final`` is absent. The old folder is deleted only after the new one is in place."""
+    staging, final = Path(staging), Path(final)
+    if final.exists() and _exchange(staging, final):
+        shutil.rmtree(staging, ignore_errors=True)  # now holds the old folder
+        return
+    old = None
+    if final.exists():
+        old = final.with_name(f".{final.name}.old")
+        shutil.rmtree(old, ignore_errors=True)
+        final.rename(old)
+    staging.rename(final)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)

@@ -219,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     summary = parse_results(a.lm_eval_dir, cell=a.cell_id, arm=a.arm)
     validate(summary)
-    write_json(a.out, summary)
+    write_json(a.out, summary, checksum=True)
     print(
         f"{a.cell_id} {a.arm}: strict {summary['strict_match']:.4f} "
         f"flexible {summary['flexible_extract']:.4f} (n={summary['n_samples']})"

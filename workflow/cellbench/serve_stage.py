@@ -641,7 +641,7 @@ def run_stage(cfg: StageConfig) -> dict[str, dict[str, Any]]:
             (out / "lm_eval").mkdir()  # the rule declares it; empty means GSM8K was switched off
     for arm in cfg.arms:
         # Last: a bench.json's presence means the whole job succeeded.
-        write_json(cfg.arm_dir(arm) / "bench.json", benches[arm])
+        write_json(cfg.arm_dir(arm) / "bench.json", benches[arm], checksum=True)
     _mark_warm(cfg, sides)
     return benches
 
@@ -713,7 +713,7 @@ def run_images(cfg: StageConfig) -> dict[str, Any]:
     }
     validate_comparison(data)
     # Last: the file's presence means the whole job succeeded.
-    write_json(cfg.out_dir / "bench.json", data)
+    write_json(cfg.out_dir / "bench.json", data, checksum=True)
     _mark_warm(cfg, sides)
     return data
 

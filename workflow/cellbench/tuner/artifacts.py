@@ -152,7 +152,7 @@ def write_vllm_config(
 ) -> Path:
     """Write the vLLM JSON atomically into `folder`; returns its path."""
     path = Path(folder) / file_name
-    atomic_write_text(path, vllm_config_json(entries, triton_version, rocm))
+    atomic_write_text(path, vllm_config_json(entries, triton_version, rocm), checksum=True)
     return path
 
 

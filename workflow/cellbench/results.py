@@ -1,0 +1,504 @@
+"""Load stage results, checked: the only way the report, the archive and comparisons read them.
+
+One loader per kind of result file. Each refuses a file that is not what its stage writes,
+with one ``ResultError`` naming the file, the field, the value found, what was expected, and
+the job to rerun. Checked, in order:
+
+1. the file can be read and is whole JSON (a truncated file is refused, not a traceback);
+2. the checksum recorded when the stage wrote it (``NAME.sha256`` beside it, written by
+   ``atomicio.write_*(..., checksum=True)``) still matches. A file without a sidecar (written
+   before checksums were recorded, or by hand) is read but marked ``unverified``;
+3. its JSON schema (``workflow/schemas/``);
+4. what a schema cannot say: ``completed + failed`` equal to the prompts sent, percentiles in
+   order, a GSM8K score equal to the mean of its per-sample results, the tuned configs in
+   vLLM's file equal to the summary's, the file's cell and arm equal to where it lies.
+
+    python -m cellbench.results FILE...     # check files by hand; exit 1 on the first bad one
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import math
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+from cellbench import atomicio
+
+SCHEMA_DIR = Path(__file__).resolve().parents[1] / "schemas"
+TUNE, VLLM_CONFIG, BENCH, GSM8K, COMPARISON = (
+    "tune",
+    "vllm_config",
+    "bench",
+    "gsm8k",
+    "comparison",
+)
+KINDS = (TUNE, VLLM_CONFIG, BENCH, GSM8K, COMPARISON)
+# vLLM's six fused-MoE keys (positive integers) and the ROCm extras (non-negative integers).
+VLLM_KEYS = (
+    "BLOCK_SIZE_M",
+    "BLOCK_SIZE_N",
+    "BLOCK_SIZE_K",
+    "GROUP_SIZE_M",
+    "num_warps",
+    "num_stages",
+)
+ROCM_KEYS = ("waves_per_eu", "matrix_instr_nonkdim", "kpack")
+LATENCIES = ("ttft", "tpot", "itl", "e2el")
+# lm-eval writes the score and the per-sample results from the same run; they agree to
+# rounding of a float mean.
+SCORE_TOLERANCE = 1e-9
+VERIFIED, UNVERIFIED = "verified", "unverified (no checksum recorded)"
+
+
+class ResultError(Exception):
+    """A result file that must not be used. ``str()`` is the whole message for the user."""
+
+    def __init__(self, path: Path | str, field: str, value: Any, expected: str, rerun: str):
+        self.path, self.field, self.value = str(path), field, value
+        self.expected, self.rerun = expected, rerun
+        shown = value if isinstance(value, str) else json.dumps(value, default=str)
+        if len(shown) > 200:
+            shown = shown[:200] + "..."
+        super().__init__(
+            f"bad result file {self.path}: {field} = {shown}: {expected}; "
+            f"rerun the job that wrote it: {rerun}"
+        )
+
+
+@dataclass(frozen=True)
+class Result:
+    """A checked result file: its kind, content and sha256, and whether a recorded checksum
+    vouched for it."""
+
+    path: Path
+    kind: str
+    data: dict[str, Any]
+    sha256: str
+    checksum: str
+
+    def index_entry(self) -> dict[str, str]:
+        return {
+            "path": str(self.path),
+            "kind": self.kind,
+            "sha256": self.sha256,
+            "checksum": self.checksum,
+        }
+
+
+def rerun_hint(path: Path | str, kind: str) -> str:
+    """The command that rebuilds ``path`` (and, through newer inputs, what reads it)."""
+    path = Path(path)
+    if kind == VLLM_CONFIG:
+        # The configs folder and the summary come from one tune job; force it by its summary.
+        path = path.parent.parent / "summary.json"
+    return f"snakemake --cores 2 --forcerun {path} (with your --configfile, if any)"
+
+
+def kind_of(path: Path | str, results: Path | str | None = None) -> str:
+    """Which result ``path`` is, from where it lies (the layout of docs/design.md)."""
+    path = Path(path)
+    parts = path.parts
+    if results is not None:
+        try:
+            parts = path.resolve().relative_to(Path(results).resolve()).parts
+        except ValueError:
+            pass
+    if path.name == "bench.json" and "compare" in parts[:1]:
+        return COMPARISON
+    if path.name == "bench.json" and len(parts) >= 3 and parts[-3] == "serve":
+        return BENCH
+    if path.name == "summary.json" and path.parent.name == "tune":
+        return TUNE
+    if (
+        path.suffix == ".json"
+        and path.parent.name == "configs"
+        and path.parent.parent.name == "tune"
+    ):
+        return VLLM_CONFIG
+    if path.suffix == ".json" and path.parent.name == "gsm8k":
+        return GSM8K
+    raise ResultError(
+        path,
+        "(file name)",
+        path.name,
+        "not a stage result (expected tune/summary.json, tune/configs/*.json, "
+        "serve/{arm}/bench.json, gsm8k/{arm}.json or compare/.../bench.json)",
+        "nothing: pass only stage results",
+    )
+
+
+@functools.cache
+def _schema(name: str) -> dict[str, Any]:
+    return json.loads((SCHEMA_DIR / name).read_text())
+
+
+def _field(path: Iterable[Any]) -> str:
+    out = ""
+    for p in path:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out or "(top level)"
+
+
+def _check_schema(
+    data: Any, schema: dict[str, Any], path: Path, rerun: str, prefix: str = ""
+) -> None:
+    errors = list(jsonschema.Draft202012Validator(schema).iter_errors(data))
+    if not errors:
+        return
+    error = jsonschema.exceptions.best_match(errors)
+    where = list(error.absolute_path)
+    value: Any = error.instance
+    expected = error.message
+    if error.validator == "required":
+        missing = [k for k in error.validator_value if k not in error.instance]
+        where.append(missing[0])
+        value, expected = "(absent)", "a required field"
+    field = _field(where)
+    if prefix and where:
+        field = prefix + ("" if field.startswith("[") else ".") + field
+    elif prefix:
+        field = prefix
+    raise ResultError(path, field, value, f"schema: {expected}", rerun)
+
+
+def _read(path: Path, kind: str) -> tuple[Any, str, str]:
+    """The parsed JSON, its sha256, and whether a recorded checksum vouched for it."""
+    rerun = rerun_hint(path, kind)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise ResultError(path, "(file)", "(absent)", "the file must exist", rerun) from None
+    except OSError as exc:
+        raise ResultError(path, "(file)", str(exc), "the file must be readable", rerun) from None
+    digest = hashlib.sha256(raw).hexdigest()
+    recorded = atomicio.recorded_checksum(path)
+    if recorded is not None and recorded != digest:
+        raise ResultError(
+            path,
+            "(sha256)",
+            digest,
+            f"changed after it was written: its stage recorded {recorded or '(empty)'} in "
+            f"{atomicio.checksum_path(path).name}",
+            rerun,
+        )
+    try:
+        data = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        where = f"line {exc.lineno} column {exc.colno}" if hasattr(exc, "lineno") else "bytes"
+        raise ResultError(
+            path,
+            "(whole file)",
+            f"{len(raw)} bytes",
+            f"whole JSON expected; truncated or corrupt at {where} ({exc.args[0]})"
+            if hasattr(exc, "lineno")
+            else f"UTF-8 JSON expected ({exc})",
+            rerun,
+        ) from None
+    if not isinstance(data, dict):
+        raise ResultError(path, "(top level)", type(data).__name__, "a JSON object", rerun)
+    return data, digest, VERIFIED if recorded is not None else UNVERIFIED
+
+
+def _place(path: Path, results: Path | None, depth: int) -> list[str] | None:
+    """The path's parts below ``results`` (None when it does not lie there)."""
+    if results is None:
+        return None
+    try:
+        parts = path.resolve().relative_to(Path(results).resolve()).parts
+    except ValueError:
+        return None
+    return list(parts) if len(parts) >= depth else None
+
+
+def _expect_equal(path: Path, rerun: str, field: str, found: Any, expected: Any, why: str) -> None:
+    if found != expected:
+        raise ResultError(path, field, found, f"{why} ({json.dumps(expected)})", rerun)
+
+
+def _check_point(point: dict[str, Any], path: Path, rerun: str, field: str) -> None:
+    sent = point["num_prompts"]
+    if point["completed"] + point["failed"] != sent:
+        raise ResultError(
+            path,
+            f"{field}.completed",
+            point["completed"],
+            f"completed + failed ({point['completed']} + {point['failed']}) must equal the "
+            f"prompts sent, num_prompts = {sent}",
+            rerun,
+        )
+    for name in LATENCIES:
+        median, p99 = point[f"median_{name}_ms"], point[f"p99_{name}_ms"]
+        if median > p99:
+            raise ResultError(
+                path,
+                f"{field}.median_{name}_ms",
+                median,
+                f"a median cannot exceed the p99 (p99_{name}_ms = {p99})",
+                rerun,
+            )
+    for name, value in point.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ResultError(path, f"{field}.{name}", str(value), "a finite number", rerun)
+
+
+def load_bench(path: Path | str, results: Path | str | None = None) -> Result:
+    """A cell's ``serve/{arm}/bench.json`` (bench.schema.json)."""
+    path = Path(path)
+    rerun = rerun_hint(path, BENCH)
+    data, digest, checksum = _read(path, BENCH)
+    _check_schema(data, _schema("bench.schema.json"), path, rerun)
+    _expect_equal(path, rerun, "arm", data["arm"], path.parent.name, "the arm of its folder")
+    parts = _place(path, results, 6)
+    if parts is not None:
+        _expect_equal(
+            path, rerun, "cell", data["cell"], "/".join(parts[:3]), "the cell of its folder"
+        )
+    if not data["image_digest"]:
+        raise ResultError(
+            path,
+            "image_digest",
+            data["image_digest"],
+            "the digest (or local environment) the numbers came from",
+            rerun,
+        )
+    for i, point in enumerate(data["points"]):
+        _check_point(point, path, rerun, f"points[{i}]")
+    seqs = [p["seq"] for p in data["points"]]
+    if len(set(seqs)) != len(seqs):
+        raise ResultError(path, "points[].seq", seqs, "each point's seq must be unique", rerun)
+    return Result(path, BENCH, data, digest, checksum)
+
+
+def load_comparison(path: Path | str, results: Path | str | None = None) -> Result:
+    """An image comparison, ``compare/A-vs-B/MODEL/tpN-epM/bench.json`` (compare.schema.json,
+    each point also bench.schema.json's point)."""
+    path = Path(path)
+    rerun = rerun_hint(path, COMPARISON)
+    data, digest, checksum = _read(path, COMPARISON)
+    _check_schema(data, _schema("compare.schema.json"), path, rerun)
+    point_schema = _schema("bench.schema.json")["properties"]["points"]["items"]
+    parts = _place(path, results, 5)
+    if parts is not None:
+        _expect_equal(
+            path,
+            rerun,
+            "comparison",
+            data["comparison"],
+            "/".join(parts[1:4]),
+            "the comparison of its folder",
+        )
+    images = data["images"]
+    _expect_equal(
+        path,
+        rerun,
+        "sides",
+        sorted(data["sides"]),
+        sorted(images),
+        "one side per image of `images`",
+    )
+    for name, side in data["sides"].items():
+        if not side["image_digest"]:
+            raise ResultError(
+                path,
+                f"sides.{name}.image_digest",
+                side["image_digest"],
+                "the digest (or local environment) the side ran",
+                rerun,
+            )
+    for i, point in enumerate(data["points"]):
+        _check_schema(point, point_schema, path, rerun, prefix=f"points[{i}]")
+        if point["image"] not in images:
+            raise ResultError(
+                path,
+                f"points[{i}].image",
+                point["image"],
+                f"one of the compared images {images}",
+                rerun,
+            )
+        _check_point(point, path, rerun, f"points[{i}]")
+    return Result(path, COMPARISON, data, digest, checksum)
+
+
+def load_gsm8k(path: Path | str, results: Path | str | None = None) -> Result:
+    """A cell's ``gsm8k/{arm}.json`` (gsm8k.schema.json): its scores must be the means of its
+    own per-sample results."""
+    path = Path(path)
+    rerun = rerun_hint(path, GSM8K)
+    data, digest, checksum = _read(path, GSM8K)
+    _check_schema(data, _schema("gsm8k.schema.json"), path, rerun)
+    _expect_equal(path, rerun, "arm", data["arm"], path.stem, "the arm its file is named for")
+    parts = _place(path, results, 5)
+    if parts is not None:
+        _expect_equal(
+            path, rerun, "cell", data["cell"], "/".join(parts[:3]), "the cell of its folder"
+        )
+    samples = data["per_sample"]
+    _expect_equal(
+        path,
+        rerun,
+        "n_samples",
+        data["n_samples"],
+        len(samples),
+        "the number of per_sample entries",
+    )
+    ids = [s["doc_id"] for s in samples]
+    if len(set(ids)) != len(ids):
+        raise ResultError(path, "per_sample[].doc_id", sorted(ids), "each question once", rerun)
+    for score, key in (("strict_match", "strict"), ("flexible_extract", "flexible")):
+        mean = sum(bool(s[key]) for s in samples) / len(samples)
+        if abs(data[score] - mean) > SCORE_TOLERANCE:
+            raise ResultError(
+                path,
+                score,
+                data[score],
+                f"the mean of per_sample[].{key} ({sum(bool(s[key]) for s in samples)} of "
+                f"{len(samples)} = {mean:.6g})",
+                rerun,
+            )
+    return Result(path, GSM8K, data, digest, checksum)
+
+
+def _check_config(config: Any, path: Path, rerun: str, field: str) -> None:
+    if not isinstance(config, dict):
+        raise ResultError(path, field, config, "an object of vLLM's config keys", rerun)
+    for key in VLLM_KEYS:
+        value = config.get(key)
+        if type(value) is not int or value < 1:
+            raise ResultError(
+                path,
+                f"{field}.{key}",
+                "(absent)" if key not in config else value,
+                "a positive integer",
+                rerun,
+            )
+    for key, value in config.items():
+        if key in VLLM_KEYS:
+            continue
+        if key not in ROCM_KEYS:
+            raise ResultError(
+                path,
+                f"{field}.{key}",
+                value,
+                f"no such key in a vLLM fused-MoE config (known: "
+                f"{', '.join(VLLM_KEYS + ROCM_KEYS)})",
+                rerun,
+            )
+        if type(value) is not int or value < 0:
+            raise ResultError(path, f"{field}.{key}", value, "a non-negative integer", rerun)
+
+
+def _batch_size(key: str, path: Path, rerun: str) -> int:
+    if not (key.isascii() and key.isdigit() and not key.startswith("0")):
+        raise ResultError(
+            path, f"[{key!r}]", key, "a batch size: a positive integer written in decimal", rerun
+        )
+    return int(key)
+
+
+def load_vllm_config(path: Path | str, results: Path | str | None = None) -> Result:
+    """A tuned config in vLLM's format, ``tune/configs/E=..,N=..,device_name=...json``:
+    batch sizes (positive integers) to configs, plus an optional ``triton_version``."""
+    path = Path(path)
+    rerun = rerun_hint(path, VLLM_CONFIG)
+    data, digest, checksum = _read(path, VLLM_CONFIG)
+    sizes = []
+    for key, value in data.items():
+        if key == "triton_version":
+            if not isinstance(value, str) or not value:
+                raise ResultError(path, key, value, "a Triton version string", rerun)
+            continue
+        sizes.append(_batch_size(key, path, rerun))
+        _check_config(value, path, rerun, f"[{key!r}]")
+    if not sizes:
+        raise ResultError(path, "(batch sizes)", [], "at least one batch size's config", rerun)
+    return Result(path, VLLM_CONFIG, data, digest, checksum)
+
+
+def load_tune(path: Path | str, results: Path | str | None = None) -> Result:
+    """A cell's ``tune/summary.json`` (tune.schema.json), and the vLLM config it names beside
+    it, which must hold exactly the summary's picks."""
+    path = Path(path)
+    rerun = rerun_hint(path, TUNE)
+    data, digest, checksum = _read(path, TUNE)
+    _check_schema(data, _schema("tune.schema.json"), path, rerun)
+    entries = data["entries"]
+    for key, entry in entries.items():
+        _check_config(entry["config"], path, rerun, f"entries[{key!r}].config")
+    picked = sorted(int(k) for k in entries)
+    skipped = sorted(data["skipped_batch_sizes"])
+    _expect_equal(
+        path,
+        rerun,
+        "batch_sizes",
+        sorted(data["batch_sizes"]),
+        sorted(picked + skipped),
+        "the batch sizes picked (entries) plus those skipped",
+    )
+    _expect_equal(
+        path,
+        rerun,
+        "complete",
+        data["complete"],
+        not skipped,
+        "true exactly when no batch size was skipped",
+    )
+    vllm_path = path.parent / "configs" / data["config_file"]
+    vllm = load_vllm_config(vllm_path, results).data
+    in_file = sorted(int(k) for k in vllm if k != "triton_version")
+    _expect_equal(
+        vllm_path, rerun, "(batch sizes)", in_file, picked, f"the batch sizes of {path.name}"
+    )
+    for key, entry in entries.items():
+        mine = {k: v for k, v in entry["config"].items() if k in VLLM_KEYS}
+        theirs = {k: v for k, v in vllm[key].items() if k in VLLM_KEYS}
+        _expect_equal(
+            vllm_path,
+            rerun,
+            f"[{key!r}]",
+            theirs,
+            mine,
+            f"the config {path.name} picked for batch size {key}",
+        )
+    return Result(path, TUNE, data, digest, checksum)
+
+
+LOADERS = {
+    TUNE: load_tune,
+    VLLM_CONFIG: load_vllm_config,
+    BENCH: load_bench,
+    GSM8K: load_gsm8k,
+    COMPARISON: load_comparison,
+}
+
+
+def load(path: Path | str, results: Path | str | None = None) -> Result:
+    """Check and load any stage result, its kind told by where it lies under ``results``."""
+    kind = kind_of(path, results)
+    return LOADERS[kind](path, results)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0 if argv else 2
+    for name in argv:
+        try:
+            result = load(name)
+        except ResultError as exc:
+            print(f"cellbench: error: {exc}", file=sys.stderr)
+            return 1
+        print(f"{name}: {result.kind}, {result.checksum}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

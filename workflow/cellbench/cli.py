@@ -8,10 +8,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from importlib import import_module
 
+from cellbench import __version__
 from cellbench import config as cbconfig
+
+# The config every subcommand reads without --configfile: the one the default workflow
+# profile (profiles/default) hands to Snakemake, so `cellbench` and `snakemake` agree.
+DEFAULT_CONFIGFILE = "config/local.yaml"
 
 # subcommand -> (module, help); the module's main(argv) -> int does the work.
 FORWARDED = {
@@ -25,7 +31,11 @@ def _cells(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="cellbench cells", description="List the cells of a config and their targets."
     )
-    parser.add_argument("--configfile", default="config/local.yaml")
+    parser.add_argument(
+        "--configfile",
+        default=DEFAULT_CONFIGFILE,
+        help=f"config file (default: {DEFAULT_CONFIGFILE}, as the default profile)",
+    )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     args = parser.parse_args(argv)
     try:
@@ -57,15 +67,18 @@ def _cells(argv: list[str]) -> int:
         print(f"\n{c.cell_id}")
         for target in c.targets():
             print(f"  {target}")
-    print(
-        "\nRun one cell: snakemake --cores 2 --configfile "
-        + args.configfile
-        + " "
-        + " ".join(cells[0].targets())
-        if cells
-        else ""
-    )
+    if cells:
+        print("\nRun one cell:\n  " + run_one_cell_command(args.configfile, cfg, cells[0]))
     return 0
+
+
+def run_one_cell_command(configfile: str, cfg: dict, cell: cbconfig.Cell) -> str:
+    """The Snakemake line that runs one cell. Targets come first: Snakemake reads every word
+    after --configfile as one more config file, and after --resources as one more resource."""
+    words = [".venv/bin/snakemake", *cell.targets(), "--cores", "2"]
+    if cfg["runtime"] == "docker":  # the profile counts no GPUs; say how many there are
+        words += ["--resources", f"gpu={cfg['gpus']}"]
+    return shlex.join([*words, "--configfile", configfile])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -74,8 +87,11 @@ def main(argv: list[str] | None = None) -> int:
         "cells": "list cells and their Snakemake targets",
         **{k: v[1] for k, v in FORWARDED.items()},
     }
+    if argv and argv[0] == "--version":
+        print(f"cellbench {__version__}")
+        return 0
     if not argv or argv[0] in ("-h", "--help"):
-        print("usage: cellbench {" + ",".join(commands) + "} ...\n")
+        print("usage: cellbench [--version] {" + ",".join(commands) + "} ...\n")
         for name, text in commands.items():
             print(f"  {name:8s} {text}")
         return 0 if argv else 2

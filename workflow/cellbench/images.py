@@ -408,7 +408,11 @@ def main(argv: list[str] | None = None) -> int:
     """``cellbench images lock|bump NAME|status [--configfile F] [--lock F]``."""
     # The options are accepted before or after the subcommand.
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--configfile", default=argparse.SUPPRESS)
+    common.add_argument(
+        "--configfile",
+        default=argparse.SUPPRESS,
+        help="config file (default: config/local.yaml, as `cellbench cells` and the profile)",
+    )
     common.add_argument(
         "--lock", default=argparse.SUPPRESS, help="lock file (default: the config's image_lock)"
     )
@@ -425,11 +429,18 @@ def main(argv: list[str] | None = None) -> int:
         "status", parents=[common], help="say, per image, whether its tag moved since it was pinned"
     )
     args = parser.parse_args(argv)
-    args.configfile = getattr(args, "configfile", "config/config.yaml")
+    # The same default as `cellbench cells` and the default profile (config/local.yaml).
+    args.configfile = getattr(args, "configfile", "config/local.yaml")
     args.lock = getattr(args, "lock", None)
     out = sys.stdout
     try:
         cfg = _load_config(args.configfile)
+        if cfg["runtime"] != "docker":
+            # Nothing to pin: the local runtime runs host processes, never an image.
+            raise ImageError(
+                f"{args.configfile} has runtime: {cfg['runtime']}, which runs no image, so "
+                "there is nothing to pin; give a docker config (--configfile config/config.yaml)"
+            )
         lock_path = Path(args.lock or cfg.get("image_lock", "config/images.lock.yaml"))
         load_lock(lock_path)  # bad input fails before the engine is contacted
         if args.cmd == "bump" and args.name not in cfg["images"]:

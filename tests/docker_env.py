@@ -2,7 +2,8 @@
 
 `.ci/docker-up.sh` starts both and pushes the test images (127.0.0.1:5000/cellbench-test:rocm7.0
 and :rocm7.2). Import the fixtures into a test module (``from docker_env import ...``); tests
-that use them are marked ``docker`` and skip, saying why, only when no engine or registry answers.
+that use them are marked ``docker`` and skip, saying why, only when no engine or registry answers;
+under CI (``CI=true``) such a skip is a failure (tests/conftest.py), since CI provides both.
 
 Tests never move the shared tags: each one that needs a tag it can move copies a test image to
 a tag of its own (``fresh_tag``) and moves that (``move_tag``).
@@ -134,3 +135,31 @@ def labelled(client, key: str, value: str, sparse: bool = False) -> list:
     poll a container that is being created: the engine (20.10) can list a new container a
     moment before it can inspect it, and the inspect then fails with 404 (seen in CI)."""
     return client.containers.list(all=True, filters={"label": f"{key}={value}"}, sparse=sparse)
+
+
+def files_holding(root: Path, secrets: list[str]) -> list[str]:
+    """Files under ``root`` whose bytes contain any of ``secrets`` (as 'path: which')."""
+    needles = [(s, s.encode()) for s in secrets if s]
+    found = []
+    for path in sorted(Path(root).rglob("*")):
+        if not path.is_file() or path.is_symlink():
+            continue
+        data = path.read_bytes()
+        for i, (_, needle) in enumerate(needles):
+            if needle in data:
+                found.append(f"{path}: secret #{i}")
+    return found
+
+
+def not_shared(root: Path) -> list[str]:
+    """Files under ``root`` that group and others cannot read, and folders they cannot enter:
+    under umask 022 everything a run writes should be 644 / 755."""
+    bad = []
+    for path in sorted(Path(root).rglob("*")):
+        if path.is_symlink():
+            continue
+        mode = path.stat().st_mode & 0o777
+        need = 0o055 if path.is_dir() else 0o044
+        if mode & need != need:
+            bad.append(f"{path}: {mode:o}")
+    return bad

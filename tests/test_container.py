@@ -60,6 +60,13 @@ def test_no_gpu_has_no_passthrough():
     assert gpu_env(GpuSpec("none")) == {}
 
 
+@pytest.mark.parametrize("vendor", ["amd", "nvidia"])
+def test_a_job_holding_no_gpu_gets_no_device(vendor):
+    # Only the devices a job needs: without indices it needs none (not every GPU of the host).
+    assert host_config_for(GpuSpec(vendor, ()), "1g") == {"shm_size": "1g", "privileged": False}
+    assert gpu_env(GpuSpec(vendor, ())) == {}
+
+
 @pytest.mark.parametrize(
     ("vendor", "indices", "match"),
     [

@@ -1,4 +1,6 @@
 """Both arms in one serve job (``--arm pair``), with real timed servers as the arms' servers.
+Stand-in, why: vLLM cannot run on a CPU-only CI machine; the timed server is a real HTTP server
+whose latencies and faults the test sets, so the interleaving and failures can be checked exactly.
 
 The order of every measured point is read back from the job-wide ``seq`` numbers in the two
 bench.json files; failures are caused for real by a server that exits mid-run.

@@ -1,4 +1,6 @@
 """Server lifecycle and the serve stage, with real servers.
+Stand-in, why: the timed server plays the failing server because a real one cannot be made to
+die at start-up, never get ready or answer 500s at a chosen moment.
 
 * The full stage on a real ``transformers serve`` of the tiny Qwen3-MoE model built by
   ``cellbench.assets``: a 1-point grid, then lm-eval GSM8K on 5 questions.

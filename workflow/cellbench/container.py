@@ -121,18 +121,18 @@ def host_config_for(gpus: GpuSpec, shm_size: str = "16g") -> dict[str, Any]:
     import docker
 
     kwargs: dict[str, Any] = {"shm_size": shm_size, "privileged": False}
+    if not gpus.indices:
+        # A job that holds no GPU gets no device node and no device request: without indices
+        # AMD's nodes or NVIDIA's count=-1 would hand it every GPU of the host.
+        return kwargs
     if gpus.vendor == "amd":
         kwargs["devices"] = amd_devices()
         kwargs["group_add"] = ["video", *_device_groups()]
         kwargs["ipc_mode"] = "host"
         kwargs["security_opt"] = ["seccomp=unconfined"]
     elif gpus.vendor == "nvidia":
-        request = (
-            docker.types.DeviceRequest(
-                device_ids=[str(i) for i in gpus.indices], capabilities=[["gpu"]]
-            )
-            if gpus.indices
-            else docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])
+        request = docker.types.DeviceRequest(
+            device_ids=[str(i) for i in gpus.indices], capabilities=[["gpu"]]
         )
         kwargs["device_requests"] = [request]
         kwargs["ipc_mode"] = "host"
@@ -162,12 +162,16 @@ class _LogPump:
         self._tail: collections.deque[bytes] = collections.deque(maxlen=LOG_TAIL_LINES)
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, daemon=True)
+        self._started = False
 
     def start(self) -> None:
         self._thread.start()
+        self._started = True
 
     def join(self, timeout: float | None = None) -> None:
-        self._thread.join(timeout)
+        # Clean-up joins on every path, including a container that never started.
+        if self._started:
+            self._thread.join(timeout)
 
     def _redact(self, data: bytes) -> bytes:
         for secret in self._secrets:
@@ -260,13 +264,41 @@ def _create(
         volumes={
             m.source: {"bind": m.target, "mode": "ro" if m.read_only else "rw"} for m in mounts
         },
-        labels={"cellbench": "1", **dict(labels)},
+        # Every container (step or server) names the run that made it, so a clean-up by run
+        # finds all of them; callers may name a run of their own.
+        labels={"cellbench": "1", "cellbench.run": run_id(), **dict(labels)},
         working_dir=workdir,
         network_mode=network_mode,
         mem_limit=mem_limit,
         detach=True,
         **host_config_for(gpus, shm_size),
     )
+
+
+def run_id() -> str:
+    """The run this process belongs to (``CELLBENCH_RUN_ID``, set once per Snakemake run)."""
+    return os.environ.get("CELLBENCH_RUN_ID") or "adhoc"
+
+
+def _start(container, image_ref: str, log: BinaryIO) -> None:
+    """Start ``container``; ContainerFailed with the engine's own words when it cannot.
+
+    A command missing from the image fails here, not as an exit status: the engine answers
+    'exec: "vllm": executable file not found in $PATH', which is the message a user needs."""
+    import docker
+
+    try:
+        container.start()
+    except docker.errors.APIError as exc:
+        why = str(exc.explanation or exc).strip()
+        log.write(f"[cellbench] the engine did not start the container: {why}\n".encode())
+        log.flush()
+        raise ContainerFailed(
+            f"container for {image_ref} did not start: {why}",
+            exit_code=None,
+            oom_killed=False,
+            log_tail=why,
+        ) from None
 
 
 def _state(container) -> tuple[str, int | None, bool]:
@@ -335,15 +367,7 @@ def run_step(
                 mem_limit=mem_limit,
             )
             pump = _LogPump(container, log, _secrets_in(env))
-            try:
-                container.start()
-            except docker.errors.APIError as exc:
-                raise ContainerFailed(
-                    f"container for {image_ref} did not start: {exc.explanation or exc}",
-                    exit_code=None,
-                    oom_killed=False,
-                    log_tail="",
-                ) from None
+            _start(container, image_ref, log)
             pump.start()
             while True:
                 # Short waits keep the main thread responsive to SIGINT/SIGTERM.
@@ -434,18 +458,21 @@ def serve_container(
                 log=log,
             )
             pump = _LogPump(container, log, _secrets_in(env))
-            container.start()
+            _start(container, image_ref, log)
             pump.start()
             yield RunningContainer(container, pump)
         finally:
             if container is not None:
+                # Removal comes first in spirit: nothing below may skip it.
                 try:
-                    container.stop(timeout=stop_timeout_s)
-                except docker.errors.APIError:
-                    pass
-                if pump is not None:
-                    pump.join(timeout=5)
-                _remove(container)
+                    try:
+                        container.stop(timeout=stop_timeout_s)
+                    except docker.errors.APIError:
+                        pass
+                    if pump is not None:
+                        pump.join(timeout=5)
+                finally:
+                    _remove(container)
 
 
 def environ_subset(names: Sequence[str]) -> dict[str, str]:

@@ -270,7 +270,7 @@ def _stop_group(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
 
 @contextlib.contextmanager
 def _docker(spec: ServerSpec) -> Iterator[RunningServer]:
-    from cellbench.container import GpuSpec, Mount, serve_container
+    from cellbench.container import ContainerFailed, GpuSpec, Mount, serve_container
 
     mounts: list[Any] = []
     # Not forced offline: a first run may have to fetch the model into the mounted HF cache.
@@ -306,17 +306,28 @@ def _docker(spec: ServerSpec) -> Iterator[RunningServer]:
         cmd = docker_command(spec, model)
     gpus = GpuSpec(vendor=spec.gpu_vendor, indices=tuple(spec.gpu_indices))
     spec.log_path.parent.mkdir(parents=True, exist_ok=True)
-    with serve_container(
-        spec.image_ref,
-        cmd,
-        mounts=mounts,
-        env=env,
-        gpus=gpus,
-        labels=dict(spec.labels),
-        log_path=spec.log_path,
-        network_mode="host",
-        shm_size="16g",
-    ) as running:
+    with contextlib.ExitStack() as stack:
+        try:
+            running = stack.enter_context(
+                serve_container(
+                    spec.image_ref,
+                    cmd,
+                    mounts=mounts,
+                    env=env,
+                    gpus=gpus,
+                    labels=dict(spec.labels),
+                    log_path=spec.log_path,
+                    # Host networking publishes no port: the server is reachable only at the
+                    # address it binds, spec.host (127.0.0.1; --host is reserved in serve_args).
+                    network_mode="host",
+                    shm_size="16g",
+                )
+            )
+        except ContainerFailed as exc:
+            # The container is already removed; the engine's words become the job's error.
+            raise ServerError(
+                f"server did not start: {exc}; command {cmd}; log: {spec.log_path}"
+            ) from None
 
         def exit_code() -> int | None:
             st = running.exit_status()

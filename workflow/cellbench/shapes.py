@@ -386,6 +386,8 @@ def main(argv: list[str] | None = None) -> int:
         cfg = read_model_config(args.model_config)
         shape = moe_shape(cfg, args.tp, args.ep, dtype=args.dtype, block_shape=block)
     except ShapeError as e:
+        if args.model_config not in str(e):  # say which model config the fault is in
+            e = ShapeError(f"{args.model_config}: {e}")
         print(f"cellbench shapes: error: {e}", file=sys.stderr)
         return 2
     dev = args.device_name or device_name()

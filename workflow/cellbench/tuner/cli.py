@@ -201,7 +201,8 @@ def _validate(args: argparse.Namespace, argv: list[str]) -> Plan:
         cfg = read_model_config(args.model_config)
         named = moe_shape(cfg, args.tp, args.ep, dtype=dtype, block_shape=block)
     except ShapeError as e:
-        raise UsageError(str(e)) from e
+        where = "" if args.model_config in str(e) else f"{args.model_config}: "
+        raise UsageError(f"{where}{e}") from e
     # the kernels take fp32 as an activation dtype, not as a weight quantisation
     shape = dataclasses.replace(named, dtype=None) if named.dtype == "float32" else named
     if shape.dtype not in (None, "fp8_w8a8"):

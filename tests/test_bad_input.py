@@ -1,0 +1,688 @@
+"""The bad-input catalogue: every probe is refused with its message, and nothing runs.
+
+PROBES below is the catalogue; docs/bad-input.md holds the same table, rendered from it
+(`python tests/test_bad_input.py` rewrites it; a test fails when the two differ). Kinds:
+
+* config: an edit of a shipped config, written to a file and loaded by `cellbench.config.load`
+  in-process (what `snakemake` and `cellbench cells` both call);
+* yaml: a config file's text, loaded the same way;
+* cli: a `cellbench` command line, run in-process;
+* snakemake: a config file given to a real `snakemake -n` (a few, to show the wiring).
+
+Every probe must fail (exit 2 for the CLI, non-zero for Snakemake) with the expected words, and
+leave nothing behind: no results/ in a fresh working folder, no tuner output folder.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from cellbench import cli
+from cellbench import config as cbconfig
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "bad-input.md"
+BEGIN, END = "<!-- probes:begin -->", "<!-- probes:end -->"
+
+
+def _base(name: str) -> dict:
+    return yaml.safe_load((ROOT / f"config/{name}.yaml").read_text())
+
+
+@dataclass(frozen=True)
+class Probe:
+    id: str
+    kind: str  # config | yaml | cli | snakemake
+    probe: str  # what the table shows
+    expected: str  # words the message must hold
+    base: str = "config"  # config | local (config and snakemake kinds)
+    edit: Callable[[dict], Any] | None = None
+    text: str | None = None  # yaml kind: the file's text; "<missing>" for no file
+    argv: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def _set(*path_and_value):
+    *path, value = path_and_value
+
+    def edit(cfg):
+        node = cfg
+        for key in path[:-1]:
+            node = node[key]
+        if value is DELETE:
+            del node[path[-1]]
+        else:
+            node[path[-1]] = value
+
+    return edit
+
+
+DELETE = object()
+Q30 = "qwen3-30b-a3b-fp8"
+SMALL = "runtime: local\nimages:\n  host-cpu:\n    ref: local/host-cpu:none\n"
+MOE = str(ROOT / "tests/data/model_configs")
+
+PROBES: list[Probe] = [
+    # --- config values (in-process, as snakemake and cellbench cells validate) ---
+    Probe(
+        "unknown-key",
+        "config",
+        "`colour: blue` at the top",
+        "unknown key 'colour'",
+        edit=_set("colour", "blue"),
+    ),
+    Probe(
+        "unknown-nested-key",
+        "config",
+        "`serve.warmup: 3`",
+        "unknown key 'warmup' in serve",
+        edit=_set("serve", "warmup", 3),
+    ),
+    Probe(
+        "missing-runtime",
+        "config",
+        "no `runtime`",
+        "'runtime' is a required property",
+        edit=_set("runtime", DELETE),
+    ),
+    Probe(
+        "runtime-podman",
+        "config",
+        "`runtime: podman`",
+        'runtime = "podman"',
+        edit=_set("runtime", "podman"),
+    ),
+    Probe("cells-empty", "config", "`cells: []`", "cells = []", edit=_set("cells", [])),
+    Probe("models-empty", "config", "`models: {}`", "models = {}", edit=_set("models", {})),
+    Probe(
+        "undefined-image",
+        "config",
+        "`cells[0].images: [rocm9.9]`",
+        "cells[0].images: image 'rocm9.9' is not defined",
+        edit=_set("cells", 0, "images", ["rocm9.9"]),
+    ),
+    Probe(
+        "undefined-model",
+        "config",
+        "`cells[0].models: [llama]`",
+        "cells[0].models: model 'llama' is not defined",
+        edit=_set("cells", 0, "models", ["llama"]),
+    ),
+    Probe(
+        "tp-not-power-of-two",
+        "config",
+        "`cells[0].tp: 3`",
+        "cells[0].tp = 3: must be a power of two",
+        edit=_set("cells", 0, "tp", 3),
+    ),
+    Probe(
+        "tp-over-gpus",
+        "config",
+        "`cells[0].tp: 16` with `gpus: 8`",
+        "cells[0].tp = 16: exceeds the 8 GPUs configured",
+        edit=_set("cells", 0, "tp", 16),
+    ),
+    Probe(
+        "tp-zero", "config", "`cells[0].tp: 0`", "cells[0].tp = 0", edit=_set("cells", 0, "tp", 0)
+    ),
+    Probe(
+        "ep-with-tp1",
+        "config",
+        "`ep: true` with `tp: 1` (local)",
+        "cells[0].ep = true with tp = 1: expert parallel needs more than one rank",
+        base="local",
+        edit=_set("cells", 0, "ep", True),
+    ),
+    Probe(
+        "interleave-needs-2tp",
+        "config",
+        "`gpus: 2` with a tp 2 cell (both arms at once)",
+        "serve.interleave_arms runs both arms' servers at once",
+        edit=_set("gpus", 2),
+    ),
+    Probe(
+        "vendor-none-docker",
+        "config",
+        "`gpu_vendor: none` with `runtime: docker`",
+        'gpu_vendor = "none" with runtime: docker',
+        edit=_set("gpu_vendor", "none"),
+    ),
+    Probe(
+        "build-on-docker",
+        "config",
+        "a `build:` model with `runtime: docker`",
+        "locally built models exist only for runtime: local",
+        edit=_set("models", Q30, {"build": "tiny-qwen3-moe"}),
+    ),
+    Probe(
+        "hf-id-and-build",
+        "config",
+        "a model with both `hf_id` and `build`",
+        "give exactly one of hf_id or build",
+        base="local",
+        edit=_set("models", "tiny-qwen3-moe", "hf_id", "a/b"),
+    ),
+    Probe(
+        "bad-hf-id",
+        "config",
+        "`hf_id: not a repo id!`",
+        "not a Hugging Face model id",
+        edit=_set("models", Q30, "hf_id", "not a repo id!"),
+    ),
+    Probe(
+        "dtype-int3",
+        "config",
+        "`dtype: int3`",
+        f"models.{Q30}.dtype",
+        edit=_set("models", Q30, "dtype", "int3"),
+    ),
+    Probe(
+        "block-shape-fp16",
+        "config",
+        "`block_shape: [128, 128]` with `dtype: fp16`",
+        "a block shape applies only to dtype fp8_w8a8",
+        base="local",
+        edit=_set("models", "tiny-qwen3-moe", "block_shape", [128, 128]),
+    ),
+    Probe(
+        "model-config-missing",
+        "config",
+        "`model_config: /nonexistent/config.json`",
+        "model_config = '/nonexistent/config.json': no such file",
+        edit=_set("models", Q30, "model_config", "/nonexistent/config.json"),
+    ),
+    Probe(
+        "serve-args-string",
+        "config",
+        "`serve_args: --foo` (a string)",
+        "is not of type 'array'",
+        edit=_set("models", Q30, "serve_args", "--foo"),
+    ),
+    Probe(
+        "serve-args-port",
+        "config",
+        "`serve_args: [--port, '9000']`",
+        "serve_args holds '--port': the pipeline sets it",
+        edit=_set("models", Q30, "serve_args", ["--port", "9000"]),
+    ),
+    Probe(
+        "serve-args-tp",
+        "config",
+        "`serve_args: [--tensor-parallel-size=4]`",
+        "serve_args holds '--tensor-parallel-size'",
+        edit=_set("models", Q30, "serve_args", ["--tensor-parallel-size=4"]),
+    ),
+    Probe(
+        "ref-without-tag",
+        "config",
+        "`ref: docker.io/rocm/vllm` (no tag)",
+        "images.rocm7.0.ref",
+        edit=_set("images", "rocm7.0", "ref", "docker.io/rocm/vllm"),
+    ),
+    Probe(
+        "ref-upper-case",
+        "config",
+        "`ref: docker.io/Rocm/vllm:nightly`",
+        "path component 'Rocm' is not a valid image reference",
+        edit=_set("images", "rocm7.0", "ref", "docker.io/Rocm/vllm:nightly"),
+    ),
+    Probe(
+        "rocm-version-missing",
+        "config",
+        "an AMD image without `rocm_version`",
+        "images.rocm7.0: rocm_version is required",
+        edit=_set("images", "rocm7.0", "rocm_version", DELETE),
+    ),
+    Probe(
+        "run-label-slash",
+        "config",
+        "`run_label: a/b`",
+        'run_label = "a/b"',
+        edit=_set("run_label", "a/b"),
+    ),
+    Probe(
+        "image-lock-empty",
+        "config",
+        "`image_lock: ''`",
+        'image_lock = "": must not be empty',
+        edit=_set("image_lock", ""),
+    ),
+    Probe(
+        "batch-sizes-empty",
+        "config",
+        "`tune.batch_sizes: []`",
+        "tune.batch_sizes = []",
+        edit=_set("tune", "batch_sizes", []),
+    ),
+    Probe(
+        "batch-size-negative",
+        "config",
+        "`tune.batch_sizes: [1, -4]`",
+        "-4",
+        edit=_set("tune", "batch_sizes", [1, -4]),
+    ),
+    Probe(
+        "tune-mode",
+        "config",
+        "`tune.mode: fast`",
+        'tune.mode = "fast"',
+        edit=_set("tune", "mode", "fast"),
+    ),
+    Probe(
+        "grid-negative",
+        "config",
+        "`serve.grid[0].isl: -512`",
+        "serve.grid[0].isl = -512",
+        edit=lambda c: c["serve"]["grid"][0].update(isl=-512),
+    ),
+    Probe(
+        "grid-duplicate",
+        "config",
+        "the same ISL/OSL point twice in `serve.grid`",
+        "the same point as serve.grid[0]",
+        edit=lambda c: c["serve"]["grid"].append({"isl": 512, "osl": 512}),
+    ),
+    Probe(
+        "concurrency-duplicate",
+        "config",
+        "`serve.concurrency: [16, 16]`",
+        "16 is listed twice",
+        edit=_set("serve", "concurrency", [16, 16]),
+    ),
+    Probe(
+        "repeats-zero",
+        "config",
+        "`serve.repeats: 0`",
+        "serve.repeats = 0",
+        edit=_set("serve", "repeats", 0),
+    ),
+    Probe(
+        "failed-share-over-1",
+        "config",
+        "`serve.max_failed_share: 1.5`",
+        "serve.max_failed_share = 1.5",
+        edit=_set("serve", "max_failed_share", 1.5),
+    ),
+    Probe(
+        "failed-share-nan",
+        "config",
+        "`serve.max_failed_share: .nan`",
+        "serve.max_failed_share = nan: must be a finite number",
+        edit=_set("serve", "max_failed_share", float("nan")),
+    ),
+    Probe(
+        "timeout-inf",
+        "config",
+        "`serve.ready_timeout_s: .inf`",
+        "serve.ready_timeout_s = inf: must be a finite number",
+        edit=_set("serve", "ready_timeout_s", float("inf")),
+    ),
+    Probe(
+        "compare-one-image",
+        "config",
+        "`serve.compare_images: true` with one image",
+        "serve.compare_images = true needs at least 2 images",
+        base="local",
+        edit=_set("serve", "compare_images", True),
+    ),
+    Probe(
+        "limit-over-questions",
+        "config",
+        "`gsm8k.limit: 100` with 40 local questions",
+        "gsm8k.limit = 100: more than the 40 questions generated",
+        base="local",
+        edit=_set("gsm8k", "limit", 100),
+    ),
+    # --- the file itself ---
+    Probe(
+        "file-missing", "yaml", "`--configfile` names no file", "does not exist", text="<missing>"
+    ),
+    Probe("file-empty", "yaml", "an empty file", "the configuration is empty", text=""),
+    Probe(
+        "yaml-syntax",
+        "yaml",
+        "an unclosed `[` on line 2",
+        "line 3, column 1: not valid YAML",
+        text="runtime: local\nimages: [a\n",
+    ),
+    Probe(
+        "yaml-tab",
+        "yaml",
+        "a tab indenting line 2",
+        "line 2, column 1: not valid YAML",
+        text="serve:\n\trepeats: 3\n",
+    ),
+    Probe(
+        "yaml-top-level-list",
+        "yaml",
+        "a list at the top level",
+        "the top level must be a mapping",
+        text="- runtime: local\n",
+    ),
+    Probe(
+        "duplicate-key",
+        "yaml",
+        "`runtime:` on lines 1 and 5",
+        "line 5: duplicate key 'runtime' (first at line 1)",
+        text=SMALL + "runtime: docker\n",
+    ),
+    Probe(
+        "duplicate-nested-key",
+        "yaml",
+        "`repeats:` twice under `serve:`",
+        "line 3: duplicate key 'repeats' (first at line 2)",
+        text="serve:\n  repeats: 3\n  repeats: 5\n",
+    ),
+    Probe(
+        "numeric-image-name",
+        "yaml",
+        "an image named `7.0:` (YAML reads a number)",
+        'images: the name 7.0 was read as a number; quote it ("7.0")',
+        text="runtime: docker\nimages:\n  7.0:\n    ref: a/b:c\n"
+        "models: {m: {hf_id: a/b}}\ncells: [{images: ['7.0'], models: [m], tp: 1}]\n",
+    ),
+    # --- the cellbench command line ---
+    Probe(
+        "shapes-ep-tp1",
+        "cli",
+        "`cellbench shapes --tp 1 --ep`",
+        "--ep with --tp 1: expert parallel needs more than one rank",
+        argv=("shapes", "--model-config", f"{MOE}/qwen3-30b-a3b.json", "--tp", "1", "--ep"),
+    ),
+    Probe(
+        "tune-ep-tp1",
+        "cli",
+        "`cellbench tune --tp 1 --ep`",
+        "--ep with --tp 1: expert parallel needs more than one rank",
+        argv=(
+            "tune",
+            "--model-config",
+            f"{MOE}/qwen3-30b-a3b.json",
+            "--tp",
+            "1",
+            "--ep",
+            "--out",
+            "{tmp}/tune-out",
+        ),
+    ),
+    Probe(
+        "shapes-device-slash",
+        "cli",
+        "`cellbench shapes --device-name a/b`",
+        "--device-name 'a/b': it becomes part of a file name, so it may hold only letters",
+        argv=("shapes", "--model-config", f"{MOE}/qwen3-30b-a3b.json", "--device-name", "a/b"),
+    ),
+    Probe(
+        "tune-device-comma",
+        "cli",
+        "`cellbench tune --device-name 'MI300,X'`",
+        "--device-name 'MI300,X': it becomes part of a file name",
+        argv=(
+            "tune",
+            "--model-config",
+            f"{MOE}/qwen3-30b-a3b.json",
+            "--device-name",
+            "MI300,X",
+            "--out",
+            "{tmp}/tune-out",
+        ),
+    ),
+    Probe(
+        "shapes-tp0",
+        "cli",
+        "`cellbench shapes --tp 0`",
+        "--tp=0 must be >= 1",
+        argv=("shapes", "--model-config", f"{MOE}/qwen3-30b-a3b.json", "--tp", "0"),
+    ),
+    Probe(
+        "model-config-missing-cli",
+        "cli",
+        "`cellbench shapes --model-config` a missing file",
+        "model config not found: /nonexistent/config.json",
+        argv=("shapes", "--model-config", "/nonexistent/config.json"),
+    ),
+    Probe(
+        "model-config-not-json",
+        "cli",
+        "a model config that is not JSON",
+        "is not valid JSON",
+        argv=("shapes", "--model-config", "{tmp}/broken.json"),
+    ),
+    Probe(
+        "model-not-moe",
+        "cli",
+        "a dense (non-MoE) model config",
+        "dense.json: model config has no expert-count field",
+        argv=("shapes", "--model-config", "{tmp}/dense.json"),
+    ),
+    Probe(
+        "hub-unreachable",
+        "cli",
+        "a hub id while the hub cannot be reached (offline)",
+        "could not fetch config.json of 'nosuchorg/nosuchmodel' from the Hugging Face hub",
+        argv=("shapes", "--model-config", "nosuchorg/nosuchmodel"),
+        env={"HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": "{tmp}/hf"},
+    ),
+    Probe(
+        "tune-batch-sizes",
+        "cli",
+        "`cellbench tune --batch-sizes 1,x`",
+        "--batch-sizes: 'x' is not an integer",
+        argv=("tune", "--model-config", "x", "--batch-sizes", "1,x", "--out", "{tmp}/tune-out"),
+    ),
+    Probe(
+        "tune-compile-budget",
+        "cli",
+        "`cellbench tune --compile-budget 3`",
+        "--compile-budget='3': expected FIRST,LATER",
+        argv=("tune", "--model-config", "x", "--compile-budget", "3", "--out", "{tmp}/t"),
+    ),
+    Probe(
+        "cells-missing-config",
+        "cli",
+        "`cellbench cells --configfile missing.yaml`",
+        "config file 'missing.yaml' does not exist",
+        argv=("cells", "--configfile", "missing.yaml"),
+    ),
+    Probe(
+        "images-on-local",
+        "cli",
+        "`cellbench images status` (default config/local.yaml)",
+        "has runtime: local, which runs no image, so there is nothing to pin",
+        argv=("images", "status"),
+    ),
+    Probe(
+        "images-bump-unknown",
+        "cli",
+        "`cellbench images bump rocm9.9`",
+        "image 'rocm9.9' is not defined under images",
+        argv=("images", "bump", "rocm9.9", "--configfile", "config/config.yaml"),
+    ),
+    Probe(
+        "unknown-command",
+        "cli",
+        "`cellbench frobnicate`",
+        "unknown command 'frobnicate'",
+        argv=("frobnicate",),
+    ),
+    # --- through a real `snakemake -n`: the same messages where the user looks ---
+    Probe(
+        "snakemake-duplicate-key",
+        "snakemake",
+        "`snakemake -n` on a file with `runtime:` twice",
+        "duplicate key 'runtime'",
+        base="local",
+        edit=lambda c: None,
+        text="runtime: docker\n",
+    ),
+    Probe(
+        "snakemake-ep-tp1",
+        "snakemake",
+        "`snakemake -n` with `ep: true`, `tp: 1`",
+        "cells[0].ep = true with tp = 1: expert parallel needs more than one rank",
+        base="local",
+        edit=_set("cells", 0, "ep", True),
+    ),
+    Probe(
+        "snakemake-grid",
+        "snakemake",
+        "`snakemake -n` with `serve.grid[1].isl: -1024`",
+        "serve.grid[1].isl = -1024",
+        edit=lambda c: c["serve"]["grid"][1].update(isl=-1024),
+    ),
+    Probe(
+        "snakemake-yaml-syntax",
+        "snakemake",
+        "`snakemake -n` on a file that is not YAML (Snakemake reads it before cellbench: "
+        "its own message, without file or line; `cellbench cells --configfile F` names both)",
+        "Config file is not valid JSON or YAML",
+        text="runtime: local\nimages: [a\n",
+    ),
+]
+
+
+def _fill(value: str, tmp: Path) -> str:
+    return value.replace("{tmp}", str(tmp))
+
+
+def _config_file(probe: Probe, tmp: Path) -> Path:
+    path = tmp / f"{probe.id}.yaml"
+    if probe.kind == "yaml":
+        if probe.text != "<missing>":
+            path.write_text(probe.text)
+        return path
+    if probe.edit is None:  # text only: a file that is not YAML
+        path.write_text(probe.text)
+        return path
+    cfg = copy.deepcopy(_base(probe.base))
+    probe.edit(cfg)
+    # NaN and infinity as YAML writes them (.nan, .inf), so the file is what a user writes
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False) + (probe.text or ""))
+    return path
+
+
+def _prepare_cli_inputs(tmp: Path) -> None:
+    (tmp / "broken.json").write_text("{not json")
+    (tmp / "dense.json").write_text(
+        json.dumps({"model_type": "llama", "hidden_size": 64, "intermediate_size": 128})
+    )
+
+
+def run_probe(probe: Probe, tmp: Path, capsys, monkeypatch) -> str:
+    """The probe's message; asserts it was refused."""
+    if probe.kind in ("config", "yaml"):
+        path = _config_file(probe, tmp)
+        with pytest.raises(cbconfig.ConfigError) as err:
+            cbconfig.load(path)
+        return str(err.value)
+    if probe.kind == "cli":
+        _prepare_cli_inputs(tmp)
+        for key, value in probe.env.items():
+            monkeypatch.setenv(key, _fill(value, tmp))
+        monkeypatch.chdir(ROOT)
+        capsys.readouterr()
+        rc = cli.main([_fill(a, tmp) for a in probe.argv])
+        out = capsys.readouterr()
+        assert rc == 2, (rc, out)
+        assert not (tmp / "tune-out").exists() and not (tmp / "t").exists()
+        return out.err
+    assert probe.kind == "snakemake", probe.kind
+    path = _config_file(probe, tmp)
+    work = tmp / "work"
+    work.mkdir()
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "all",  # targets before --configfile, which takes every word after it
+            "-n",
+            "--cores",
+            "1",
+            "-s",
+            str(ROOT / "Snakefile"),
+            "--directory",
+            str(work),
+            "--configfile",
+            str(path),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "workflow")},
+    )
+    assert proc.returncode != 0, proc.stdout + proc.stderr
+    assert not (work / "results").exists()
+    return proc.stdout + proc.stderr
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def render_table() -> str:
+    rows = ["| # | Kind | Probe | Message holds |", "|---|---|---|---|"]
+    for i, p in enumerate(PROBES, 1):
+        rows.append(f"| {i} | {p.kind} | {_md_cell(p.probe)} | `{_md_cell(p.expected)}` |")
+    return "\n".join(rows)
+
+
+def _doc_table() -> str:
+    text = DOC.read_text(encoding="utf-8")
+    match = re.search(re.escape(BEGIN) + r"\n(.*?)\n" + re.escape(END), text, re.S)
+    assert match, f"{DOC}: no table between {BEGIN} and {END}"
+    return match.group(1)
+
+
+def test_catalogue_size_and_ids():
+    assert len(PROBES) >= 40
+    assert len({p.id for p in PROBES}) == len(PROBES)
+
+
+def test_doc_table_is_the_catalogue():
+    assert _doc_table() == render_table(), (
+        "docs/bad-input.md and PROBES differ: run `python tests/test_bad_input.py`"
+    )
+
+
+FAST = [p for p in PROBES if p.kind != "snakemake"]
+SLOW = [p for p in PROBES if p.kind == "snakemake"]
+
+
+@pytest.mark.parametrize("probe", FAST, ids=[p.id for p in FAST])
+def test_probe_is_refused_by_name(probe, tmp_path, capsys, monkeypatch):
+    message = run_probe(probe, tmp_path, capsys, monkeypatch)
+    assert probe.expected in message, f"{probe.expected!r} not in {message!r}"
+    assert "Traceback" not in message
+    if probe.kind in ("config", "yaml") and probe.text != "<missing>":
+        # one line; a file fault names the file
+        assert "\n" not in message.strip(), message
+        if re.search(r"\bline \d|top level", probe.expected):  # a fault of the file itself
+            assert str(tmp_path / f"{probe.id}.yaml") in message, message
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("probe", SLOW, ids=[p.id for p in SLOW])
+def test_probe_through_snakemake(probe, tmp_path, capsys, monkeypatch):
+    message = run_probe(probe, tmp_path, capsys, monkeypatch)
+    assert probe.expected in message, f"{probe.expected!r} not in {message!r}"
+
+
+if __name__ == "__main__":  # rewrite the table in docs/bad-input.md from PROBES
+    text = DOC.read_text(encoding="utf-8")
+    head, rest = text.split(BEGIN, 1)
+    tail = rest.split(END, 1)[1]
+    DOC.write_text(f"{head}{BEGIN}\n{render_table()}\n{END}{tail}", encoding="utf-8")
+    print(f"wrote {len(PROBES)} probes to {DOC}")

@@ -14,6 +14,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+import result_fixtures as fx
 import yaml
 from cellbench import config as cbconfig
 from cellbench import report, serve_stage
@@ -139,25 +140,13 @@ def test_images_alternate_repeat_by_repeat_and_both_digests_are_kept(tmp_path):
 
 
 def _cell_bench(results: Path, image: str, arm: str) -> Path:
-    """A cell's bench.json with chosen values (the report only reads these keys)."""
+    """A cell's bench.json with chosen values, whole and schema-valid (result_fixtures)."""
     points = [
-        {
-            "isl": 8,
-            "osl": 4,
-            "max_concurrency": 1,
-            "repeat": r,
-            "mean_ttft_ms": 10.0 + r,
-            "mean_tpot_ms": 1.0,
-            "mean_e2el_ms": 20.0,
-            "output_throughput": 5.0,
-        }
+        fx.point(8, 4, repeat=r, seq=r, concurrency=1, ttft=10.0 + r, tpot=1.0, e2el=20.0)
         for r in range(2)
     ]
-    path = results / image / "timed" / "tp1-ep1" / "serve" / arm / "bench.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    bench = {"cell": f"{image}/timed/tp1-ep1", "arm": arm, "image_digest": DIGESTS[image]}
-    path.write_text(json.dumps({**bench, "points": points}))
-    return path
+    cell = f"{image}/timed/tp1-ep1"
+    return fx.write_bench(results, cell, arm, points, image_digest=DIGESTS[image])
 
 
 def test_either_image_server_dying_fails_the_job_and_stops_both(tmp_path, capsys):

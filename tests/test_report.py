@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import result_fixtures as fx
 from cellbench import archive, report
 
 CELL = "rocm7.2/qwen3-30b-a3b-fp8/tp2-ep2"
@@ -23,60 +24,22 @@ def write_bench(results: Path, cell: str, arm: str, ttft: dict, tpot: float = 30
     for repeat, values in ttft.items():
         for (isl, osl), v in zip(GRID, values, strict=True):
             points.append(
-                {
-                    "isl": isl,
-                    "osl": osl,
-                    "max_concurrency": 16,
-                    "repeat": repeat,
-                    "completed": 160,
-                    "failed": 0,
-                    "mean_ttft_ms": v,
-                    "median_ttft_ms": v,
-                    "p99_ttft_ms": 2 * v,
-                    "mean_tpot_ms": tpot + repeat,
-                    "mean_e2el_ms": v + osl * tpot,
-                    "output_throughput": 1000.0 / tpot,
-                }
+                fx.point(
+                    isl,
+                    osl,
+                    repeat=repeat,
+                    seq=len(points),
+                    ttft=v,
+                    tpot=tpot + repeat,
+                    e2el=v + osl * tpot,
+                    throughput=1000.0 / tpot,
+                )
             )
-    path = results / cell / "serve" / arm / "bench.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(
-        json.dumps(
-            {
-                "cell": cell,
-                "arm": arm,
-                "image_digest": "sha256:abc",
-                "cold": False,
-                "points": points,
-            }
-        )
-    )
-    return path
+    return fx.write_bench(results, cell, arm, points)
 
 
 def write_gsm8k(results: Path, cell: str, arm: str, correct: list[bool]) -> Path:
-    n = len(correct)
-    acc = sum(correct) / n
-    path = results / cell / "gsm8k" / f"{arm}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(
-        json.dumps(
-            {
-                "cell": cell,
-                "arm": arm,
-                "num_fewshot": 5,
-                "n_samples": n,
-                "strict_match": acc,
-                "strict_match_stderr": 0.01,
-                "flexible_extract": acc,
-                "flexible_extract_stderr": 0.01,
-                "per_sample": [
-                    {"doc_id": i, "strict": c, "flexible": c} for i, c in enumerate(correct)
-                ],
-            }
-        )
-    )
-    return path
+    return fx.write_gsm8k(results, cell, arm, correct)
 
 
 @pytest.fixture
@@ -151,16 +114,16 @@ def test_csv_tables_are_tidy(results, tmp_path):
 
 def test_archive_manifest_covers_every_file(results, tmp_path):
     res, _ = results
-    manifest_path = res / "archive" / "rocm7.2" / "MANIFEST.json"
+    fx.write_tune(res, CELL)
+    out_dir = res / "archive" / "rocm7.2"
+    manifest_path = out_dir / "MANIFEST.json"
     manifest = archive.build_archive(
-        "rocm7.2", res, [CELL], {"rocm7.2": "sha256:abc"}, "f00", manifest_path, "docker"
+        "rocm7.2", res, [CELL], {"rocm7.2": "sha256:abc"}, "f00", out_dir, "docker"
     )
-    archived = {
-        p.relative_to(manifest_path.parent).as_posix()
-        for p in manifest_path.parent.rglob("*")
-        if p.is_file()
-    }
-    assert archived - {"MANIFEST.json"} == set(manifest["files"])
+    archived = {p.relative_to(out_dir).as_posix() for p in out_dir.rglob("*") if p.is_file()}
+    assert archived - {"MANIFEST.json", "INDEX.json"} == set(manifest["files"])
+    index = json.loads((out_dir / "INDEX.json").read_text())
+    assert index["manifest_sha256"] == archive.sha256_file(manifest_path)
     assert f"{CELL}/serve/tuned/bench.json" in manifest["files"]
     assert "report/report.md" in manifest["files"]
     assert manifest["images"] == {"rocm7.2": "sha256:abc"}
@@ -185,22 +148,16 @@ def test_concurrency_levels_are_kept_apart(tmp_path):
     for conc, ttft in ((1, 10.0), (16, 100.0)):
         for repeat in range(2):
             rows.append(
-                {
-                    "isl": 512,
-                    "osl": 512,
-                    "max_concurrency": conc,
-                    "repeat": repeat,
-                    "mean_ttft_ms": ttft + repeat,
-                    "mean_tpot_ms": 1.0,
-                    "mean_e2el_ms": 2.0,
-                    "output_throughput": 3.0,
-                }
+                fx.point(
+                    repeat=repeat,
+                    seq=len(rows),
+                    concurrency=conc,
+                    ttft=ttft + repeat,
+                    tpot=1.0,
+                    e2el=2.0,
+                    throughput=3.0,
+                )
             )
-    files = []
-    for arm in ("untuned", "tuned"):
-        path = res / CELL / "serve" / arm / "bench.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"cell": CELL, "arm": arm, "points": rows}))
-        files.append(path)
+    files = [fx.write_bench(res, CELL, arm, rows) for arm in ("untuned", "tuned")]
     text = report.write_report(files, tmp_path / "report", results=res).read_text()
     assert "| 512-512 @c1  | 10.50" in text and "| 512-512 @c16 | 100.50" in text

@@ -3,26 +3,32 @@
 The manifest pins the run down: the image digest of each cell (or, for the local runtime, the
 host environment), the git commit of this project, the config hash, the versions of the
 packages that shaped the numbers, and the sha256 of every archived file. The archive is built
-in a temporary folder and renamed into place, so an interrupted archive never looks complete.
+in a temporary folder and put in place whole (INDEX.json, the rule's output, written last), so
+an interrupted or failed archive never looks complete and never costs the previous one. Every
+result is checked through `cellbench.results` before it is copied.
 
     python -m cellbench.archive --label rocm7.2 --results results --cells CELL... \
-        --digests IMAGE=DIGEST... --config-hash H --out results/archive/rocm7.2/MANIFEST.json
+        --digests IMAGE=DIGEST... --config-hash H --out-dir results/archive/rocm7.2
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import importlib.metadata
+import json
 import platform
 import shutil
 import subprocess
 import sys
-import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
 from cellbench import atomicio, report
+from cellbench.atomicio import sha256_file
+from cellbench.results import ResultError
+from cellbench.results import load as load_result
+
+MANIFEST_NAME = "MANIFEST.json"
 
 PACKAGES = (
     "cellbench",
@@ -38,14 +44,6 @@ PACKAGES = (
     "aiohttp",
     "vllm",
 )
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def package_versions() -> dict[str, str | None]:
@@ -83,29 +81,50 @@ def environment() -> dict[str, str]:
     }
 
 
+INDEX_NAME = "INDEX.json"
+
+
+def stage_results(cell_dir: Path) -> list[Path]:
+    """A cell's stage results: what the archive checks and its report reads."""
+    return sorted(
+        [cell_dir / "tune" / "summary.json"]
+        + list(cell_dir.glob("serve/*/bench.json"))
+        + list(cell_dir.glob("gsm8k/*.json"))
+    )
+
+
 def build_archive(
     label: str,
     results: Path,
     cells: list[str],
     digests: dict[str, str],
     config_hash: str,
-    out_manifest: Path,
+    out_dir: Path,
     runtime: str,
 ) -> dict:
-    final_dir = out_manifest.parent
-    final_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = atomicio.staging_dir(final_dir.parent, f".{label}.")
+    """Check the cells' results, copy them with their report into a temporary folder, write
+    MANIFEST.json, then INDEX.json (the rule's output), and only then put the folder in
+    ``out_dir``'s place. A bad or missing result raises ``ResultError`` (naming the file in
+    ``results``, not its copy) and leaves any earlier archive as it was."""
+    results, out_dir = Path(results), Path(out_dir)
+    for cell in cells:
+        src = results / cell
+        if not src.is_dir():
+            raise ResultError(
+                src,
+                "(cell folder)",
+                "(absent)",
+                f"the results of cell {cell}",
+                f"snakemake --cores 2 {src}/gsm8k/tuned.json (with your --configfile, if any)",
+            )
+        for path in stage_results(src):
+            load_result(path, results)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = atomicio.staging_dir(out_dir.parent, f".{out_dir.name}.")
     try:
         for cell in cells:
-            src = results / cell
-            if not src.is_dir():
-                raise FileNotFoundError(f"cell {cell}: no results at {src}")
-            shutil.copytree(src, staging / cell)
-        inputs = sorted(
-            p
-            for p in staging.rglob("*.json")
-            if p.name in ("bench.json", "summary.json") or p.parent.name == "gsm8k"
-        )
+            shutil.copytree(results / cell, staging / cell)
+        inputs = [p for cell in cells for p in stage_results(staging / cell)]
         report.write_report(inputs, staging / "report", results=staging, runtime=runtime)
         files = {
             str(p.relative_to(staging)): sha256_file(p)
@@ -124,26 +143,33 @@ def build_archive(
             "packages": package_versions(),
             "files": files,
         }
-        atomicio.write_json(staging / out_manifest.name, manifest)
-        # Swap in the new archive: the old one (if any) goes only once the new one is whole.
-        old = None
-        if final_dir.exists():
-            old = final_dir.with_name(f".{label}.old")
-            shutil.rmtree(old, ignore_errors=True)
-            final_dir.rename(old)
-        staging.rename(final_dir)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        atomicio.write_json(staging / MANIFEST_NAME, manifest)
+        index = {
+            "kind": "archive_index",
+            "label": label,
+            "written": manifest["created"],
+            "manifest_sha256": sha256_file(staging / MANIFEST_NAME),
+            "files": len(files),
+        }
+        atomicio.write_json(staging / INDEX_NAME, index)  # last: the rule's output
+        atomicio.replace_dir(staging, out_dir)
         return manifest
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
 
 
+def _kept(out_dir: Path) -> str:
+    manifest = out_dir / MANIFEST_NAME
+    try:
+        created = json.loads(manifest.read_text()).get("created", "?")
+    except (OSError, ValueError):
+        return f"no archive was written, and there was no complete one before in {out_dir}"
+    return f"the previous archive was kept: {out_dir} (MANIFEST.json created {created})"
+
+
 def verify(manifest_path: Path) -> list[str]:
     """Files whose sha256 no longer matches the manifest (empty when the archive is intact)."""
-    import json
-
     manifest = json.loads(manifest_path.read_text())
     root = manifest_path.parent
     return [
@@ -156,6 +182,7 @@ def verify(manifest_path: Path) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m cellbench.archive",
+        allow_abbrev=False,
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -165,18 +192,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--digests", nargs="+", default=[], help="IMAGE=DIGEST")
     parser.add_argument("--config-hash", required=True)
     parser.add_argument("--runtime", choices=["docker", "local"])
-    parser.add_argument("--out", required=True, type=Path, help=".../MANIFEST.json")
+    parser.add_argument(
+        "--out-dir", required=True, type=Path, help="results/archive/LABEL (replaced whole)"
+    )
     args = parser.parse_args(argv)
     digests = dict(item.split("=", 1) for item in args.digests)
     runtime = args.runtime or (
         "local" if all(d.startswith("local:") for d in digests.values()) else "docker"
     )
-    manifest = build_archive(
-        args.label, args.results, args.cells, digests, args.config_hash, args.out, runtime
-    )
-    print(
-        f"archived {len(manifest['files'])} files of {len(args.cells)} cells to {args.out.parent}"
-    )
+    try:
+        manifest = build_archive(
+            args.label, args.results, args.cells, digests, args.config_hash, args.out_dir, runtime
+        )
+    except ResultError as exc:
+        print(f"cellbench archive: error: {exc}", file=sys.stderr)
+        print(f"cellbench archive: {_kept(args.out_dir)}", file=sys.stderr)
+        return 1
+    except BaseException:
+        print(f"cellbench archive: failed; {_kept(args.out_dir)}", file=sys.stderr)
+        raise
+    print(f"archived {len(manifest['files'])} files of {len(args.cells)} cells to {args.out_dir}")
     return 0
 
 

@@ -7,6 +7,11 @@ per cell and batch size) and `report.md` in the seeds' shapes (TTFT, TPOT, E2E t
 ISL-OSL with arms as columns and an Average row; GSM8K strict-match and flexible-extract),
 followed by diff sections (untuned vs tuned; image A vs image B) that tell change from noise.
 
+Every input goes through `cellbench.results` (schema, invariants, recorded checksum); a bad
+one stops the report with a message naming the file, the field and the job to rerun, and the
+previous report stays in place: the new one is built in a temporary folder and swapped in
+whole, `INDEX.json` (the rule's output) last.
+
 Image comparisons (`results/compare/A-vs-B/MODEL/tpN-epM/bench.json`, serve.compare_images),
 when given, are what the image-vs-image section of the tuned arm uses ("interleaved on one
 host"); otherwise, and for the untuned arm, it compares the separately run cells ("separate
@@ -20,14 +25,19 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shutil
 import sys
 from collections.abc import Iterable
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pandas as pd
 from scipy import stats
 
 from cellbench import atomicio
+from cellbench import results as results_mod
+from cellbench.results import Result, ResultError
+from cellbench.results import load as load_result
 
 ARM_LABELS = {"untuned": "Triton MoE Untuned", "tuned": "Triton MoE Tuned"}
 LATENCY_TABLES = (
@@ -40,38 +50,26 @@ DIFF_METRICS = ("mean_ttft_ms", "mean_tpot_ms", "mean_e2el_ms", "output_throughp
 SIGNIFICANCE = 0.05
 
 
-def _read_json(path: Path) -> dict:
-    with open(path) as f:
-        return json.load(f)
-
-
 def _split_cell(cell_id: str) -> dict:
     image, model, layout = cell_id.split("/")
     tp, ep = layout.removeprefix("tp").split("-ep")
     return {"cell": cell_id, "image": image, "model": model, "tp": int(tp), "ep": int(ep)}
 
 
-def _cell_of(path: Path, results: Path) -> str:
-    """results/{image}/{model}/tp{tp}-ep{ep}/... -> image/model/tpX-epY"""
-    parts = path.resolve().relative_to(results.resolve()).parts
-    return "/".join(parts[:3])
+def load_inputs(files: Iterable[str | Path], results: str | Path = "results") -> list[Result]:
+    """Every file checked through ``cellbench.results`` (schema, invariants, checksum); the
+    first bad one raises ``ResultError`` naming it."""
+    return [load_result(f, results) for f in files]
 
 
-def _is_comparison(path: Path, results: Path) -> bool:
-    """results/compare/A-vs-B/MODEL/tpN-epM/bench.json"""
-    parts = path.resolve().relative_to(results.resolve()).parts
-    return parts[0] == "compare" and path.name == "bench.json"
-
-
-def load_comparisons(files: Iterable[str | Path], results: str | Path = "results") -> pd.DataFrame:
-    """Image comparisons (serve.compare_images) among ``files`` as one tidy frame: one row per
-    point, tagged with its comparison, its image (side) and that side's digest."""
-    results = Path(results)
+def comparison_frame(loaded: Iterable[Result]) -> pd.DataFrame:
+    """Image comparisons (serve.compare_images) as one tidy frame: one row per point, tagged
+    with its comparison, its image (side) and that side's digest."""
     rows = []
-    for f in map(Path, files):
-        if not _is_comparison(f, results):
+    for r in loaded:
+        if r.kind != results_mod.COMPARISON:
             continue
-        data = _read_json(f)
+        data = r.data
         image_a, image_b = data["images"]
         _, model, layout = data["comparison"].split("/")
         tp, ep = layout.removeprefix("tp").split("-ep")
@@ -94,19 +92,23 @@ def load_comparisons(files: Iterable[str | Path], results: str | Path = "results
     return pd.DataFrame(rows)
 
 
-def load_tables(
-    files: Iterable[str | Path], results: str | Path = "results"
-) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """Read stage outputs into three tidy frames: serve, gsm8k, tune (image comparisons are
-    left to ``load_comparisons``)."""
+def load_comparisons(files: Iterable[str | Path], results: str | Path = "results") -> pd.DataFrame:
+    """The image comparisons among ``files``, checked, as ``comparison_frame``."""
     results = Path(results)
+    chosen = [f for f in files if results_mod.kind_of(f, results) == results_mod.COMPARISON]
+    return comparison_frame(load_inputs(chosen, results))
+
+
+def cell_frames(loaded: Iterable[Result]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Checked stage results as three tidy frames: serve, gsm8k, tune (image comparisons are
+    ``comparison_frame``'s). The cell comes from the file's own ``cell`` field for serve and
+    GSM8K results (the loader checked it against the file's folder) and from the folder for
+    tuning summaries, which do not record it."""
     serve_rows, gsm_rows, tune_rows = [], [], []
-    for f in map(Path, files):
-        if _is_comparison(f, results):
-            continue
-        cell = _split_cell(_cell_of(f, results))
-        if f.name == "bench.json":
-            bench = _read_json(f)
+    for r in loaded:
+        if r.kind == results_mod.BENCH:
+            bench = r.data
+            cell = _split_cell(bench["cell"])
             for point in bench["points"]:
                 row = {
                     **cell,
@@ -116,11 +118,11 @@ def load_tables(
                 }
                 row.update({k: v for k, v in point.items() if not isinstance(v, (list, dict))})
                 serve_rows.append(row)
-        elif f.parent.name == "gsm8k":
-            g = _read_json(f)
+        elif r.kind == results_mod.GSM8K:
+            g = r.data
             gsm_rows.append(
                 {
-                    **cell,
+                    **_split_cell(g["cell"]),
                     "arm": g["arm"],
                     "n_samples": g["n_samples"],
                     "num_fewshot": g.get("num_fewshot"),
@@ -131,8 +133,9 @@ def load_tables(
                     "per_sample": json.dumps(g.get("per_sample", [])),
                 }
             )
-        elif f.name == "summary.json":
-            s = _read_json(f)
+        elif r.kind == results_mod.TUNE:
+            s = r.data
+            cell = _split_cell("/".join(r.path.parts[-5:-2]))
             for m, entry in sorted(s.get("entries", {}).items(), key=lambda kv: int(kv[0])):
                 row = {
                     **cell,
@@ -156,6 +159,13 @@ def load_tables(
                         row[k] = v
                 tune_rows.append(row)
     return pd.DataFrame(serve_rows), pd.DataFrame(gsm_rows), pd.DataFrame(tune_rows)
+
+
+def load_tables(
+    files: Iterable[str | Path], results: str | Path = "results"
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Check and read stage outputs into three tidy frames: serve, gsm8k, tune."""
+    return cell_frames(load_inputs(files, results))
 
 
 def _fmt(x: float, digits: int = 2) -> str:
@@ -440,25 +450,53 @@ def render(
     return "\n".join(lines)
 
 
+INDEX_NAME = "INDEX.json"
+
+
 def write_report(
     files: Iterable[str | Path],
     out_dir: str | Path,
     results: str | Path = "results",
     runtime: str = "docker",
 ) -> Path:
-    files = list(files)
-    serve, gsm, tune = load_tables(files, results)
-    compare = load_comparisons(files, results)
+    """Check every input, build the tables and report.md in a temporary folder beside
+    ``out_dir``, and put it in ``out_dir``'s place only once whole, with ``INDEX.json`` (the
+    files written, the inputs read and their checksums) written last. A bad input raises
+    ``ResultError`` before anything of ``out_dir`` is touched."""
+    loaded = load_inputs(files, results)
+    serve, gsm, tune = cell_frames(loaded)
+    compare = comparison_frame(loaded)
     out_dir = Path(out_dir)
     tables = [("serve", serve), ("gsm8k", gsm), ("tune", tune)]
     if len(compare):
         tables.append(("compare", compare))
-    for name, df in tables:
-        atomicio.write_text(out_dir / f"{name}.csv", df.to_csv(index=False))
+    staging = atomicio.staging_dir(out_dir.parent, f".{out_dir.name}.")
+    try:
+        for name, df in tables:
+            atomicio.write_text(staging / f"{name}.csv", df.to_csv(index=False))
+        atomicio.write_text(staging / "report.md", render(serve, gsm, tune, runtime, compare))
+        index = {
+            "kind": "report_index",
+            "written": datetime.now(UTC).isoformat(timespec="seconds"),
+            "files": {
+                p.name: atomicio.sha256_file(p) for p in sorted(staging.iterdir()) if p.is_file()
+            },
+            "inputs": [r.index_entry() for r in loaded],
+        }
+        atomicio.write_json(staging / INDEX_NAME, index)  # last: the rule's output
+        atomicio.replace_dir(staging, out_dir)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return out_dir / "report.md"
+
+
+def _kept(out_dir: Path) -> str:
     report = out_dir / "report.md"
-    # Written last: the marker.
-    atomicio.write_text(report, render(serve, gsm, tune, runtime, compare))
-    return report
+    if report.is_file():
+        when = datetime.fromtimestamp(report.stat().st_mtime, UTC).isoformat(timespec="seconds")
+        return f"the previous report was kept: {report} (written {when})"
+    return f"no report was written, and there was none before in {out_dir}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -472,7 +510,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runtime", default="docker", choices=["docker", "local"])
     parser.add_argument("files", nargs="+")
     args = parser.parse_args(argv)
-    path = write_report(args.files, args.out_dir, args.results, args.runtime)
+    out_dir = Path(args.out_dir)
+    try:
+        path = write_report(args.files, out_dir, args.results, args.runtime)
+    except ResultError as exc:
+        print(f"cellbench report: error: {exc}", file=sys.stderr)
+        print(f"cellbench report: {_kept(out_dir)}", file=sys.stderr)
+        return 1
+    except BaseException:
+        print(f"cellbench report: failed; {_kept(out_dir)}", file=sys.stderr)
+        raise
     print(f"report written: {path}")
     return 0
 

@@ -64,7 +64,9 @@ class ResultError(Exception):
     def __init__(self, path: Path | str, field: str, value: Any, expected: str, rerun: str):
         self.path, self.field, self.value = str(path), field, value
         self.expected, self.rerun = expected, rerun
-        shown = value if isinstance(value, str) else json.dumps(value, default=str)
+        # Markers such as "(absent)" as they are; values as JSON, so "4" reads apart from 4.
+        marker = isinstance(value, str) and value.startswith("(") and value.endswith(")")
+        shown = value if marker else json.dumps(value, default=str)
         if len(shown) > 200:
             shown = shown[:200] + "..."
         super().__init__(
@@ -191,16 +193,18 @@ def _read(path: Path, kind: str) -> tuple[Any, str, str]:
         )
     try:
         data = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        where = f"line {exc.lineno} column {exc.colno}" if hasattr(exc, "lineno") else "bytes"
+    except json.JSONDecodeError as exc:
         raise ResultError(
             path,
             "(whole file)",
-            f"{len(raw)} bytes",
-            f"whole JSON expected; truncated or corrupt at {where} ({exc.args[0]})"
-            if hasattr(exc, "lineno")
-            else f"UTF-8 JSON expected ({exc})",
+            f"({len(raw)} bytes)",
+            f"whole JSON expected; truncated or corrupt at line {exc.lineno} column "
+            f"{exc.colno} ({exc.msg})",
             rerun,
+        ) from None
+    except UnicodeDecodeError as exc:
+        raise ResultError(
+            path, "(whole file)", f"({len(raw)} bytes)", f"UTF-8 JSON expected ({exc})", rerun
         ) from None
     if not isinstance(data, dict):
         raise ResultError(path, "(top level)", type(data).__name__, "a JSON object", rerun)

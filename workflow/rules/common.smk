@@ -75,10 +75,11 @@ COMPARE_ID = "{image_a}-vs-{image_b}/{model}/tp{tp}-ep{ep}"
 
 def all_targets():
     """What `all` builds: every cell's outputs, the report and one archive per label (and the
-    image comparisons, with serve.compare_images)."""
+    image comparisons, with serve.compare_images). The report's and archives' INDEX.json are
+    written last, so a failure leaves the report.md and MANIFEST.json users read in place."""
     return (
-        ["results/report/report.md"]
-        + [f"results/archive/{label}/MANIFEST.json" for label in archive_labels()]
+        ["results/report/INDEX.json"]
+        + [f"results/archive/{label}/INDEX.json" for label in archive_labels()]
         + compare_targets()
     )
 

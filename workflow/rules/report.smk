@@ -1,4 +1,8 @@
 # Tidy tables over every cell and the PR-ready Markdown report with its diff sections.
+# Every input is checked (cellbench.results) before use. The report is built in a temporary
+# folder and swapped in whole; the declared output is its INDEX.json, written last, so that
+# Snakemake, which deletes a job's outputs before it runs and after it fails, never deletes
+# the report a user reads: a failed report leaves the previous one in place.
 
 
 rule report:
@@ -7,10 +11,7 @@ rule report:
         # Image comparisons interleaved on one host (serve.compare_images); none otherwise.
         compare=compare_targets(),
     output:
-        report="results/report/report.md",
-        serve="results/report/serve.csv",
-        gsm8k="results/report/gsm8k.csv",
-        tune="results/report/tune.csv",
+        index="results/report/INDEX.json",
     log:
         "results/logs/report.log",
     benchmark:
@@ -20,5 +21,7 @@ rule report:
     params:
         runtime=RUNTIME,
     shell:
-        "python -m cellbench.report --results results --runtime {params.runtime} "
-        "--out-dir results/report {input.cells} {input.compare} > {log} 2>&1"
+        logged(
+            "python -m cellbench.report --results results --runtime {params.runtime} "
+            "--out-dir results/report {input.cells} {input.compare}"
+        )

@@ -11,6 +11,7 @@ a tag of its own (``fresh_tag``) and moves that (``move_tag``).
 
 from __future__ import annotations
 
+import base64
 import io
 import json
 import sys
@@ -163,3 +164,14 @@ def not_shared(root: Path) -> list[str]:
         if mode & need != need:
             bad.append(f"{path}: {mode:o}")
     return bad
+
+
+PASSWORD = "regCanaryPw-" + "7f3a9c"
+
+
+def registry_credential(folder: Path) -> tuple[Path, list[str]]:
+    """A DOCKER_CONFIG folder holding a credential for the local registry; the secret forms."""
+    folder.mkdir(parents=True, exist_ok=True)
+    auth = base64.b64encode(f"cellbench:{PASSWORD}".encode()).decode()
+    (folder / "config.json").write_text(json.dumps({"auths": {"127.0.0.1:5000": {"auth": auth}}}))
+    return folder, [PASSWORD, auth]

@@ -27,7 +27,10 @@ from docker_env import (  # noqa: F401
     REPO_ROOT,
     TEST_TAGS,
     docker_client,
+    files_holding,
+    not_shared,
     registry,
+    registry_credential,
     tiny_model_config,
     write_test_config,
 )
@@ -74,10 +77,13 @@ def workdir(docker_client, registry, tmp_path):  # noqa: F811
 
 
 def _start_snakemake(workdir: Path, run_id: str, cores: int, *targets: str) -> subprocess.Popen:
+    config_dir, _ = registry_credential(workdir / "docker-config")
     env = {
         **os.environ,
         "CELLBENCH_RUN_ID": run_id,  # every container of this run carries cellbench.run=run_id
         "CELLBENCH_AMD_DEVICES": "/dev/null:/dev/kfd",
+        # A registry credential the engine client sends; HF_TOKEN is planted by conftest.py.
+        "DOCKER_CONFIG": str(config_dir),
     }
     return subprocess.Popen(
         [PYTHON, "-m", "snakemake", "-s", str(SNAKEFILE), "-d", str(workdir),
@@ -130,7 +136,12 @@ def _held_leases(lease_dir: Path) -> list[str]:
 
 
 @pytest.mark.slow
-def test_ctrl_c_during_a_containerised_tune_leaves_nothing(docker_client, workdir):  # noqa: F811
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_signal_to_the_group_during_a_containerised_tune_leaves_nothing(
+    docker_client,  # noqa: F811
+    workdir,
+    sig,
+):
     run_id = f"test-{uuid.uuid4().hex}"
     proc = _start_snakemake(workdir, run_id, 1, _summary(CELL_A))
     try:
@@ -143,7 +154,8 @@ def test_ctrl_c_during_a_containerised_tune_leaves_nothing(docker_client, workdi
         # Ctrl-C in a terminal signals the whole foreground group: snakemake and its job. (SIGINT
         # to the snakemake pid alone makes Snakemake wait for the running job to end by itself,
         # then flag its outputs incomplete: its local executor does not signal running jobs.)
-        os.killpg(proc.pid, signal.SIGINT)
+        # SIGTERM: a scheduler or `kill -- -PGID` stopping the whole run.
+        os.killpg(proc.pid, sig)
         proc.wait(timeout=60)
     finally:
         if proc.poll() is None:
@@ -200,3 +212,10 @@ def test_concurrent_tune_jobs_get_disjoint_gpus_and_ports(docker_client, workdir
         assert f"HIP_VISIBLE_DEVICES={seen[cell][0]}" in log
     assert _ours(docker_client, run_id) == []
     assert _held_leases(workdir / "results" / ".leases") == []
+    # Secrets planted for the run (HF_TOKEN passed into the containers, a registry credential
+    # on the client) reach no file; what the containers wrote is readable by colleagues.
+    _, credential = registry_credential(workdir / "docker-config")
+    written = [p for p in workdir.iterdir() if p.name != "docker-config"]
+    secrets = [os.environ["HF_TOKEN"], *credential]
+    assert [hit for root in written for hit in files_holding(root, secrets)] == []
+    assert not_shared(workdir / "results") == []

@@ -10,7 +10,6 @@ here scans every file the session's tests wrote so far, local pipeline included 
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import json
 import os
@@ -37,18 +36,8 @@ from docker_env import (  # noqa: F401
     not_shared,
     pinned,
     registry,
+    registry_credential,
 )
-
-PASSWORD = "regCanaryPw-" + "7f3a9c"
-
-
-def registry_credential(folder: Path) -> tuple[Path, list[str]]:
-    """A DOCKER_CONFIG folder holding a credential for the local registry; the secret forms."""
-    folder.mkdir(parents=True, exist_ok=True)
-    auth = base64.b64encode(f"cellbench:{PASSWORD}".encode()).decode()
-    (folder / "config.json").write_text(json.dumps({"auths": {"127.0.0.1:5000": {"auth": auth}}}))
-    return folder, [PASSWORD, auth]
-
 
 # --- never privileged, only the job's devices ----------------------------------------------
 

@@ -10,7 +10,12 @@ handling and clean-up are done once:
   ``HOST[:CONTAINER]`` device paths) replaces the two device paths, for hosts that keep them
   elsewhere; a machine without a GPU can map a harmless node (``/dev/null:/dev/kfd``) in their
   place to run the whole AMD path, HIP_VISIBLE_DEVICES included, on the CPU.
+  ``/dev/dri`` holds every GPU's render node: AMD's isolation is by ``HIP_VISIBLE_DEVICES``,
+  not by device cgroup (narrowing to the job's ``renderD*`` nodes is unmeasured on ROCm hosts).
 * NVIDIA: a device request for exactly the job's GPU indices (they appear as 0..n-1 inside).
+* A job holding no GPU gets no device and no device request, whatever the vendor.
+* Every container carries ``cellbench.run`` (``CELLBENCH_RUN_ID``), so a clean-up by run finds
+  steps and servers alike; a server that cannot start raises the engine's own message.
 * The container's output is streamed to the step's log file as it comes; values of secret
   variables (``HF_TOKEN``...) are replaced by ``***`` in everything written.
 * The container is removed however the call ends: success, failure, exception or interrupt.

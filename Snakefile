@@ -6,6 +6,7 @@ min_version("9.27")  # pyproject.toml pins 9.27.1
 
 
 include: "workflow/rules/common.smk"
+include: "workflow/rules/interrupts.smk"
 include: "workflow/rules/assets.smk"
 include: "workflow/rules/tune.smk"
 include: "workflow/rules/serve.smk"

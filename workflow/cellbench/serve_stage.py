@@ -71,7 +71,6 @@ import math
 import os
 import re
 import shutil
-import signal
 import sys
 import time
 from dataclasses import dataclass, field
@@ -79,7 +78,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from cellbench import loadgen
+from cellbench import interrupts, loadgen
 from cellbench.atomicio import write_json
 from cellbench.gsm8k import run_lm_eval
 from cellbench.server import RunningServer, ServerError, ServerSpec, log_tail, serve
@@ -843,11 +842,6 @@ def parse_args(argv: list[str] | None = None) -> StageConfig:
     return cfg
 
 
-def _raise_on_sigterm(signum: int, frame: Any) -> None:
-    # Snakemake stops jobs with SIGTERM; turning it into an exception runs every cleanup.
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point: 0 on success, 1 on a failed job, 2 on bad input."""
     try:
@@ -855,7 +849,9 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"serve_stage: bad input: {e}", file=sys.stderr)
         return 2
-    signal.signal(signal.SIGTERM, _raise_on_sigterm)
+    # SIGINT/SIGTERM (a Ctrl-C, a scheduler, Snakemake's interrupt forwarding) unwind like an
+    # exception: servers stopped, leases released, no bench.json; repeats are ignored meanwhile.
+    interrupts.install_in_stage()
     try:
         benches = run_stage(cfg)
     except KeyboardInterrupt:

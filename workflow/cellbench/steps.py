@@ -36,6 +36,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 import cellbench
+from cellbench import interrupts
 from cellbench.container import SECRET_ENV, ContainerFailed, GpuSpec, Mount, run_step
 from cellbench.leases import gpu_lease
 
@@ -246,7 +247,9 @@ def main(argv: list[str] | None = None) -> int:
     log_path.parent.mkdir(parents=True, exist_ok=True)
     # SIGTERM (Snakemake cancelling a job, a scheduler) unwinds like Ctrl-C: leases released,
     # the container or process group removed.
-    signal.signal(signal.SIGTERM, _raise_interrupt)
+    # SIGINT too, and a repeat (a Ctrl-C to the group, then Snakemake's forwarded SIGTERM)
+    # is ignored so that it cannot cut this clean-up short (cellbench.interrupts).
+    interrupts.install_in_stage()
     try:
         with ExitStack() as stack:
             lease = None

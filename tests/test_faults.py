@@ -1,0 +1,191 @@
+"""Fault suite, local runtime (docs/faults.md, section "Local runtime").
+
+Each test causes its fault for real on the embedded default and checks what was lost (the goal:
+nothing) and what the user sees. The Snakemake runs here serve the tiny model with a real
+``transformers serve``; the tune job is left out (``--allowed-rules``) and stood in for by a
+tuned-config folder, because tuning under the Triton interpreter takes minutes and the local
+server does not read tuned configs anyway.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import yaml
+from cellbench import assets
+from filelock import FileLock, Timeout
+from test_workflow import fresh_copy
+
+ROOT = Path(__file__).resolve().parents[1]
+CELL = "results/host-cpu/tiny-qwen3-moe/tp1-ep1"
+SERVE_LOG = "results/logs/host-cpu/tiny-qwen3-moe/tp1-ep1/serve-pair.log"
+ARMS = ("untuned", "tuned")
+
+
+@pytest.fixture(scope="module")
+def built_assets(tmp_path_factory) -> Path:
+    """The embedded default's model and question set, built once for the module."""
+    root = tmp_path_factory.mktemp("assets")
+    assets.make_tiny_model(root / "models" / "tiny-qwen3-moe", seed=0)
+    assets.make_gsm8k_set(root / "gsm8k", 40, seed=0)
+    return root
+
+
+def _workdir(tmp_path: Path, built: Path, cells: list[str]) -> Path:
+    """A fresh copy of the workflow with its assets and, per cell, a tuned-config folder."""
+    work = fresh_copy(tmp_path)
+    shutil.copytree(built, work / "results" / "assets")
+    for cell in cells:
+        configs = work / f"results/host-cpu/tiny-qwen3-moe/{cell}/tune/configs"
+        configs.mkdir(parents=True)
+        (configs / "E=8,N=32,device_name=cpu.json").write_text("{}\n")
+    return work
+
+
+def _snakemake(work: Path, *args: str, **kw) -> subprocess.Popen:
+    # Own session: a signal to "the group" reaches Snakemake and its jobs, never pytest.
+    return subprocess.Popen(
+        [sys.executable, "-m", "snakemake", "--cores", "2", *args],
+        cwd=work,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        **kw,
+    )
+
+
+def _wait_for(path: Path, needle: str, proc: subprocess.Popen, timeout_s: float = 240) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not (path.exists() and needle in path.read_text(errors="replace")):
+        if proc.poll() is not None:
+            raise AssertionError(f"snakemake ended early:\n{proc.stdout.read()[-3000:]}")
+        assert time.monotonic() < deadline, f"{needle!r} not in {path} after {timeout_s} s"
+        time.sleep(0.3)
+
+
+def _processes_in(work: Path) -> list[str]:
+    """Processes still running with their working folder inside ``work`` (servers, stages)."""
+    left = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            cwd = proc.cwd()
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        if cwd == str(work) or cwd.startswith(f"{work}/"):
+            left.append(f"{proc.pid}: {' '.join(proc.info['cmdline'] or [])[:150]}")
+    return left
+
+
+def _held_leases(work: Path) -> list[str]:
+    held = []
+    for lock in sorted((work / "results/.leases").glob("*.lock")):
+        try:
+            FileLock(str(lock), timeout=0).acquire().lock.release()
+        except Timeout:
+            held.append(lock.name)
+    owners = [p.name for p in (work / "results/.leases").glob("*.owner")]
+    return held + owners
+
+
+def _dry_run(work: Path, target: str, *args: str) -> str:
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-n", "--cores", "2", target, *args],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "sig, to_group",
+    [(signal.SIGINT, False), (signal.SIGTERM, False), (signal.SIGINT, True)],
+    ids=["sigint-snakemake-alone", "sigterm-snakemake-alone", "sigint-whole-group"],
+)
+def test_interrupt_mid_benchmark_stops_everything_and_leaves_nothing(
+    built_assets, tmp_path, sig, to_group
+):
+    work = _workdir(tmp_path, built_assets, ["tp1-ep1"])
+    target = f"{CELL}/serve/untuned/bench.json"
+    proc = _snakemake(work, target, "--allowed-rules", "serve_pair")
+    # Both servers up and the first point measured: the job is mid-benchmark.
+    _wait_for(work / SERVE_LOG, "#0 repeat 0", proc)
+    if to_group:
+        os.killpg(proc.pid, sig)
+    else:
+        proc.send_signal(sig)  # Snakemake's pid alone: its jobs get nothing from the kernel
+    t0 = time.monotonic()
+    terminal, _ = proc.communicate(timeout=60)
+    stopped_s = time.monotonic() - t0
+    assert proc.returncode != 0, terminal[-3000:]
+    assert stopped_s < 30, f"Snakemake took {stopped_s:.0f} s to stop:\n{terminal[-3000:]}"
+    if not to_group:
+        assert f"{sig.name} received: sent SIGTERM to 1 running job process" in terminal
+    assert "interrupted; servers stopped" in terminal  # the job's own words, on the terminal
+    # Nothing left running, no lease held, nothing that looks like a result.
+    assert _processes_in(work) == []
+    assert _held_leases(work) == []
+    for arm in ARMS:
+        assert not (work / CELL / "serve" / arm / "bench.json").exists()
+        assert not (work / CELL / "serve" / arm / "lm_eval").exists()
+    # The next run simply runs the job again: no --rerun-incomplete needed.
+    plan = _dry_run(work, target, "--allowed-rules", "serve_pair")
+    assert "serve_pair" in plan and "incomplete" not in plan.lower(), plan[-3000:]
+
+
+def test_forwarding_signals_job_commands_but_not_shells_or_other_sessions(tmp_path):
+    """``interrupts.stop_jobs`` as Snakemake's handler uses it, on a real process tree: a shell
+    running a command, and a process that put itself in a session of its own."""
+    from cellbench import interrupts
+
+    script = (
+        "import os, signal, subprocess, sys, time\n"
+        "os.setpgrp()\n"  # stands in for Snakemake: the root of its own group
+        "sh = subprocess.Popen(['bash', '-c', 'sleep 60; echo done'])\n"
+        "own = subprocess.Popen(['sleep', '60'], start_new_session=True)\n"
+        "print(sh.pid, own.pid, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    root = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        sh_pid, own_pid = map(int, root.stdout.readline().split())
+        deadline = time.monotonic() + 10
+        while not psutil.Process(sh_pid).children():
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        (sleep_in_shell,) = psutil.Process(sh_pid).children()
+        sent = interrupts.stop_jobs(root.pid)
+        assert sent == [sleep_in_shell.pid]  # the command; not its shell, not the other session
+        sleep_in_shell.wait(5)
+        assert psutil.Process(own_pid).is_running() and psutil.Process(sh_pid).is_running()
+    finally:
+        for pid in (own_pid, sh_pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        root.kill()
+        root.wait()
+
+
+def _small_config(tmp_path: Path) -> str:
+    """The embedded default, shrunk so a whole serve job takes seconds, not minutes."""
+    config = yaml.safe_load((ROOT / "config/local.yaml").read_text())
+    config["serve"].update(grid=[{"isl": 32, "osl": 8}], repeats=1)
+    config["gsm8k"].update(limit=2, num_fewshot=0)
+    path = tmp_path / "small.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return str(path)

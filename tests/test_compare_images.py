@@ -93,8 +93,12 @@ def test_images_alternate_repeat_by_repeat_and_both_digests_are_kept(tmp_path):
     serve_stage.validate_comparison(data)
     assert data["images"] == ["imgA", "imgB"] and data["arm"] == "tuned"
     assert data["side_order"] == [["imgA", "imgB"], ["imgB", "imgA"], ["imgA", "imgB"]]
-    # The local runtime has no images: the file says both sides ran the same environment.
-    assert data["same_environment"] is True and "same host environment" in data["environment_note"]
+    # same_environment compares the two sides' digests (here two different ones), and the
+    # note names them: it is not inferred from the runtime.
+    assert data["same_environment"] is False
+    note = data["environment_note"]
+    assert DIGESTS["imgA"] in note and DIGESTS["imgB"] in note
+    assert all(side["cold"] is None for side in data["sides"].values())  # no cache folder
     assert "TUNED arm" in data["arm_note"]
     for name, side in data["sides"].items():
         assert side["image_digest"] == DIGESTS[name]
@@ -118,8 +122,9 @@ def test_images_alternate_repeat_by_repeat_and_both_digests_are_kept(tmp_path):
     ports = {name: _server_port(out / f"server-{name}.log") for name in DIGESTS}
     assert ports["imgA"] != ports["imgB"]
     assert all(_port_closed(p) for p in ports.values())
-    # Each image has a cache folder of its own (by digest), now marked warm.
-    assert len(list((tmp_path / "cache").glob("*/.cellbench-warm"))) == 2
+    # Each image has a cache folder of its own (by digest); no marker claims it warm.
+    assert len([d for d in (tmp_path / "cache").iterdir() if d.is_dir()]) == 2
+    assert not list((tmp_path / "cache").rglob(".cellbench-warm"))
 
     # The report's image-vs-image section for the tuned arm comes from this file.
     res = tmp_path / "results"
@@ -131,7 +136,8 @@ def test_images_alternate_repeat_by_repeat_and_both_digests_are_kept(tmp_path):
     assert "## imgA (A) vs imgB (B): timed tp1-ep1, tuned (interleaved on one host)" in text
     assert "## imgA (A) vs imgB (B): timed tp1-ep1, untuned (separate runs)" in text
     assert DIGESTS["imgA"] in text and DIGESTS["imgB"] in text
-    assert "Both sides ran the same local environment" in text
+    # Two different digests: the report does not call them one environment.
+    assert "Both sides ran the same local environment" not in text
     rows = (tmp_path / "report" / "compare.csv").read_text().splitlines()
     assert len(rows) == 1 + 12 and rows[0].startswith("comparison,image_a,image_b")
     # Without the comparison, the tuned arm falls back to the separate runs.
@@ -329,6 +335,8 @@ def test_compare_rule_runs_on_the_embedded_default(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     data = json.loads((work / target).read_text())
     serve_stage.validate_comparison(data)
+    # Both sides' digests are the host Python's stand-in: equal, so the same environment.
+    assert data["sides"]["host-cpu"]["image_digest"] == data["sides"]["host-cpu-b"]["image_digest"]
     assert data["same_environment"] is True and data["runtime"] == "local"
     a, b = "host-cpu", "host-cpu-b"
     assert [p["image"] for p in data["points"]] == [a, b, b, a, a, b]  # 3 repeats, A B / B A

@@ -134,7 +134,7 @@ def test_bad_input_rejected_before_any_server(tmp_path, capsys):
     assert "--tuned-config-dir" in capsys.readouterr().err
 
 
-def test_cold_then_warm_and_repeat_order(tmp_path):
+def test_repeat_order_and_what_the_local_server_ran(tmp_path):
     args = _timed_stage(
         tmp_path, ["--ttft-ms", "5", "--itl-ms", "2"], "--repeats", "2", "--concurrency", "1,2"
     )
@@ -142,15 +142,56 @@ def test_cold_then_warm_and_repeat_order(tmp_path):
     assert serve_stage.main(args) == 0
     first = json.loads((tmp_path / "out" / "bench.json").read_text())
     jsonschema.validate(first, SCHEMA)
-    assert first["cold"] is True
+    # The local server is given no cache folder: nothing to observe, so no claim either way.
+    assert first["cold"] is None and first["cache_at_start"] is None
+    # A bring-your-own command that names no TP size: the applied layout is not known.
+    assert (first["tp"], first["ep"]) == (None, None)
+    assert (first["tp_requested"], first["ep_requested"]) == (1, 1)
     order = [(p["repeat"], p["isl"], p["max_concurrency"]) for p in first["points"]]
     assert order == [(r, isl, c) for r in (0, 1) for isl in (8, 16) for c in (1, 2)]
     assert all(p["failed"] == 0 and p["completed"] == p["num_prompts"] for p in first["points"])
     assert first["ignore_eos"] is True and first["points"][0]["total_output_tokens"] == 5 * 4
     # Repeats use fresh prompts (a prefix cache must not serve them).
     assert first["points"][0]["seed"] != first["points"][4]["seed"]
-    assert serve_stage.main(args) == 0
-    assert json.loads((tmp_path / "out" / "bench.json").read_text())["cold"] is False
+    assert not list((tmp_path / "cache").rglob("*.cellbench-warm"))  # no marker stands in
+
+
+def test_cache_contents_counts_files_and_bytes(tmp_path):
+    cache = tmp_path / "cache"
+    assert serve_stage.cache_contents(cache) == {"dir": str(cache), "files": 0, "bytes": 0}
+    (cache / "aiter-jit").mkdir(parents=True)  # empty folders the launcher makes hold nothing
+    (cache / serve_stage.WARM_MARKER).write_text("left by an older version\n")
+    assert serve_stage.cache_contents(cache)["files"] == 0
+    (cache / "torch_compile_cache" / "abc").mkdir(parents=True)
+    (cache / "torch_compile_cache" / "abc" / "graph.py").write_bytes(b"x" * 1000)
+    (cache / "aiter-jit" / "mod.so").write_bytes(b"y" * 24)
+    assert serve_stage.cache_contents(cache) == {"dir": str(cache), "files": 2, "bytes": 1024}
+
+
+def test_applied_parallelism_is_read_from_the_server_command():
+    from cellbench.server import docker_command, local_command
+
+    spec = ServerSpec(runtime="docker", model="m", port=8000, log_path=Path("x"), tp=2, ep=2)
+    spec.image_ref = "r@sha256:" + "0" * 64
+    assert serve_stage.applied_parallelism(docker_command(spec, "m"), one_process=False) == {
+        "tp": 2,
+        "ep": 2,
+    }
+    spec.ep = 1
+    assert serve_stage.applied_parallelism(docker_command(spec, "m"), one_process=False) == {
+        "tp": 2,
+        "ep": 1,
+    }
+    # transformers serve on the local runtime: one process, whatever the cell asked for.
+    local = ServerSpec(runtime="local", model="m", port=8000, log_path=Path("x"), tp=2, ep=2)
+    assert serve_stage.applied_parallelism(local_command(local), one_process=True) == {
+        "tp": 1,
+        "ep": 1,
+    }
+    assert serve_stage.applied_parallelism(["my-server", "-tp", "4"], one_process=False) == {
+        "tp": 4,
+        "ep": 1,
+    }
 
 
 def test_serve_stops_process_group_on_interrupt(tmp_path):
@@ -261,11 +302,19 @@ def test_stage_on_transformers_serve(tiny_assets, tmp_path):
         "5",
         "--gsm8k-max-gen-toks",
         "24",
+        "--tp",  # later flags win: the layout of the embedded default's tp2-ep2 cell
+        "2",
+        "--ep",
+        "2",
     )
     assert serve_stage.main(args) == 0
     bench = json.loads((out / "bench.json").read_text())
     jsonschema.validate(bench, SCHEMA)
-    assert bench["runtime"] == "local" and bench["cold"] is True
+    assert bench["runtime"] == "local" and bench["cold"] is None
+    # The cell asked for TP 2 with expert parallel (as the embedded default's tp2-ep2 cell
+    # does); transformers serve ran one process, and the file says so.
+    assert (bench["tp_requested"], bench["ep_requested"]) == (2, 2)
+    assert (bench["tp"], bench["ep"]) == (1, 1)
     # transformers serve refuses ignore_eos: recorded as not applied, lengths measured.
     assert bench["ignore_eos"] is False and bench["ignore_eos_requested"] is True
     (pt,) = bench["points"]

@@ -33,9 +33,13 @@ A server (either one, for a pair) that exits during start-up or mid-run, never b
 fails more than ``--max-failed-share`` of a point's requests fails the job (exit status 1) with
 the tail of its log in the message; every server is stopped and no ``bench.json`` is written.
 
-The first run on an image whose cache folder (``--cache-dir``, default
-``<lease-dir>/../.cache/<image digest>``) has never seen a successful run is labelled
-``cold: true``.
+``cold`` is observed, per server, just before it starts: in the docker runtime the server's
+per-image cache folder (``--cache-dir``, default ``<lease-dir>/../.cache/<image digest>``,
+mounted as vLLM's compile cache and AITER's JIT folder) is counted (``cache_at_start``: files
+and bytes) and ``cold`` is true when it held no file. The local runtime's server is given no
+cache folder, so there ``cold`` is null. ``tp`` and ``ep`` are what the server was started
+with, read from its command line (``tp_requested``/``ep_requested`` are the cell's): the local
+runtime's ``transformers serve`` runs the model in one process, whatever the cell asks.
 
 Usage (flags the serve rule builds from the config)::
 
@@ -84,7 +88,7 @@ from cellbench.gsm8k import run_lm_eval
 from cellbench.server import RunningServer, ServerError, ServerSpec, log_tail, serve
 
 SCHEMA_PATH = Path(__file__).resolve().parents[1] / "schemas" / "bench.schema.json"
-WARM_MARKER = ".cellbench-warm"
+WARM_MARKER = ".cellbench-warm"  # left by earlier versions; not counted as cache content
 ARMS = ("untuned", "tuned")
 PAIR = "pair"  # --arm value: both arms in one job, interleaved
 IMAGES = "images"  # --arm value: two images' tuned arms in one job, interleaved
@@ -385,7 +389,7 @@ class _SideRun:
     ignore_eos: bool
     tok: Any
     gpu_indices: tuple[int, ...]
-    cold: bool
+    cache_at_start: dict[str, Any] | None  # None: the server was given no cache folder
     points: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -425,8 +429,6 @@ def _measure(cfg: StageConfig, sides: list[Side], point_tag: str | None = None) 
     from cellbench.leases import gpu_lease
 
     names = [side.name for side in sides]
-    # Measured before any server starts: a first start is what fills the cache.
-    cold = {side.name: not (side.cache_dir / WARM_MARKER).exists() for side in sides}
     started = _now()
     per_side = cfg.gpus if cfg.runtime == "docker" else 0
     n_gpus = per_side * len(sides)
@@ -469,6 +471,9 @@ def _measure(cfg: StageConfig, sides: list[Side], point_tag: str | None = None) 
                     **({"cellbench.compare": cfg.cell_id} if cfg.arm == IMAGES else {}),
                 },
             )
+            # Observed right before this server starts (the other side's start may have
+            # filled a shared cache already: then this one is not cold, and says so).
+            cache_at_start = cache_contents(side.cache_dir) if docker else None
             t0 = time.monotonic()
             _log(f"starting {cfg.runtime} server for {side.cell_id} {side.arm} on port {ports[i]}")
             server = stack.enter_context(serve(spec))
@@ -481,7 +486,7 @@ def _measure(cfg: StageConfig, sides: list[Side], point_tag: str | None = None) 
                 _log(f"{side.name} server refuses ignore_eos: real output lengths are recorded")
             tok = loadgen.load_tokenizer(cfg.model, server.base_url, server.model_id)
             runs[side.name] = _SideRun(
-                side, server, ready_s, ignore_eos, tok, tuple(gpus), cold[side.name]
+                side, server, ready_s, ignore_eos, tok, tuple(gpus), cache_at_start
             )
         _check_alive(runs, "before the grid started")
         if len(sides) > 1:
@@ -562,9 +567,42 @@ def _measure(cfg: StageConfig, sides: list[Side], point_tag: str | None = None) 
     return _Measured(runs, order, server_info, started, _now())
 
 
-def _mark_warm(cfg: StageConfig, sides: list[Side]) -> None:
-    for cache_dir in {side.cache_dir for side in sides}:
-        (cache_dir / WARM_MARKER).write_text(f"{_now()} {cfg.cell_id} {cfg.arm}\n")
+def cache_contents(cache_dir: Path) -> dict[str, Any]:
+    """What a server's cache folder holds now: its path, and the count and total size of its
+    files (compiled kernels, graphs, JIT modules)."""
+    files = 0
+    size = 0
+    if cache_dir.is_dir():
+        for path in cache_dir.rglob("*"):
+            if path.name == WARM_MARKER or path.is_symlink() or not path.is_file():
+                continue
+            files += 1
+            size += path.stat().st_size
+    return {"dir": str(cache_dir), "files": files, "bytes": size}
+
+
+def _cold(cache_at_start: dict[str, Any] | None) -> bool | None:
+    return None if cache_at_start is None else cache_at_start["files"] == 0
+
+
+def applied_parallelism(command: list[str], *, one_process: bool) -> dict[str, int | None]:
+    """Tensor- and expert-parallel sizes the server was really started with, read from its
+    command line: vLLM's ``--tensor-parallel-size``/``-tp`` and ``--enable-expert-parallel``
+    (experts then spread over the TP ranks). ``one_process``: the command is the local
+    runtime's ``transformers serve``, which has no such option and runs the model in one
+    process (1 and 1). Otherwise a command that names no TP size: None (not known)."""
+    tp: int | None = None
+    for i, arg in enumerate(command):
+        value = None
+        if arg in ("--tensor-parallel-size", "-tp") and i + 1 < len(command):
+            value = command[i + 1]
+        elif arg.startswith("--tensor-parallel-size="):
+            value = arg.split("=", 1)[1]
+        if value is not None and value.isdigit():
+            tp = int(value)
+    if tp is None:
+        return {"tp": 1, "ep": 1} if one_process else {"tp": None, "ep": None}
+    return {"tp": tp, "ep": tp if "--enable-expert-parallel" in command else 1}
 
 
 def _prepare(cfg: StageConfig, sides: list[Side]) -> None:
@@ -601,11 +639,16 @@ def run_stage(cfg: StageConfig) -> dict[str, dict[str, Any]]:
             "runtime": cfg.runtime,
             "image_ref": cfg.image_ref,
             "image_digest": cfg.image_digest,
-            "cold": run.cold,
+            "cold": _cold(run.cache_at_start),
+            "cache_at_start": run.cache_at_start,
             "ignore_eos": run.ignore_eos,
             "ignore_eos_requested": cfg.ignore_eos,
-            "tp": cfg.tp,
-            "ep": cfg.ep,
+            **applied_parallelism(
+                m.server_info[arm]["command"],
+                one_process=cfg.runtime == "local" and run.side.server_command is None,
+            ),
+            "tp_requested": cfg.tp,
+            "ep_requested": cfg.ep,
             "gpu_vendor": cfg.gpu_vendor,
             "gpu_indices": list(run.gpu_indices),
             "tuned_config_dir": (
@@ -641,7 +684,6 @@ def run_stage(cfg: StageConfig) -> dict[str, dict[str, Any]]:
     for arm in cfg.arms:
         # Last: a bench.json's presence means the whole job succeeded.
         write_json(cfg.arm_dir(arm) / "bench.json", benches[arm], checksum=True)
-    _mark_warm(cfg, sides)
     return benches
 
 
@@ -665,6 +707,10 @@ def run_images(cfg: StageConfig) -> dict[str, Any]:
     m = _measure(cfg, sides, point_tag="image")
     docker = cfg.runtime == "docker"
     points = sorted((p for run in m.runs.values() for p in run.points), key=lambda p: p["seq"])
+    # Observed from what each side ran (its digest; on the local runtime the host Python's
+    # stand-in digest), not assumed from the runtime.
+    digests = [run.side.image_digest for run in m.runs.values()]
+    same = digests[0] is not None and digests[0] == digests[1]
     data = {
         "schema_version": 1,
         "kind": "image_comparison",
@@ -677,12 +723,16 @@ def run_images(cfg: StageConfig) -> dict[str, Any]:
             + ("" if docker else " The local runtime's server does not read them.")
         ),
         "runtime": cfg.runtime,
-        "same_environment": not docker,
+        "same_environment": same,
         "environment_note": (
-            "Each side ran in its own pinned image (image_digest per side)."
-            if docker
-            else "Local runtime: both sides ran the same host environment (no image), so this "
-            "file exercises the interleaving, not a difference between images."
+            f"same_environment compares the two sides' image digests: {digests[0]!r} and "
+            f"{digests[1]!r}. "
+            + (
+                "They are equal, so this file exercises the interleaving, not a difference "
+                "between environments."
+                if same
+                else "They differ (or one is unknown): each side ran its own environment."
+            )
         ),
         "model": cfg.model,
         "tp": cfg.tp,
@@ -698,7 +748,8 @@ def run_images(cfg: StageConfig) -> dict[str, Any]:
                 "cell": run.side.cell_id,
                 "image_ref": run.side.image_ref,
                 "image_digest": run.side.image_digest,
-                "cold": run.cold,
+                "cold": _cold(run.cache_at_start),
+                "cache_at_start": run.cache_at_start,
                 "tuned_config_dir": str(run.side.tuned_config_dir),
                 "tuned_config_applied": docker,
                 "ignore_eos": run.ignore_eos,
@@ -713,7 +764,6 @@ def run_images(cfg: StageConfig) -> dict[str, Any]:
     validate_comparison(data)
     # Last: the file's presence means the whole job succeeded.
     write_json(cfg.out_dir / "bench.json", data, checksum=True)
-    _mark_warm(cfg, sides)
     return data
 
 

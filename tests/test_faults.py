@@ -184,8 +184,134 @@ def test_forwarding_signals_job_commands_but_not_shells_or_other_sessions(tmp_pa
 def _small_config(tmp_path: Path) -> str:
     """The embedded default, shrunk so a whole serve job takes seconds, not minutes."""
     config = yaml.safe_load((ROOT / "config/local.yaml").read_text())
-    config["serve"].update(grid=[{"isl": 32, "osl": 8}], repeats=1)
+    # Three repeats of one point: 6 points per job (u t t u u t), so a server killed after
+    # the first one is found dead mid-grid, whichever point is running when it dies.
+    config["serve"].update(grid=[{"isl": 32, "osl": 8}], repeats=3)
     config["gsm8k"].update(limit=2, num_fewshot=0)
     path = tmp_path / "small.yaml"
     path.write_text(yaml.safe_dump(config))
     return str(path)
+
+
+@pytest.mark.slow
+def test_server_killed_mid_benchmark_keep_going_and_rerun_only_the_failed_job(
+    built_assets, tmp_path
+):
+    work = _workdir(tmp_path, built_assets, ["tp1-ep1", "tp2-ep2"])
+    configfile = _small_config(tmp_path)
+    cells = [f"results/host-cpu/tiny-qwen3-moe/{c}" for c in ("tp1-ep1", "tp2-ep2")]
+    targets = [f"{c}/serve/untuned/bench.json" for c in cells]
+    flags = ["--allowed-rules", "serve_pair", "--configfile", configfile]
+    proc = _snakemake(work, *targets, *flags, "--keep-going")
+    logs = [work / c.replace("results/", "results/logs/") / "serve-pair.log" for c in cells]
+    deadline = time.monotonic() + 300
+    while not any(log.exists() and "#0 repeat 0" in log.read_text() for log in logs):
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.3)
+    (first,) = [
+        i for i, log in enumerate(logs) if log.exists() and "#0 repeat 0" in log.read_text()
+    ]
+    # The first-started transformers server of the running job (its untuned arm): killed hard.
+    servers = [
+        p
+        for p in psutil.process_iter(["cmdline", "create_time"])
+        if "serve" in (p.info["cmdline"] or []) and str(work) == _cwd(p)
+    ]
+    victim = min(servers, key=lambda p: p.info["create_time"])
+    victim.kill()
+    terminal, _ = proc.communicate(timeout=600)
+    assert proc.returncode != 0
+    # The failed job's reason is on the terminal: which server died, and its log's last lines.
+    assert "untuned server exited mid-run" in terminal, terminal[-4000:]
+    assert "status -9" in terminal and "last lines of" in terminal
+    failed, other = cells[first], cells[1 - first]
+    for arm in ARMS:
+        assert not (work / failed / "serve" / arm / "bench.json").exists()
+        assert (work / other / "serve" / arm / "bench.json").exists()  # --keep-going finished it
+    assert _processes_in(work) == [] and _held_leases(work) == []
+    # A rerun redoes exactly the failed job.
+    plan = _dry_run(work, *targets, *flags)
+    assert "serve_pair        1" in plan, plan[-3000:]
+    layout = {c: c.split("/")[-1].removeprefix("tp").split("-ep") for c in cells}
+    planned = [f"tp={layout[c][0]}, ep={layout[c][1]}" in plan for c in (failed, other)]
+    assert planned == [True, False], plan[-3000:]
+
+
+def _cwd(proc) -> str:
+    try:
+        return proc.cwd()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return ""
+
+
+def test_port_taken_between_the_lease_and_the_bind(tmp_path):
+    """Another program binds the leased port before the server starts: the stage refuses to
+    start a server there (it would measure the other program), naming the port."""
+    import socket
+
+    from cellbench.leases import gpu_lease
+    from cellbench.server import ServerError, ServerSpec, serve
+
+    timed = [sys.executable, "-m", "cellbench.testing.timed_server", "--port", "{port}"]
+    with gpu_lease(0, 0, tmp_path / "leases") as lease, socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", lease.port))
+        squatter.listen()
+        spec = ServerSpec(
+            runtime="local",
+            model="timed-model",
+            port=lease.port,
+            log_path=tmp_path / "server.log",
+            command=timed,
+        )
+        with pytest.raises(ServerError, match=f"port {lease.port} on 127.0.0.1 is already in use"):
+            with serve(spec):
+                pass
+    assert not (tmp_path / "server.log").exists()  # no server was started
+    assert _held_leases_in(tmp_path / "leases") == []
+
+
+def _held_leases_in(lease_dir: Path) -> list[str]:
+    held = []
+    for lock in sorted(lease_dir.glob("*.lock")):
+        try:
+            FileLock(str(lock), timeout=0).acquire().lock.release()
+        except Timeout:
+            held.append(lock.name)
+    return held + [p.name for p in lease_dir.glob("*.owner")]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs needs root")
+def test_results_volume_full(tmp_path):
+    """The serve job's output folder on a nearly full file system (a 64 KiB tmpfs, filled
+    but for a few pages): the job fails naming the error, and no JSON file is left truncated."""
+
+    vol = tmp_path / "vol"
+    vol.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(vol)], check=True)
+    try:
+        free = os.statvfs(vol).f_bavail * os.statvfs(vol).f_frsize
+        (vol / "filler").write_bytes(b"\0" * (free - 2 * 4096))  # two pages left
+        timed = [sys.executable, "-m", "cellbench.testing.timed_server", "--port", "{port}"]
+        args = [
+            "--runtime", "local", "--cell-id", "host-cpu/timed/tp1-ep1", "--arm", "untuned",
+            "--model", "timed-model", "--server-command-json",
+            __import__("json").dumps([*timed, "--ttft-ms", "1", "--itl-ms", "1"]),
+            "--grid-json", '[{"isl": 8, "osl": 4}, {"isl": 16, "osl": 4}]',
+            "--concurrency", "1,2", "--repeats", "3", "--prompts-per-concurrency", "2",
+            "--no-gsm8k", "--lease-dir", str(tmp_path / "leases"),
+            "--cache-dir", str(tmp_path / "cache"), "--out-dir", str(vol / "serve"),
+        ]  # fmt: skip
+        proc = subprocess.run(
+            [sys.executable, "-m", "cellbench.serve_stage", *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert proc.returncode == 1, proc.stderr[-3000:]
+        bench = vol / "serve" / "bench.json"
+        assert f"cannot write {bench}: No space left on device" in proc.stderr, proc.stderr[-3000:]
+        left = sorted(p.name for p in (vol / "serve").iterdir())
+        assert left == ["server.log"], left  # no bench.json, no temporary file
+        assert _held_leases_in(tmp_path / "leases") == []
+    finally:
+        subprocess.run(["umount", str(vol)], check=True)

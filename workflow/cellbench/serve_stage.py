@@ -17,8 +17,8 @@ arm: each side (``--images-json``: name, its own cell id, image ref and digest, 
 tuned config folder) serves the TUNED arm of its image's cell. It measures the load grid only
 (``--no-gsm8k``) and writes one ``OUT/bench.json`` with both sides, each point tagged with its
 ``image`` and the job-wide ``seq`` (``workflow/schemas/compare.schema.json``), plus
-``OUT/server-IMAGE.log`` per side. In the local runtime both sides are the same host
-environment, and the file says so (``same_environment``).
+``OUT/server-IMAGE.log`` per side. ``same_environment`` says whether the two sides' image
+digests are equal (on the local runtime both are the host Python's stand-in digest).
 
 Each arm's output folder gets:
 
@@ -675,15 +675,27 @@ def run_stage(cfg: StageConfig) -> dict[str, dict[str, Any]]:
         }
         _validate_bench(bench)
         benches[arm] = bench
-    for arm in cfg.arms:
-        out = cfg.arm_dir(arm)
-        if cfg.gsm8k:
-            os.replace(out / "lm_eval.partial", out / "lm_eval")
-        else:
-            (out / "lm_eval").mkdir()  # the rule declares it; empty means GSM8K was switched off
-    for arm in cfg.arms:
-        # Last: a bench.json's presence means the whole job succeeded.
-        write_json(cfg.arm_dir(arm) / "bench.json", benches[arm], checksum=True)
+    try:
+        for arm in cfg.arms:
+            out = cfg.arm_dir(arm)
+            if cfg.gsm8k:
+                os.replace(out / "lm_eval.partial", out / "lm_eval")
+            else:
+                (out / "lm_eval").mkdir()  # declared by the rule; empty: GSM8K switched off
+        for arm in cfg.arms:
+            # Last: a bench.json's presence means the whole job succeeded.
+            path = cfg.arm_dir(arm) / "bench.json"
+            try:
+                write_json(path, benches[arm], checksum=True)
+            except OSError as e:  # e.g. a full disk: say which file could not be written
+                raise OSError(e.errno, f"cannot write {path}: {e.strerror}") from e
+    except BaseException:
+        # A full disk or an interrupt here must not leave one arm looking complete.
+        for arm in cfg.arms:
+            for name in ("bench.json", "bench.json.sha256"):
+                (cfg.arm_dir(arm) / name).unlink(missing_ok=True)
+            shutil.rmtree(cfg.arm_dir(arm) / "lm_eval", ignore_errors=True)
+        raise
     return benches
 
 

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 
 import pytest
 
@@ -23,7 +24,9 @@ CI_FIXTURES = ("docker_client", "registry")
 # Words of the skip reasons that name a part CI provides (docker_env's skips, Snakefile checks).
 CI_REASONS = ("Docker engine", "registry", "test image", "Snakefile")
 
-CANARY_TOKEN = "hf_cellbenchCanary0123456789abcdefGHIJ"
+# Drawn per session, so the token appears in no source file (a copy of this file that a test
+# writes would otherwise read as a leak) and no earlier session's files can match it.
+CANARY_TOKEN = "hf_cellbenchCanary" + secrets.token_hex(10)
 
 
 def under_ci() -> bool:

@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import result_fixtures
 from cellbench import config as cbconfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -152,6 +153,12 @@ def dry_run_forms(cmd: str, tmp_path: Path) -> list[list[str]]:
         log = tmp_path / "job.log"
         log.write_text("starting\nTraceback (most recent call last):\nValueError: boom\n")
         return [[sys.executable, "-m", "cellbench.joblog", str(log)]]
+    if head == "python" and rest[:2] == ["-m", "cellbench.results"]:
+        # FILE...: a well-formed bench.json with its recorded checksum, as a stage writes it.
+        path = result_fixtures.write_bench(
+            tmp_path / "results", "img/m/tp1-ep1", "untuned", [result_fixtures.point()]
+        )
+        return [[sys.executable, "-m", "cellbench.results", str(path)]]
     raise AssertionError(f"no dry-run form for {cmd!r}: make it runnable here or add to NOT_RUN")
 
 

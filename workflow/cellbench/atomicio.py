@@ -34,9 +34,19 @@ def publish_mode(fd: int, *, executable: bool = False) -> None:
     os.fchmod(fd, (0o777 if executable else 0o666) & ~_umask())
 
 
+# Folders handed as they are to another program, which must hold only that program's files:
+# ``tune/configs/`` becomes vLLM's VLLM_TUNED_CONFIG_FOLDER and is what a user copies into
+# vLLM's own configs folder for a pull request. Their files' sidecars live in a sibling
+# ``configs.sha256/`` instead.
+CLEAN_FOLDERS = frozenset({"configs"})
+
+
 def checksum_path(path: str | Path) -> Path:
-    """The sidecar that holds ``path``'s sha256."""
+    """The sidecar that holds ``path``'s sha256: ``NAME.sha256`` beside it, or in
+    ``FOLDER.sha256/`` beside the folder for a file in one of CLEAN_FOLDERS."""
     path = Path(path)
+    if path.parent.name in CLEAN_FOLDERS:
+        return path.parent.with_name(path.parent.name + ".sha256") / (path.name + ".sha256")
     return path.with_name(path.name + ".sha256")
 
 
@@ -78,7 +88,9 @@ def write_bytes(path: str | Path, data: bytes, *, checksum: bool = False) -> Non
         raise
     if checksum:
         digest = hashlib.sha256(data).hexdigest()
-        write_bytes(checksum_path(path), f"{digest}  {path.name}\n".encode())
+        side = checksum_path(path)
+        name = path.name if side.parent == path.parent else os.path.relpath(path, side.parent)
+        write_bytes(side, f"{digest}  {name}\n".encode())
 
 
 def write_text(path: str | Path, text: str, *, checksum: bool = False) -> None:

@@ -127,7 +127,16 @@ def test_archive_manifest_covers_every_file(results, tmp_path):
     assert f"{CELL}/serve/tuned/bench.json" in manifest["files"]
     assert "report/report.md" in manifest["files"]
     assert manifest["images"] == {"rocm7.2": "sha256:abc"}
-    assert manifest["packages"]["pandas"]
+    assert manifest["host_packages"]["pandas"]
+    # The versions where the numbers were measured come from the cell's tune summary (read
+    # inside the image on docker), not from this host.
+    summary = json.loads((res / CELL / "tune/summary.json").read_text())
+    measured = manifest["measured_packages"][CELL]
+    assert measured["read_from"] == f"{CELL}/tune/summary.json"
+    assert (measured["torch"], measured["triton"]) == (
+        summary["torch_version"],
+        summary["triton_version"],
+    )
     assert archive.verify(manifest_path) == []
     (manifest_path.parent / CELL / "serve/tuned/bench.json").write_text("{}")
     assert archive.verify(manifest_path) == [f"{CELL}/serve/tuned/bench.json"]
@@ -161,3 +170,24 @@ def test_concurrency_levels_are_kept_apart(tmp_path):
     files = [fx.write_bench(res, CELL, arm, rows) for arm in ("untuned", "tuned")]
     text = report.write_report(files, tmp_path / "report", results=res).read_text()
     assert "| 512-512 @c1  | 10.50" in text and "| 512-512 @c16 | 100.50" in text
+
+
+def test_parallelism_the_servers_ran_is_shown_when_it_differs(tmp_path):
+    """bench.json's tp/ep are read from the server's command line; a cell served with other
+    sizes than it names (the local runtime's one-process server) is flagged in its section."""
+    res = tmp_path / "results"
+    layout = "host-cpu/tiny-qwen3-moe/tp2-ep2"
+    same = "host-cpu/tiny-qwen3-moe/tp1-ep1"
+    files = []
+    for cell in (layout, same):
+        for arm in ("untuned", "tuned"):
+            files.append(
+                fx.write_bench(res, cell, arm, [fx.point()], tp=1, ep=1, tp_requested=int(cell[-5]))
+            )
+    text = report.write_report(files, tmp_path / "report", results=res).read_text()
+    section = text.split(f"## {layout}")[1].split("## ")[0]
+    assert (
+        "The cell asks for tp 2, ep 2; its servers were started with tuned: tp 1, ep 1; "
+        "untuned: tp 1, ep 1" in section
+    )
+    assert "Parallelism differs" not in text.split(f"## {same}")[1].split("## ")[0]

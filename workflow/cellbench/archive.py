@@ -2,7 +2,8 @@
 
 The manifest pins the run down: the image digest of each cell (or, for the local runtime, the
 host environment), the git commit of this project, the config hash, the versions of the
-packages that shaped the numbers, and the sha256 of every archived file. The archive is built
+packages that shaped the numbers (read where they ran: inside the image for the tuner and server,
+on the host for the load generator and lm-eval), and the sha256 of every archived file. The archive is built
 in a temporary folder and put in place whole (INDEX.json, the rule's output, written last), so
 an interrupted or failed archive never looks complete and never costs the previous one. Every
 result is checked through `cellbench.results` before it is copied.
@@ -84,6 +85,21 @@ def environment() -> dict[str, str]:
 INDEX_NAME = "INDEX.json"
 
 
+def measured_packages(results: Path, cells: list[str]) -> dict[str, dict[str, str | None]]:
+    """Per cell, the versions that shaped its numbers, as the tuner read them where it ran
+    (inside the image on the docker runtime, where the server runs too): its tune summary's
+    torch, Triton, vLLM and Python. The host's own versions are ``host_packages``."""
+    out = {}
+    for cell in cells:
+        summary = load_result(results / cell / "tune" / "summary.json", results).data
+        out[cell] = {
+            "read_from": f"{cell}/tune/summary.json",
+            "platform": summary.get("platform"),
+            **{k: summary.get(f"{k}_version") for k in ("torch", "triton", "vllm", "python")},
+        }
+    return out
+
+
 def stage_results(cell_dir: Path) -> list[Path]:
     """A cell's stage results: what the archive checks and its report reads."""
     return sorted(
@@ -140,7 +156,10 @@ def build_archive(
             "environment": environment(),
             "git": git_state(Path(__file__).resolve().parents[2]),
             "config_sha256": config_hash,
-            "packages": package_versions(),
+            # Host side: Snakemake, the load generator, lm-eval, the report.
+            "host_packages": package_versions(),
+            # Where the numbers were measured (the image on docker), read there.
+            "measured_packages": measured_packages(results, cells),
             "files": files,
         }
         atomicio.write_json(staging / MANIFEST_NAME, manifest)

@@ -115,6 +115,9 @@ def cell_frames(loaded: Iterable[Result]) -> tuple[pd.DataFrame, pd.DataFrame, p
                     "arm": bench["arm"],
                     "image_digest": bench.get("image_digest"),
                     "cold": bench.get("cold"),
+                    # What the server was started with (the cell's tp/ep are the request).
+                    "tp_served": bench.get("tp"),
+                    "ep_served": bench.get("ep"),
                 }
                 row.update({k: v for k, v in point.items() if not isinstance(v, (list, dict))})
                 serve_rows.append(row)
@@ -390,7 +393,8 @@ def image_sections(serve: pd.DataFrame, compare: pd.DataFrame | None = None) -> 
                             f"configs. A: `{', '.join(digests[img_a]) or 'n/a'}`, "
                             f"B: `{', '.join(digests[img_b]) or 'n/a'}`."
                             + (
-                                " Both sides ran the same local environment (no image)."
+                                " Both sides ran the same image digest: this table measures the "
+                                "interleaving, not a difference between images."
                                 if source.same_environment.any()
                                 else ""
                             ),
@@ -398,6 +402,37 @@ def image_sections(serve: pd.DataFrame, compare: pd.DataFrame | None = None) -> 
                         ]
                     lines += [diff_table(source, ka, kb), ""]
     return lines
+
+
+def parallelism_note(serve: pd.DataFrame, cell: str) -> list[str]:
+    """A warning when a cell's servers ran with other TP/EP sizes than the cell names (the
+    local runtime's transformers serve runs one process). A server whose command did not say
+    (older files, a custom command) gets no warning: nothing was observed either way."""
+    if not len(serve) or "tp_served" not in serve or not (serve.cell == cell).any():
+        return []
+    rows = serve[serve.cell == cell]
+    want = (int(rows.tp.iloc[0]), int(rows.ep.iloc[0]))
+    served = sorted(
+        {(r.arm, r.tp_served, r.ep_served) for r in rows.itertuples()}, key=lambda t: t[0]
+    )
+
+    def known(value: object) -> bool:
+        return value is not None and not pd.isna(value)
+
+    odd = [
+        (arm, tp, ep)
+        for arm, tp, ep in served
+        if known(tp) and known(ep) and (int(tp), int(ep)) != want
+    ]
+    if not odd:
+        return []
+    ran = "; ".join(f"{arm}: tp {int(tp)}, ep {int(ep)}" for arm, tp, ep in odd)
+    return [
+        f"> **Parallelism differs from the cell's.** The cell asks for tp {want[0]}, "
+        f"ep {want[1]}; its servers were started with {ran} (read from their command "
+        "lines).",
+        "",
+    ]
 
 
 def render(
@@ -426,6 +461,7 @@ def render(
         digests = sorted(set(serve[serve.cell == cell].image_digest.dropna())) if len(serve) else []
         if digests:
             lines += [f"Image: `{', '.join(digests)}`", ""]
+        lines += parallelism_note(serve, cell)
         if len(tune):
             lines.append(tune_table(tune, cell))
         if len(serve) and (serve.cell == cell).any():

@@ -747,8 +747,8 @@ def run_images(cfg: StageConfig) -> dict[str, Any]:
             )
         ),
         "model": cfg.model,
-        "tp": cfg.tp,
-        "ep": cfg.ep,
+        "tp_requested": cfg.tp,
+        "ep_requested": cfg.ep,
         "gpu_vendor": cfg.gpu_vendor,
         "ignore_eos_requested": cfg.ignore_eos,
         "started": m.started,
@@ -764,6 +764,10 @@ def run_images(cfg: StageConfig) -> dict[str, Any]:
                 "cache_at_start": run.cache_at_start,
                 "tuned_config_dir": str(run.side.tuned_config_dir),
                 "tuned_config_applied": docker,
+                **applied_parallelism(
+                    m.server_info[name]["command"],
+                    one_process=cfg.runtime == "local" and run.side.server_command is None,
+                ),
                 "ignore_eos": run.ignore_eos,
                 "gpu_indices": list(run.gpu_indices),
                 "server": m.server_info[name],

@@ -2,11 +2,11 @@
 
 The manifest pins the run down: the image digest of each cell (or, for the local runtime, the
 host environment), the git commit of this project, the config hash, the versions of the
-packages that shaped the numbers (read where they ran: inside the image for the tuner and server,
-on the host for the load generator and lm-eval), and the sha256 of every archived file. The archive is built
-in a temporary folder and put in place whole (INDEX.json, the rule's output, written last), so
-an interrupted or failed archive never looks complete and never costs the previous one. Every
-result is checked through `cellbench.results` before it is copied.
+packages that shaped the numbers (read where they ran: inside the image for the tuner and
+server, on the host for the load generator and lm-eval), and the sha256 of every archived file.
+The archive is built in a temporary folder and put in place whole (INDEX.json, the rule's
+output, written last), so an interrupted or failed archive never looks complete and never costs
+the previous one. Every result is checked through `cellbench.results` before it is copied.
 
     python -m cellbench.archive --label rocm7.2 --results results --cells CELL... \
         --digests IMAGE=DIGEST... --config-hash H --out-dir results/archive/rocm7.2

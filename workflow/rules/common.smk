@@ -45,12 +45,21 @@ if DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method:
 else:
     PYTHON_HOST = sys.executable
     shell.prefix(f"export PATH={shlex.quote(os.path.dirname(sys.executable))}:$PATH; ")
+
+
+def _config_file_hint():
+    """The config file this run was given (the last --configfile), for the lock command."""
+    files = [str(f) for f in workflow.configfiles]
+    return shlex.quote(os.path.relpath(files[-1])) if files else "config/config.yaml"
+
+
 PINS = pins.Pins.for_config(config)
 if PINS.unpinned():
     # The plan is still shown (and `-n` stays useful); the jobs themselves refuse to run a tag.
     logger.warning(
         f"images not pinned in {config['image_lock']}: {', '.join(PINS.unpinned())}; "
-        "their jobs will refuse to start until `cellbench images lock` pins them"
+        "their jobs will refuse to start until "
+        f"`cellbench images lock --configfile {_config_file_hint()}` pins them"
     )
 # On the local runtime, steps that time things take every core (Snakemake caps threads at
 # --cores), so no other job perturbs their measurements; containerised steps time on GPUs.
@@ -76,7 +85,8 @@ COMPARE_ID = "{image_a}-vs-{image_b}/{model}/tp{tp}-ep{ep}"
 def all_targets():
     """What `all` builds: every cell's outputs, the report and one archive per label (and the
     image comparisons, with serve.compare_images). The report's and archives' INDEX.json are
-    written last, so a failure leaves the report.md and MANIFEST.json users read in place."""
+    written last, so a failure leaves the report.md and MANIFEST.json users read in place.
+    """
     return (
         ["results/report/INDEX.json"]
         + [f"results/archive/{label}/INDEX.json" for label in archive_labels()]

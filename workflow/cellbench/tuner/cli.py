@@ -226,6 +226,11 @@ def _validate(args: argparse.Namespace, argv: list[str]) -> Plan:
                 "--backend vllm needs vLLM installed where the tuner runs (no module 'vllm'); "
                 "use --backend builtin"
             )
+        from .backends import vllm_refusal
+
+        why = vllm_refusal()  # e.g. vLLM without Triton: refused before anything is timed
+        if why is not None:
+            raise UsageError(why)
 
     import torch
 

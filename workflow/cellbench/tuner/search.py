@@ -34,10 +34,12 @@ from __future__ import annotations
 
 import math
 import random
+import re
 import statistics
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -152,6 +154,27 @@ class Stats:
 class BackendLike:  # documentation of what `Tuner` needs from a backend (see backends.py)
     """make_problem(m, seed) -> problem; call(problem, config) -> closure running the fused
     call; output(problem, config) -> tensor; reference(problem) -> tensor; error_bound: float."""
+
+
+def commonest_reason(reasons: Iterable[str]) -> tuple[int, int, str]:
+    """(count, total, example) of the commonest reason; reasons that differ only in their
+    numbers (sizes, errors, line numbers) count as one, and the example is the first seen."""
+    groups: Counter[str] = Counter()
+    example: dict[str, str] = {}
+    total = 0
+    for r in reasons:
+        line = (r.strip().splitlines() or [""])[0][:300]
+        key = _NUMBER.sub("#", line)
+        groups[key] += 1
+        example.setdefault(key, line)
+        total += 1
+    if not total:
+        return 0, 0, ""
+    key, n = groups.most_common(1)[0]
+    return n, total, example[key]
+
+
+_NUMBER = re.compile(r"\d+(?:\.\d+)?(?:e[-+]?\d+)?")
 
 
 def rel_error(out: Any, ref: Any) -> float:
@@ -508,6 +531,21 @@ class Tuner:
             [spaces.describe(x[2]) for x in tied[1:]],
         )
 
+    def _nothing_left(self, m: int) -> str:
+        """Why batch size m has no config left: the commonest failure (its message and how
+        many configs hit it), so the terminal says more than "every candidate failed"."""
+        failed = self.log.reasons("failed")
+        pruned = self.log.reasons("pruned", m)
+        head = (
+            f"M={m}: every candidate config failed or was pruned ({len(failed)} configs failed "
+            f"so far, {len(pruned)} pruned at M={m})"
+        )
+        for what, reasons in (("failure", failed), ("pruning reason", pruned)):
+            if reasons:
+                n, total, example = commonest_reason(reasons.values())
+                return f"{head}; commonest {what}, {n} of {total} configs: {example}"
+        return f"{head}; the space held no config to try"
+
     def tune_one(self, m: int) -> Entry:
         """Tune batch size m; returns the chosen entry (raises if every config failed)."""
         t0 = time.perf_counter()
@@ -532,7 +570,7 @@ class Tuner:
                 queue_behind=lambda: self._prefetch_next(m, self.finalists_prev, self.ranked_prev),
             )  # fmt: skip
             if not ranked:
-                raise RuntimeError(f"M={m}: every candidate config failed or was pruned")
+                raise RuntimeError(self._nothing_left(m))
             # The screen times configs one after another, so clock and power drift between
             # them ranks too: the leaders are re-timed side by side, interleaved, before the
             # pick (at M=1 on the H200 the top four of 86 lie within ~1.3%, run 14).
@@ -737,7 +775,7 @@ class Tuner:
             queue_behind=lambda: self._prefetch_moves(m, chosen, seeds, by_key),
         )  # fmt: skip
         if not ranked:
-            raise RuntimeError(f"M={m}: every candidate config failed or was pruned")
+            raise RuntimeError(self._nothing_left(m))
         # a first guess at the next batch size's round 0, from round 0's ranking: the workers
         # take it only when idle (see CompilePool), and the guess after the local search
         # below adds what changed

@@ -4,6 +4,13 @@
   8 experts, top-2, 2 layers) with a byte-level BPE tokenizer trained here, saved so that
   ``transformers serve`` and ``AutoTokenizer`` load it without the Hugging Face hub. Its fused-MoE
   shape is E=8, N=32, K=64, top-2 (TP=2 without expert parallel gives N=16).
+* ``make_model(kind="small-qwen3-moe")``: the same recipe at the per-layer shapes of
+  Qwen3-30B-A3B (hidden 2048, moe_intermediate_size 768, 128 experts, top-8, 32 query heads
+  and 4 KV heads of 128) with 8 layers instead of 48 and the tiny model's 1024-token
+  vocabulary, in bf16: about 10 GB of weights, 97 % of them experts, so its fused-MoE
+  shape (E=128, N=768, K=2048) and the tuned file's name are those of the real model's layers
+  and the MoE layers dominate a forward pass. Meant for a GPU (weights are drawn there when
+  one is present); ``--num-layers`` shrinks it for a CPU check.
 * ``make_gsm8k_set``: deterministic GSM8K-format arithmetic word problems (``question`` and an
   ``answer`` ending ``#### N``) split into test and train/fewshot JSONL, plus an lm-eval task YAML
   (task ``gsm8k_local``) that mirrors lm-eval's own ``gsm8k`` task but reads the local files.
@@ -13,8 +20,8 @@ a half-built asset never looks complete.
 
 CLI::
 
-    python -m cellbench.assets model --out DIR [--kind tiny-qwen3-moe] [--seed 0]
-                                           [--vocab-size 1024]
+    python -m cellbench.assets model --out DIR [--kind tiny-qwen3-moe|small-qwen3-moe]
+                                           [--seed 0] [--vocab-size 1024] [--num-layers N]
     python -m cellbench.assets gsm8k --out DIR [--n 50] [--n-train 20] [--seed 0]
 """
 
@@ -48,8 +55,26 @@ TINY_MODEL_SHAPE = {
     "head_dim": 32,
 }
 
-# Model kinds the workflow can build (config key ``models.<name>.build``).
-MODEL_KINDS = {"tiny-qwen3-moe"}
+# Qwen3-30B-A3B's per-layer shapes (its config.json), fewer layers: the tuned config's file
+# name (E=128,N=768,...) is the real model's, and the experts hold ~97 % of the weights.
+SMALL_MODEL_SHAPE = {
+    "hidden_size": 2048,
+    "moe_intermediate_size": 768,
+    "num_experts": 128,
+    "num_experts_per_tok": 8,
+    "num_hidden_layers": 8,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 4,
+    "head_dim": 128,
+}
+
+# Model kinds the workflow can build (config key ``models.<name>.build``): shape, the dense
+# MLP width (unused: every layer is sparse) and the dtype the weights are saved in.
+MODEL_RECIPES = {
+    "tiny-qwen3-moe": (TINY_MODEL_SHAPE, 128, "float32"),
+    "small-qwen3-moe": (SMALL_MODEL_SHAPE, 6144, "bfloat16"),
+}
+MODEL_KINDS = set(MODEL_RECIPES)
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
@@ -304,20 +329,46 @@ def train_tokenizer(vocab_size: int, seed: int):  # -> transformers.PreTrainedTo
 
 def make_tiny_model(out_dir: Path, *, seed: int = 0, vocab_size: int = 1024) -> Path:
     """Build the tiny random Qwen3-MoE model and its tokenizer into ``out_dir`` (atomic)."""
+    return make_model(out_dir, "tiny-qwen3-moe", seed=seed, vocab_size=vocab_size)
+
+
+def make_model(
+    out_dir: Path,
+    kind: str = "tiny-qwen3-moe",
+    *,
+    seed: int = 0,
+    vocab_size: int = 1024,
+    num_layers: int | None = None,
+    device: str | None = None,
+) -> Path:
+    """Build a random-weight Qwen3-MoE model of ``kind`` and its tokenizer into ``out_dir``
+    (atomic). ``num_layers`` overrides the kind's layer count; ``device`` is where the weights
+    are drawn (default: the first GPU when there is one, else the CPU; the same seed gives
+    other weights on another device)."""
+    if kind not in MODEL_RECIPES:
+        raise ValueError(f"model kind {kind!r} unknown; expected one of {sorted(MODEL_KINDS)}")
     if vocab_size < 300:
         # Byte-level BPE needs 256 base symbols plus the special tokens.
-        raise ValueError(f"tiny model: vocab_size must be >= 300, got vocab_size={vocab_size}")
+        raise ValueError(f"{kind}: vocab_size must be >= 300, got vocab_size={vocab_size}")
+    if num_layers is not None and num_layers < 1:
+        raise ValueError(f"{kind}: num_layers must be >= 1, got num_layers={num_layers}")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
     from transformers import GenerationConfig, Qwen3MoeConfig, Qwen3MoeForCausalLM
 
+    shape, dense_width, dtype_name = MODEL_RECIPES[kind]
+    shape = dict(shape)
+    if num_layers is not None:
+        shape["num_hidden_layers"] = num_layers
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
     out_dir = Path(out_dir).resolve()
     tok = train_tokenizer(vocab_size, seed)
     eos_id = tok.convert_tokens_to_ids("<|endoftext|>")
     im_end = tok.convert_tokens_to_ids("<|im_end|>")
     cfg = Qwen3MoeConfig(
         vocab_size=len(tok),
-        intermediate_size=128,
+        intermediate_size=dense_width,
         max_position_embeddings=4096,
         decoder_sparse_step=1,
         norm_topk_prob=True,
@@ -325,19 +376,28 @@ def make_tiny_model(out_dir: Path, *, seed: int = 0, vocab_size: int = 1024) -> 
         bos_token_id=eos_id,
         eos_token_id=[eos_id, im_end],
         pad_token_id=eos_id,
-        **TINY_MODEL_SHAPE,
+        **shape,
     )
+    dtype = getattr(torch, dtype_name)
     torch.manual_seed(seed)
-    model = Qwen3MoeForCausalLM(cfg).to(torch.float32).eval()
+    if dtype == torch.float32:
+        model = Qwen3MoeForCausalLM(cfg).to(torch.float32).eval()
+    else:
+        # Drawn in the saved dtype on the target device: no float32 copy of ~5 GB of experts.
+        with torch.device(device):
+            model = Qwen3MoeForCausalLM._from_config(cfg, dtype=dtype).eval()
     with _atomic_dir(out_dir) as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
         tok.save_pretrained(tmp)
         GenerationConfig(
             eos_token_id=[eos_id, im_end], pad_token_id=eos_id, do_sample=False
         ).save_pretrained(tmp)
-        shape = {"E": cfg.num_experts, "N": cfg.moe_intermediate_size, "K": cfg.hidden_size}
-        shape["topk"] = cfg.num_experts_per_tok
-        meta = {"seed": seed, "vocab_size": len(tok), "fused_moe_shape": shape}
+        fm = {"E": cfg.num_experts, "N": cfg.moe_intermediate_size, "K": cfg.hidden_size}
+        fm["topk"] = cfg.num_experts_per_tok
+        meta = {"kind": kind, "seed": seed, "vocab_size": len(tok), "fused_moe_shape": fm}
+        meta.update(dtype=dtype_name, num_hidden_layers=cfg.num_hidden_layers)
+        meta["parameters"] = sum(p.numel() for p in model.parameters())
+        meta["drawn_on"] = "cpu" if dtype == torch.float32 else str(device)
         (tmp / "cellbench_model.json").write_text(json.dumps(meta, indent=2) + "\n")
     return out_dir
 
@@ -348,13 +408,14 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m cellbench.assets", description=__doc__.split("\n")[0]
     )
     sub = p.add_subparsers(dest="what", required=True)
-    pm = sub.add_parser("model", help="build the tiny Qwen3-MoE model and tokenizer")
+    pm = sub.add_parser("model", help="build a random-weight Qwen3-MoE model and tokenizer")
     pm.add_argument("--out", required=True, type=Path)
     pm.add_argument(
         "--kind", choices=sorted(MODEL_KINDS), default="tiny-qwen3-moe", help="which model to build"
     )
     pm.add_argument("--seed", type=int, default=0)
     pm.add_argument("--vocab-size", type=int, default=1024)
+    pm.add_argument("--num-layers", type=int, default=None, help="override the kind's layer count")
     pg = sub.add_parser("gsm8k", help="write the GSM8K-format set and lm-eval task")
     pg.add_argument("--out", required=True, type=Path)
     pg.add_argument("--n", type=int, default=50, help="test questions")
@@ -362,7 +423,9 @@ def main(argv: list[str] | None = None) -> int:
     pg.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
     if a.what == "model":
-        print(make_tiny_model(a.out, seed=a.seed, vocab_size=a.vocab_size))
+        print(
+            make_model(a.out, a.kind, seed=a.seed, vocab_size=a.vocab_size, num_layers=a.num_layers)
+        )
     else:
         print(make_gsm8k_set(a.out, a.n, a.seed, n_train=a.n_train))
     return 0

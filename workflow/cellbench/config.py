@@ -234,8 +234,15 @@ def validate(config: dict[str, Any]) -> dict[str, Any]:
     if errors:
         best = jsonschema.exceptions.best_match(errors)
         raise ConfigError(f"config error: {_schema_message(best)}")
+    _fill_runtime_defaults(config)
     _check_semantics(config)
     return config
+
+
+def _fill_runtime_defaults(config: dict[str, Any]) -> None:
+    """Defaults that depend on the runtime (a JSON schema default cannot)."""
+    serve = config["serve"]
+    serve.setdefault("server", "transformers" if config["runtime"] == "local" else "vllm")
 
 
 def _walk(node: Any, key: str = ""):
@@ -373,6 +380,11 @@ def _check_stage_settings(config: dict[str, Any]) -> None:
 def _check_semantics(config: dict[str, Any]) -> None:
     images, models = config["images"], config["models"]
     runtime = config["runtime"]
+    if runtime == "docker" and config["serve"]["server"] != "vllm":
+        raise ConfigError(
+            f"config error: serve.server = {config['serve']['server']!r} with runtime: docker: "
+            "images serve with vLLM (serve.server: vllm); transformers is for runtime: local"
+        )
     _check_names_and_strings(config)
     _check_stage_settings(config)
     for i, group in enumerate(config["cells"]):

@@ -421,6 +421,13 @@ class RunningContainer:
     def log_tail(self, n: int = 20) -> str:
         return self._pump.tail(n)
 
+    def effective_env(self, names: Sequence[str]) -> dict[str, str]:
+        """The named variables as the engine set them in the container: the image's own ENV
+        overlaid by what the run passed (images set their own, e.g. VLLM_ROCM_USE_AITER)."""
+        self.container.reload()
+        pairs = (item.partition("=") for item in self.container.attrs["Config"].get("Env") or [])
+        return {k: v for k, _, v in pairs if k in names}
+
 
 @contextmanager
 def serve_container(

@@ -128,6 +128,12 @@ def step_flags(config: dict, pins: Any, wildcards: Any) -> str:
 # --- serve ----------------------------------------------------------------------------------
 
 
+def local_device(config: dict) -> str:
+    """The torch device of the local runtime's servers: a GPU when the config gives it one
+    (``gpus``; ROCm's torch names its GPUs ``cuda`` too), else the CPU."""
+    return "cuda" if config["gpus"] > 0 else "cpu"
+
+
 def _load_flags(config: dict, wildcards: Any) -> list[str]:
     """The model, its layout and the load grid: shared by every serving job."""
     model = config["models"][wildcards.model]
@@ -143,6 +149,11 @@ def _load_flags(config: dict, wildcards: Any) -> list[str]:
         str(wildcards.ep),
         "--serve-args-json",
         json.dumps(model["serve_args"]),
+        "--server",
+        serve["server"],
+        "--model-dtype",
+        model["dtype"],
+        *(["--device", local_device(config)] if config["runtime"] == "local" else []),
         "--grid-json",
         json.dumps(serve["grid"]),
         "--concurrency",

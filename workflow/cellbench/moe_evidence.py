@@ -84,14 +84,22 @@ def read_evidence(log_text: str, tuned_folders: Iterable[str] = ()) -> dict[str,
 
 
 def arm_problem(
-    arm: str, evidence: dict[str, Any], env: dict[str, str] | None = None
+    arm: str,
+    evidence: dict[str, Any],
+    env: dict[str, str] | None = None,
+    *,
+    triton_moe_possible: bool = True,
 ) -> str | None:
     """Why an arm's evidence makes its numbers untrustworthy, with the fix; None when fine.
     A tuned arm must have loaded its tuned file; an untuned arm must not have (a shipped file
-    is allowed, and labelled)."""
+    is allowed, and labelled). ``triton_moe_possible=False`` (a server with no GPU, e.g.
+    vLLM's CPU build) accepts ``none seen`` on both arms: no Triton kernel exists there to
+    read a config, so the arms cannot differ, and the report says so."""
     source = evidence["source"]
     said = "; ".join(evidence["log_lines"]) or "no fused-MoE config line at all"
     env = env or {}
+    if source == "none seen" and not triton_moe_possible:
+        return None
     if arm == "tuned" and source != "tuned":
         if source == "none seen":
             aiter = {k: env[k] for k in MOE_ENV[:2] if k in env}
@@ -130,3 +138,13 @@ def arm_label(arm: str, evidence: dict[str, Any]) -> str:
     if arm == "untuned" and evidence.get("source") == "shipped":
         return "shipped"
     return arm
+
+
+def observe(
+    log_text: str,
+    tuned_folders: Iterable[str],
+    env: dict[str, str],
+) -> dict[str, Any]:
+    """What bench.json records per arm: the evidence of ``read_evidence`` plus the server's
+    MoE-relevant environment as observed where it was set (the container's for docker)."""
+    return {**read_evidence(log_text, tuned_folders), "env": dict(env)}

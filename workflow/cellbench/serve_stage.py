@@ -82,16 +82,24 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from cellbench import interrupts, loadgen
+from cellbench import interrupts, loadgen, moe_evidence
 from cellbench.atomicio import write_json
 from cellbench.gsm8k import run_lm_eval
-from cellbench.server import RunningServer, ServerError, ServerSpec, log_tail, serve
+from cellbench.server import (
+    CONTAINER_TUNED_DIR,
+    RunningServer,
+    ServerError,
+    ServerSpec,
+    log_tail,
+    serve,
+)
 
 SCHEMA_PATH = Path(__file__).resolve().parents[1] / "schemas" / "bench.schema.json"
 WARM_MARKER = ".cellbench-warm"  # left by earlier versions; not counted as cache content
 ARMS = ("untuned", "tuned")
 PAIR = "pair"  # --arm value: both arms in one job, interleaved
 IMAGES = "images"  # --arm value: two images' tuned arms in one job, interleaved
+SERVERS = ("transformers", "vllm")  # --server: what the local launcher starts
 COMPARE_SCHEMA_PATH = SCHEMA_PATH.with_name("compare.schema.json")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
@@ -162,6 +170,9 @@ class StageConfig:
     cache_dir: Path | None = None
     lease_dir: Path = Path("results/.leases")
     serve_args: list[str] = field(default_factory=list)
+    server: str = "transformers"  # the local launcher's program; docker serves vLLM
+    model_dtype: str | None = None
+    device: str = "cpu"
     server_command: list[str] | None = None
     prompts_per_concurrency: int = 10
     warmups_per_concurrency: int = 2
@@ -220,6 +231,10 @@ class StageConfig:
             raise ValueError(f"--ready-timeout must be > 0, got {self.ready_timeout_s}")
         if self.tp < 1 or self.ep < 1:
             raise ValueError(f"--tp and --ep must be >= 1, got tp={self.tp} ep={self.ep}")
+        if self.server not in SERVERS:
+            raise ValueError(f"--server must be one of {', '.join(SERVERS)}, got {self.server!r}")
+        if self.runtime == "docker" and self.server != "vllm":
+            raise ValueError(f"--server {self.server} with --runtime docker: images serve vLLM")
         if self.gpu_vendor not in ("amd", "nvidia", "none"):
             raise ValueError(f"--gpu-vendor must be amd, nvidia or none, got {self.gpu_vendor!r}")
         if self.arm in ("tuned", PAIR) and self.tuned_config_dir is None:
@@ -390,6 +405,7 @@ class _SideRun:
     tok: Any
     gpu_indices: tuple[int, ...]
     cache_at_start: dict[str, Any] | None  # None: the server was given no cache folder
+    moe_config: dict[str, Any]  # what the server's log and environment showed (moe_evidence)
     points: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -462,8 +478,13 @@ def _measure(cfg: StageConfig, sides: list[Side], point_tag: str | None = None) 
                 ep=cfg.ep,
                 gpu_vendor=cfg.gpu_vendor,
                 gpu_indices=list(gpus),
-                tuned_config_dir=side.tuned_config_dir if docker else None,
+                # Every runtime gets the tuned folder (VLLM_TUNED_CONFIG_FOLDER); the server's
+                # log then says whether it used it (moe_evidence).
+                tuned_config_dir=side.tuned_config_dir,
                 cache_dir=side.cache_dir if docker else None,
+                server=cfg.server,
+                device=cfg.device,
+                dtype=cfg.model_dtype,
                 hf_cache=cfg.hf_cache,
                 labels={
                     "cellbench.cell": side.cell_id,
@@ -484,9 +505,11 @@ def _measure(cfg: StageConfig, sides: list[Side], point_tag: str | None = None) 
             )
             if cfg.ignore_eos and not ignore_eos:
                 _log(f"{side.name} server refuses ignore_eos: real output lengths are recorded")
+            # Before any number is taken: did this server load the config its arm needs?
+            moe_config = check_moe_config(cfg, side, server)
             tok = loadgen.load_tokenizer(cfg.model, server.base_url, server.model_id)
             runs[side.name] = _SideRun(
-                side, server, ready_s, ignore_eos, tok, tuple(gpus), cache_at_start
+                side, server, ready_s, ignore_eos, tok, tuple(gpus), cache_at_start, moe_config
             )
         _check_alive(runs, "before the grid started")
         if len(sides) > 1:
@@ -554,6 +577,10 @@ def _measure(cfg: StageConfig, sides: list[Side], point_tag: str | None = None) 
                     max_gen_toks=cfg.gsm8k_max_gen_toks,
                 )
                 _check_alive(runs, f"during lm-eval on the {name} server")
+        for run in runs.values():
+            # Again over the whole log: a process that started later (a TP rank, a restarted
+            # engine) may have loaded another file.
+            run.moe_config = check_moe_config(cfg, run.side, run.server, wait_s=0.0)
         server_info = {
             name: {
                 "launcher": cfg.runtime,
@@ -565,6 +592,57 @@ def _measure(cfg: StageConfig, sides: list[Side], point_tag: str | None = None) 
             for name, run in runs.items()
         }
     return _Measured(runs, order, server_info, started, _now())
+
+
+class MoeConfigError(RuntimeError):
+    """A server did not load the fused-MoE config its arm needs (moe_evidence.arm_problem)."""
+
+
+def triton_moe_possible(cfg: StageConfig) -> bool:
+    """Whether the server can run a Triton fused-MoE kernel at all. Not vLLM on a CPU (its MoE
+    runs a CPU backend) nor a container given no GPU; the project's own experts for
+    transformers serve run Triton everywhere (under the interpreter on a CPU)."""
+    if cfg.runtime == "local":
+        return not (cfg.server == "vllm" and cfg.device == "cpu")
+    return cfg.gpus > 0
+
+
+def tuned_folders(cfg: StageConfig, side: Side) -> list[str]:
+    """The paths under which a loaded config counts as the cell's tuned one: the folder on
+    the host (local servers read it there) and its mount point in a container."""
+    folders = [CONTAINER_TUNED_DIR]
+    for folder in (side.tuned_config_dir, cfg.tuned_config_dir):
+        if folder is not None:
+            folders.append(str(Path(folder).resolve()))
+    return folders
+
+
+def check_moe_config(
+    cfg: StageConfig, side: Side, server: RunningServer, wait_s: float | None = None
+) -> dict[str, Any]:
+    """Read which fused-MoE config ``server`` used from its log (waiting up to ``wait_s`` for
+    a container's log to arrive), with its observed environment; raise ``MoeConfigError`` with
+    the arm, what was expected, what the log said and the fix when it is wrong for the arm."""
+    wait_s = (5.0 if cfg.runtime == "docker" else 1.0) if wait_s is None else wait_s
+    env = server.describe.get("moe_env", {})
+    deadline = time.monotonic() + wait_s
+    while True:
+        text = side.log_path.read_text(errors="replace") if side.log_path.exists() else ""
+        evidence = moe_evidence.observe(text, tuned_folders(cfg, side), env)
+        if evidence["source"] != "none seen" or time.monotonic() >= deadline:
+            break
+        time.sleep(0.2)
+    problem = moe_evidence.arm_problem(
+        side.arm, evidence, env, triton_moe_possible=triton_moe_possible(cfg)
+    )
+    if problem:
+        where = side.cell_id if side.name == side.arm else f"{side.cell_id} ({side.name})"
+        raise MoeConfigError(f"{where}: {problem}; server log: {side.log_path}")
+    _log(
+        f"{side.name} server's fused-MoE config: {evidence['source']}"
+        + (f" ({', '.join(evidence['paths'])})" if evidence["paths"] else "")
+    )
+    return evidence
 
 
 def cache_contents(cache_dir: Path) -> dict[str, Any]:
@@ -654,8 +732,10 @@ def run_stage(cfg: StageConfig) -> dict[str, dict[str, Any]]:
             "tuned_config_dir": (
                 str(cfg.tuned_config_dir) if arm == "tuned" and cfg.tuned_config_dir else None
             ),
-            # transformers serve (local runtime) has no use for vLLM's tuned Triton configs.
-            "tuned_config_applied": cfg.runtime == "docker" and arm == "tuned",
+            # Observed: the server's own log line naming the file it loaded (moe_evidence).
+            "tuned_config_applied": run.moe_config["source"] == "tuned",
+            "moe_config": run.moe_config,
+            "arm_label": moe_evidence.arm_label(arm, run.moe_config),
             "started": m.started,
             "finished": m.finished,
             "interleaved": len(sides) > 1,
@@ -717,7 +797,6 @@ def run_images(cfg: StageConfig) -> dict[str, Any]:
     sides = cfg.sides()
     _prepare(cfg, sides)
     m = _measure(cfg, sides, point_tag="image")
-    docker = cfg.runtime == "docker"
     points = sorted((p for run in m.runs.values() for p in run.points), key=lambda p: p["seq"])
     # Observed from what each side ran (its digest; on the local runtime the host Python's
     # stand-in digest), not assumed from the runtime.
@@ -731,8 +810,8 @@ def run_images(cfg: StageConfig) -> dict[str, Any]:
         "arm": "tuned",
         "arm_note": (
             "Both sides ran the TUNED arm: each image's server was given its own cell's tuned "
-            "fused-MoE configs (tuned_config_dir per side)."
-            + ("" if docker else " The local runtime's server does not read them.")
+            "fused-MoE configs (tuned_config_dir per side); each side's moe_config is what "
+            "its server's log showed it loaded."
         ),
         "runtime": cfg.runtime,
         "same_environment": same,
@@ -763,7 +842,8 @@ def run_images(cfg: StageConfig) -> dict[str, Any]:
                 "cold": _cold(run.cache_at_start),
                 "cache_at_start": run.cache_at_start,
                 "tuned_config_dir": str(run.side.tuned_config_dir),
-                "tuned_config_applied": docker,
+                "tuned_config_applied": run.moe_config["source"] == "tuned",
+                "moe_config": run.moe_config,
                 **applied_parallelism(
                     m.server_info[name]["command"],
                     one_process=cfg.runtime == "local" and run.side.server_command is None,
@@ -819,6 +899,9 @@ def parse_args(argv: list[str] | None = None) -> StageConfig:
     a("--cache-dir", type=Path, default=None)
     a("--lease-dir", type=Path, default=Path("results/.leases"))
     a("--serve-args-json", default="[]")
+    a("--server", choices=list(SERVERS), default=None)
+    a("--model-dtype", default=None, help="the model's dtype in the config (fp16, bf16, ...)")
+    a("--device", default="cpu", help="local runtime: the torch device the server runs on")
     a("--server-command-json", default=None)
     a("--grid-json", required=True)
     a("--concurrency", required=True)
@@ -886,6 +969,9 @@ def parse_args(argv: list[str] | None = None) -> StageConfig:
         cache_dir=ns.cache_dir,
         lease_dir=ns.lease_dir,
         serve_args=serve_args,
+        server=ns.server or ("transformers" if ns.runtime == "local" else "vllm"),
+        model_dtype=ns.model_dtype,
+        device=ns.device,
         server_command=command,
         prompts_per_concurrency=ns.prompts_per_concurrency,
         warmups_per_concurrency=ns.warmups_per_concurrency,

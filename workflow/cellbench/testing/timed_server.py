@@ -15,7 +15,9 @@ first one always succeeds); ``--exit-after N`` kills the process when completion
 arrives; ``--never-ready`` keeps ``/health`` at 503; ``--exit-at-start`` exits with status 3
 during start-up; ``--reject-ignore-eos`` answers 422 to ``ignore_eos`` as ``transformers serve``
 does; ``--style transformers`` puts ``usage`` on the last token chunk and omits ``[DONE]``;
-``--completion-text T`` answers non-streamed requests with ``T`` (e.g. a GSM8K answer).
+``--completion-text T`` answers non-streamed requests with ``T`` (e.g. a GSM8K answer);
+``--moe-log none`` leaves out the fused-MoE config line it logs at start-up (as vLLM would,
+from ``VLLM_TUNED_CONFIG_FOLDER``), as a server without a Triton MoE path would.
 
     python -m cellbench.testing.timed_server --port P --ttft-ms X --itl-ms Y
 """
@@ -34,8 +36,11 @@ import sys
 import time
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from aiohttp import web
+
+STANDIN_CONFIG_NAME = "E=8,N=32,device_name=STANDIN.json"
 
 
 @dataclass
@@ -269,6 +274,20 @@ def make_app(cfg: TimedServerConfig) -> web.Application:
     return app
 
 
+def moe_config_line(folder: str | None) -> str:
+    """The line vLLM logs about its fused-MoE config, as this stand-in would have it: the first
+    JSON file of ``VLLM_TUNED_CONFIG_FOLDER`` when there is one, else vLLM's default. It loads
+    nothing (no MoE runs here); it lets a caller's evidence check run against a real process."""
+    files = sorted(Path(folder).glob("*.json")) if folder and Path(folder).is_dir() else []
+    if files:
+        return f"INFO timed_server: Using configuration from {files[0]} for MoE layer."
+    where = f"{folder}/{STANDIN_CONFIG_NAME}" if folder else STANDIN_CONFIG_NAME
+    return (
+        "WARNING timed_server: Using default MoE config. Performance might be sub-optimal! "
+        f"Config file not found at {where}"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point (see module docstring)."""
     p = argparse.ArgumentParser(prog="python -m cellbench.testing.timed_server")
@@ -289,10 +308,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--style", choices=["vllm", "transformers"], default="vllm")
     p.add_argument("--completion-text", default=None, help="fixed non-streamed answer text")
     p.add_argument("--keepalive-timeout", type=float, default=75.0, help="idle keep-alive, s")
+    p.add_argument(
+        "--moe-log",
+        choices=["vllm", "none"],
+        default="vllm",
+        help="vllm: log the fused-MoE config line vLLM would (stand-in: nothing is loaded)",
+    )
     a = p.parse_args(argv)
     if not 0.0 <= a.fail_share <= 1.0:
         p.error(f"--fail-share must be within [0, 1], got {a.fail_share}")
     print(f"timed_server: starting on {a.host}:{a.port}", flush=True)
+    if a.moe_log == "vllm":
+        print(moe_config_line(os.environ.get("VLLM_TUNED_CONFIG_FOLDER")), flush=True)
     if a.exit_at_start:
         time.sleep(0.3)
         print("timed_server: failing start-up on purpose (--exit-at-start)", flush=True)

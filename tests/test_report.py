@@ -191,3 +191,54 @@ def test_parallelism_the_servers_ran_is_shown_when_it_differs(tmp_path):
         "untuned: tp 1, ep 1" in section
     )
     assert "Parallelism differs" not in text.split(f"## {same}")[1].split("## ")[0]
+
+
+def _evidence(source: str, path: str | None = None) -> dict:
+    line = (
+        f"Using configuration from {path} for MoE layer."
+        if path
+        else "Using default MoE config. Performance might be sub-optimal! Config file not "
+        "found at x.json"
+    )
+    return {
+        "source": source,
+        "paths": [path] if path else [],
+        "searched": [],
+        "log_lines": [line],
+        "env": {},
+    }
+
+
+def test_each_arms_moe_config_and_a_shipped_arm_are_shown(tmp_path):
+    """The servers' evidence reaches the report: the tuned arm's file, and an untuned arm that
+    loaded the image's own config is titled 'shipped', not 'untuned'."""
+    res = tmp_path / "results"
+    name = "E=128,N=768,device_name=NVIDIA_H200.json"
+    shipped = f"/usr/lib/python3/dist-packages/vllm/model_executor/layers/fused_moe/configs/{name}"
+    tuned = f"/cellbench/tuned-configs/{name}"
+    files = [
+        fx.write_bench(
+            res,
+            CELL,
+            "untuned",
+            [fx.point()],
+            moe_config=_evidence("shipped", shipped),
+            arm_label="shipped",
+            tuned_config_applied=False,
+        ),
+        fx.write_bench(
+            res,
+            CELL,
+            "tuned",
+            [fx.point()],
+            moe_config=_evidence("tuned", tuned),
+            arm_label="tuned",
+            tuned_config_applied=True,
+        ),
+    ]
+    text = report.write_report(files, tmp_path / "report", results=res).read_text()
+    assert (
+        "Fused-MoE config, from the servers' logs: untuned (labelled shipped): the image's "
+        f"own file `{name}`; tuned: its tuned file `{name}`." in text
+    )
+    assert report.SHIPPED_LABEL in text and report.ARM_LABELS["untuned"] not in text

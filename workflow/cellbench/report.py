@@ -40,6 +40,18 @@ from cellbench.results import Result, ResultError
 from cellbench.results import load as load_result
 
 ARM_LABELS = {"untuned": "Triton MoE Untuned", "tuned": "Triton MoE Tuned"}
+# An untuned arm whose server loaded the image's own config for the shape is not untuned.
+SHIPPED_LABEL = "Triton MoE Shipped config"
+
+
+def arm_column(rows: pd.DataFrame, arm: str) -> str:
+    """The column title of ``arm`` in a cell's tables: "shipped" where its server's log said
+    it loaded the image's own config file (bench.json ``arm_label``)."""
+    if "arm_label" in rows and (rows[rows.arm == arm].arm_label == "shipped").any():
+        return SHIPPED_LABEL
+    return ARM_LABELS[arm]
+
+
 LATENCY_TABLES = (
     ("TTFT (ms)", "mean_ttft_ms"),
     ("TPOT (ms)", "mean_tpot_ms"),
@@ -118,6 +130,11 @@ def cell_frames(loaded: Iterable[Result]) -> tuple[pd.DataFrame, pd.DataFrame, p
                     # What the server was started with (the cell's tp/ep are the request).
                     "tp_served": bench.get("tp"),
                     "ep_served": bench.get("ep"),
+                    # What the server's log showed it used (moe_evidence), and the arm's name
+                    # for the report ("shipped": an untuned arm on the image's own config).
+                    "moe_source": (bench.get("moe_config") or {}).get("source"),
+                    "moe_paths": ", ".join((bench.get("moe_config") or {}).get("paths", [])),
+                    "arm_label": bench.get("arm_label", bench["arm"]),
                 }
                 row.update({k: v for k, v in point.items() if not isinstance(v, (list, dict))})
                 serve_rows.append(row)
@@ -211,9 +228,9 @@ def latency_tables(serve: pd.DataFrame, cell: str) -> list[str]:
         labels = [_point_label(*(tuple(k) + (None,))[:3], several) for k in pivot.index]
         table = pd.DataFrame({"ISL-OSL": labels})
         for arm in pivot.columns:
-            table[ARM_LABELS[arm]] = [_fmt(v) for v in pivot[arm]]
+            table[arm_column(rows, arm)] = [_fmt(v) for v in pivot[arm]]
         average = {"ISL-OSL": "Average"}
-        average.update({ARM_LABELS[arm]: _fmt(pivot[arm].mean()) for arm in pivot.columns})
+        average.update({arm_column(rows, arm): _fmt(pivot[arm].mean()) for arm in pivot.columns})
         table = pd.concat([table, pd.DataFrame([average])], ignore_index=True)
         out.append(f"#### {title}\n\n{_md(table)}\n")
     return out
@@ -435,6 +452,31 @@ def parallelism_note(serve: pd.DataFrame, cell: str) -> list[str]:
     ]
 
 
+def moe_config_lines(serve: pd.DataFrame, cell: str) -> list[str]:
+    """Per arm, the fused-MoE config its server's log says it used: the evidence that the
+    tuned arm ran the tuned configs (and the untuned arm did not)."""
+    if not len(serve) or "moe_source" not in serve or not (serve.cell == cell).any():
+        return []
+    rows = serve[serve.cell == cell].drop_duplicates("arm").sort_values("arm", ascending=False)
+    parts = []
+    for r in rows.itertuples():
+        if r.moe_source is None or (isinstance(r.moe_source, float) and pd.isna(r.moe_source)):
+            continue
+        name = r.arm if r.arm_label == r.arm else f"{r.arm} (labelled {r.arm_label})"
+        files = ", ".join(f"`{Path(p).name}`" for p in str(r.moe_paths).split(", ") if p)
+        what = {
+            "tuned": f"its tuned file {files}",
+            "shipped": f"the image's own file {files}",
+            "default": "no file found: vLLM's default rule",
+            "none seen": "no fused-MoE config line (no Triton MoE path)",
+            "mixed": f"processes disagreed ({files})",
+        }.get(r.moe_source, r.moe_source)
+        parts.append(f"{name}: {what}")
+    if not parts:
+        return []
+    return ["Fused-MoE config, from the servers' logs: " + "; ".join(parts) + ".", ""]
+
+
 def render(
     serve: pd.DataFrame,
     gsm: pd.DataFrame,
@@ -449,11 +491,12 @@ def render(
     if runtime == "local":
         lines += [
             "> **Embedded default.** A tiny random-weight Qwen3-MoE-architecture model served "
-            "by `transformers serve` on the CPU; the kernel tuned under the Triton "
-            "interpreter. These figures measure this pipeline on this machine, not any GPU "
-            "or real model; GSM8K scores of a random model are near zero by design. "
-            "`transformers serve` does not read fused-MoE configs, so the two arms run the same "
-            "code here: any difference between them is noise by construction.",
+            "by `transformers serve` on the CPU with the project's Triton fused-MoE kernel as its "
+            "experts, run by the Triton interpreter; the kernel tuned under that interpreter. "
+            "The tuned arm's server loads the tuned configs (each cell's *Fused-MoE config* line "
+            "shows what each server's log said), so the arms differ for real, but in "
+            "interpreter time: these figures measure this pipeline on this machine, not any GPU "
+            "or real model. GSM8K scores of a random model are near zero by design.",
             "",
         ]
     for cell in cells:
@@ -462,6 +505,7 @@ def render(
         if digests:
             lines += [f"Image: `{', '.join(digests)}`", ""]
         lines += parallelism_note(serve, cell)
+        lines += moe_config_lines(serve, cell)
         if len(tune):
             lines.append(tune_table(tune, cell))
         if len(serve) and (serve.cell == cell).any():

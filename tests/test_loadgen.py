@@ -9,8 +9,15 @@ how late it notices chunks, which is what this load generator must keep small.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
+import jsonschema
 import numpy as np
 import pytest
 import requests
@@ -18,6 +25,7 @@ from cellbench import loadgen
 from cellbench.testing.timed_server import launch
 
 TTFT_MS, ITL_MS, OSL = 200.0, 50.0, 16
+BENCH_SCHEMA = Path(__file__).resolve().parents[1] / "workflow" / "schemas" / "bench.schema.json"
 
 
 def _truth(base: str, results: list[loadgen.RequestResult]) -> tuple[float, float]:
@@ -54,7 +62,7 @@ def test_ttft_tpot_match_truth(timed, conc, prompts):
         assert abs(got - want) <= tol, f"c={conc} {name}: measured {got:.3f} truth {want:.3f}"
     # Every request produced exactly OSL tokens (ignore_eos honoured), read from usage.
     assert pt["total_output_tokens"] == prompts * OSL
-    assert pt["total_input_tokens"] == prompts * 16
+    assert pt["total_input_tokens"] == pt["total_input_tokens_requested"] == prompts * 16
     # The server's own timing stays near its configuration, so the truth above is meaningful.
     assert true_tpot == pytest.approx(ITL_MS, rel=0.2)
 
@@ -134,19 +142,24 @@ def test_server_gone_counts_failures():
 
 def test_compute_metrics_definitions():
     # Two hand-built results: the formulas of vllm bench serve, checked by hand.
+    # The server counted one token more per prompt than was asked for (a BOS, say).
     ok = loadgen.RequestResult(
-        success=True, prompt_len=10, ttft=0.1, itl=[0.02, 0.03], latency=0.15, output_tokens=3
-    )
+        success=True, prompt_len=10, ttft=0.1, itl=[0.02, 0.03], latency=0.15, output_tokens=3,
+        prompt_tokens=11,
+    )  # fmt: skip
     ok2 = loadgen.RequestResult(
-        success=True, prompt_len=10, ttft=0.3, itl=[], latency=0.3, output_tokens=1
-    )
+        success=True, prompt_len=10, ttft=0.3, itl=[], latency=0.3, output_tokens=1,
+        prompt_tokens=11,
+    )  # fmt: skip
     bad = loadgen.RequestResult(success=False, prompt_len=10, error="x")
     m = loadgen.compute_metrics([ok, ok2, bad], duration=2.0)
     assert m["completed"] == 2 and m["failed"] == 1
-    assert m["total_input_tokens"] == 20 and m["total_output_tokens"] == 4
+    # vLLM's key counts what the server counted; the requested lengths sit beside it.
+    assert m["total_input_tokens"] == 22 and m["total_input_tokens_requested"] == 20
+    assert m["total_output_tokens"] == 4
     assert m["request_throughput"] == pytest.approx(1.0)
     assert m["output_throughput"] == pytest.approx(2.0)
-    assert m["total_token_throughput"] == pytest.approx(12.0)
+    assert m["total_token_throughput"] == pytest.approx(13.0)
     assert m["mean_ttft_ms"] == pytest.approx(200.0)
     # TPOT only from requests with more than one token: (0.15 - 0.1) / 2.
     assert m["mean_tpot_ms"] == pytest.approx(25.0)
@@ -214,3 +227,116 @@ def test_idle_connection_closed_by_server_is_replaced():
         first, second = asyncio.run(two_requests(base))
     assert first.success and second.success, (first.error, second.error)
     assert time.monotonic() - t0 < 5
+
+
+class _ScriptedSSE(BaseHTTPRequestHandler):
+    """Answers every completion with the server's `script`: (delay_s, events) pairs, each
+    group of events sent as one chunk in one write after its delay."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        for delay, events in self.server.script:  # type: ignore[attr-defined]
+            time.sleep(delay)
+            data = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events)
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        done = b"data: [DONE]\n\n"
+        self.wfile.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(done), done))  # last chunk, then end
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def _scripted_server(script):
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _ScriptedSSE)
+    srv.script = script  # type: ignore[attr-defined]
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    try:
+        yield f"http://127.0.0.1:{srv.server_address[1]}"
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def _tok(i: int) -> dict:
+    return {"id": "cmpl-1", "choices": [{"index": 0, "text": f" w{i}"}]}
+
+
+def _usage(prompt_tokens: int | None, completion_tokens: int) -> dict:
+    u = {"completion_tokens": completion_tokens}
+    if prompt_tokens is not None:
+        u["prompt_tokens"] = prompt_tokens
+    return {"id": "cmpl-1", "choices": [], "usage": u}
+
+
+def _requests(base: str, n: int, prompt_len: int) -> list[loadgen.RequestResult]:
+    async def go() -> list[loadgen.RequestResult]:
+        client = loadgen._Client(base)
+        body = json.dumps({"model": "m", "prompt": "w1", "max_tokens": 5, "stream": True})
+        try:
+            return [await client.request(body.encode(), prompt_len) for _ in range(n)]
+        finally:
+            client.close()
+
+    return asyncio.run(go())
+
+
+def test_events_of_one_write_are_stamped_one_by_one():
+    # Three tokens flushed in one write (as transformers serve flushes what its queue holds),
+    # then two tokens 60 ms apart: the burst's gaps are small but not 0, the spaced ones ~60 ms.
+    gap = 0.06
+    script = [
+        (0.02, [_tok(0), _tok(1), _tok(2)]),
+        (gap, [_tok(3)]),
+        (gap, [_tok(4)]),
+        (0.0, [_usage(6, 5)]),
+    ]
+    with _scripted_server(script) as base:
+        (r,) = _requests(base, 1, 4)
+    assert r.success, r.error
+    assert len(r.itl) == 4
+    burst, spaced = r.itl[:2], r.itl[2:]
+    assert all(0 < x < 0.01 for x in burst), burst  # parse time apart, never exactly 0
+    assert all(x >= gap * 0.8 for x in spaced), spaced
+    m = loadgen.compute_metrics([r], duration=1.0)
+    assert m["mean_tpot_ms"] > 0 and m["median_itl_ms"] > 0
+    assert m["p99_itl_ms"] >= gap * 0.8 * 1000
+
+    # Everything in one write: TPOT is the parsing time per token, small but not 0.
+    with _scripted_server([(0.0, [_tok(i) for i in range(5)] + [_usage(6, 5)])]) as base:
+        (r,) = _requests(base, 1, 4)
+    assert r.success and len(r.itl) == 4 and all(x > 0 for x in r.itl)
+    assert loadgen.compute_metrics([r], duration=1.0)["mean_tpot_ms"] > 0
+
+
+def test_input_tokens_from_usage_or_null_when_the_server_does_not_say():
+    point_schema = json.loads(BENCH_SCHEMA.read_text())["properties"]["points"]["items"]
+    with _scripted_server([(0.0, [_tok(0), _tok(1)]), (0.0, [_usage(6, 2)])]) as base:
+        counted = _requests(base, 3, 4)
+    m = loadgen.compute_metrics(counted, duration=2.0)
+    assert m["total_input_tokens"] == 18 and m["total_input_tokens_requested"] == 12
+    assert m["total_token_throughput"] == pytest.approx((18 + 6) / 2.0)
+
+    # usage without prompt_tokens, then no usage chunk at all: null, with what was asked for
+    for last in ([_usage(None, 2)], []):
+        with _scripted_server([(0.0, [_tok(0), _tok(1), *last])]) as base:
+            silent = _requests(base, 2, 4)
+        m = loadgen.compute_metrics(silent, duration=2.0)
+        assert m["completed"] == 2
+        assert m["total_input_tokens"] is None and m["total_input_tokens_requested"] == 8
+        assert m["total_token_throughput"] is None
+        row = {"isl": 4, "osl": 2, "max_concurrency": 1, "repeat": 0, "seq": 0,
+               "started_at": "2026-12-04T10:00:00.000+00:00", "num_prompts": 2,
+               "request_rate": "inf", **m}  # fmt: skip
+        jsonschema.validate(row, point_schema)
+
+    # one completed request without prompt usage makes the total unknown, not a partial sum
+    mixed = counted[:1] + silent[:1]
+    assert loadgen.compute_metrics(mixed, duration=1.0)["total_input_tokens"] is None

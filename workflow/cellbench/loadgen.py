@@ -7,6 +7,14 @@ It reproduces what ``vllm bench serve`` measures, with the same definitions and 
 * E2EL: last such chunk minus start;
 * TPOT: (E2EL - TTFT) / (output_tokens - 1), output tokens from ``usage.completion_tokens``
   (or, when a server sends no usage, the generated text re-tokenised);
+* each chunk's time is taken when that SSE event is parsed, as ``vllm bench serve``'s client
+  does per message: several events read from the socket at once (a server that flushes tokens
+  in bursts, as ``transformers serve`` does) get distinct times, not one shared time that would
+  make their ITL and TPOT exactly 0;
+* ``total_input_tokens`` counts the server's ``usage.prompt_tokens``, as vLLM's client now
+  does; the prompt lengths asked for are ``total_input_tokens_requested``. A server that
+  reports no prompt usage leaves ``total_input_tokens`` (and ``total_token_throughput``,
+  which adds it) null, never silently the requested figure;
 * mean/median/std/p99 with numpy over successful requests; failed requests are counted and
   left out of every statistic. Streams that end without ``data: [DONE]`` are fine.
 
@@ -50,6 +58,7 @@ POINT_KEYS = (
     "completed",
     "failed",
     "total_input_tokens",
+    "total_input_tokens_requested",
     "total_output_tokens",
     "request_throughput",
     "output_throughput",
@@ -208,6 +217,7 @@ class RequestResult:
     itl: list[float] = field(default_factory=list)
     latency: float = 0.0
     output_tokens: int | None = None
+    prompt_tokens: int | None = None  # the server's usage.prompt_tokens, when it sends usage
     generated_text: str = ""
     response_id: str | None = None
     error: str = ""
@@ -217,10 +227,10 @@ class RequestResult:
 class _SSEResponse(asyncio.Protocol):
     """One keep-alive HTTP/1.1 connection that parses a streamed completion as bytes arrive.
 
-    Timestamps are taken in ``data_received``, the moment the event loop reads the socket, and
-    each SSE event is handled right there: no per-chunk task switch, so many concurrent streams
-    add little lag to the times recorded. Handles chunked and Content-Length bodies and streams
-    that end without ``data: [DONE]``.
+    Each SSE event is parsed inside ``data_received`` and timestamped as it is parsed (not once
+    per socket read, which gave every event of a burst the same time): no per-chunk task
+    switch, so many concurrent streams add little lag to the times recorded. Handles chunked
+    and Content-Length bodies and streams that end without ``data: [DONE]``.
     """
 
     def __init__(self) -> None:
@@ -258,7 +268,6 @@ class _SSEResponse(asyncio.Protocol):
                 self._fail(f"connection lost: {exc or 'closed by server'}")
 
     def data_received(self, data: bytes) -> None:
-        ts = time.perf_counter()
         self.got_bytes = True
         if self.out is None:
             self.reusable = False  # bytes nobody asked for: do not trust this connection
@@ -286,17 +295,17 @@ class _SSEResponse(asyncio.Protocol):
                 self.reusable = False
             self._in_body = True
         if data:
-            self._body(data, ts)
+            self._body(data)
         if not self._chunked and self._remaining == 0:
             self._finish()
 
     # -- body decoding
-    def _body(self, data: bytes, ts: float) -> None:
+    def _body(self, data: bytes) -> None:
         if not self._chunked:
             if self._remaining is not None:
                 data = data[: self._remaining]
                 self._remaining -= len(data)
-            self._payload(data, ts)
+            self._payload(data)
             return
         self._raw += data
         while self._raw:
@@ -314,7 +323,7 @@ class _SSEResponse(asyncio.Protocol):
                 take = bytes(self._raw[: self._remaining])
                 del self._raw[: len(take)]
                 self._remaining -= len(take)
-                self._payload(take, ts)
+                self._payload(take)
                 if self._remaining == 0:
                     self._chunk_state = "crlf"
             elif self._chunk_state == "crlf":
@@ -332,7 +341,7 @@ class _SSEResponse(asyncio.Protocol):
                     return
                 del self._raw[: nl + 2]
 
-    def _payload(self, data: bytes, ts: float) -> None:
+    def _payload(self, data: bytes) -> None:
         if self._status != 200:
             self._body_err += data
             return
@@ -343,9 +352,9 @@ class _SSEResponse(asyncio.Protocol):
                 return
             line = bytes(self._line[:nl]).strip()
             del self._line[: nl + 1]
-            self._event(line, ts)
+            self._event(line)
 
-    def _event(self, line: bytes, ts: float) -> None:
+    def _event(self, line: bytes) -> None:
         # Same rules as vllm bench serve: skip blanks and SSE comments, "[DONE]" is optional.
         if not line or line.startswith(b":"):
             return
@@ -361,6 +370,7 @@ class _SSEResponse(asyncio.Protocol):
             out.error = f"unparsable stream line: {line[:100]!r}"
             return
         if choices := data.get("choices"):
+            ts = time.perf_counter()  # this event's own time, as vllm bench serve takes it
             if not self._got_first:
                 self._got_first = True
                 out.ttft = ts - out.start
@@ -371,13 +381,14 @@ class _SSEResponse(asyncio.Protocol):
             self._text.append(choices[0].get("text") or "")
         if usage := data.get("usage"):
             out.output_tokens = usage.get("completion_tokens")
+            out.prompt_tokens = usage.get("prompt_tokens")
 
     def _finish(self) -> None:
         out = self.out
         if out is None or self.done is None or self.done.done():
             return
         if self._line.strip():
-            self._event(bytes(self._line).strip(), self._last or time.perf_counter())
+            self._event(bytes(self._line).strip())
         if self._status != 200:
             body = bytes(self._body_err[:300]).decode(errors="replace")
             out.error = f"HTTP {self._status}: {body}"
@@ -541,6 +552,7 @@ def compute_metrics(
     itls: list[float] = []
     e2els: list[float] = []
     completed = total_in = total_out = 0
+    served_in: int | None = 0  # None once a completed request came back without prompt usage
     for r in results:
         if not r.success:
             continue
@@ -549,6 +561,10 @@ def compute_metrics(
             n_out = len(tok.encode(r.generated_text)) if tok is not None else 0
         total_out += n_out
         total_in += r.prompt_len
+        if served_in is not None and isinstance(r.prompt_tokens, int):
+            served_in += r.prompt_tokens
+        else:
+            served_in = None
         if n_out > 1:
             tpots.append((r.latency - r.ttft) / (n_out - 1))
         itls.extend(r.itl)
@@ -559,11 +575,15 @@ def compute_metrics(
         "duration": duration,
         "completed": completed,
         "failed": len(results) - completed,
-        "total_input_tokens": total_in,
+        # vLLM's key, vLLM's meaning: what the server counted (null when it did not say).
+        "total_input_tokens": served_in,
+        "total_input_tokens_requested": total_in,
         "total_output_tokens": total_out,
         "request_throughput": completed / duration if duration > 0 else 0.0,
         "output_throughput": total_out / duration if duration > 0 else 0.0,
-        "total_token_throughput": (total_in + total_out) / duration if duration > 0 else 0.0,
+        "total_token_throughput": None
+        if served_in is None
+        else ((served_in + total_out) / duration if duration > 0 else 0.0),
     }
     for name, vals in (("ttft", ttfts), ("tpot", tpots), ("itl", itls), ("e2el", e2els)):
         for stat, v in _stats(vals).items():

@@ -242,3 +242,48 @@ def test_each_arms_moe_config_and_a_shipped_arm_are_shown(tmp_path):
         f"own file `{name}`; tuned: its tuned file `{name}`." in text
     )
     assert report.SHIPPED_LABEL in text and report.ARM_LABELS["untuned"] not in text
+
+
+def test_arms_whose_servers_ran_no_triton_moe_are_not_compared(tmp_path):
+    """vLLM's CPU build logs no fused-MoE config on either arm (source 'none seen'): the report
+    says the arms cannot differ instead of printing verdicts, even where their numbers differ;
+    a cell whose servers did load configs keeps its comparison."""
+    res = tmp_path / "results"
+    cpu_cell, gpu_cell = "host-cpu/tiny-qwen3-moe/tp1-ep1", CELL
+    none_seen = {"source": "none seen", "paths": [], "searched": [], "log_lines": [], "env": {}}
+    files = []
+    for arm, ttft in (("untuned", 100.0), ("tuned", 60.0)):
+        pts = [fx.point(repeat=r, seq=r, ttft=ttft + r) for r in range(3)]
+        files.append(
+            fx.write_bench(
+                res, cpu_cell, arm, pts, runtime="local", moe_config=none_seen, arm_label=arm
+            )
+        )
+    name = "E=128,N=768,device_name=NVIDIA_H200.json"
+    files.append(
+        fx.write_bench(res, gpu_cell, "untuned", [fx.point(seq=0)], moe_config=_evidence("default"))
+    )
+    files.append(
+        fx.write_bench(
+            res,
+            gpu_cell,
+            "tuned",
+            [fx.point(seq=1)],
+            moe_config=_evidence("tuned", f"/cellbench/tuned-configs/{name}"),
+        )
+    )
+    text = report.write_report(files, tmp_path / "report", results=res).read_text()
+    cpu = text.split(f"## {cpu_cell}")[1].split("\n## ")[0]
+    gpu = text.split(f"## {gpu_cell}")[1].split("\n## ")[0]
+    assert "#### Untuned (A) vs tuned (B)\n\n" + report.NO_TRITON_MOE_NOTE in cpu
+    assert "noise" in report.NO_TRITON_MOE_NOTE and "cannot differ" in report.NO_TRITON_MOE_NOTE
+    # no verdict table for the CPU cell although its TTFTs differ by 40 %
+    assert "| verdict" not in cpu and "| verdict" in gpu
+    assert report.NO_TRITON_MOE_NOTE not in gpu
+    assert "Untuned (A) vs tuned (B)" in gpu and "|" in gpu.split("Untuned (A) vs tuned (B)")[1]
+    # the whole-report note for the local runtime only when every cell ran no Triton MoE
+    only_cpu = report.write_report(files[:2], tmp_path / "report2", results=res, runtime="local")
+    assert "served by vLLM on the CPU" in only_cpu.read_text()
+    assert "served by vLLM on the CPU" not in report.render(
+        *report.cell_frames(report.load_inputs(files, res)), runtime="local"
+    )

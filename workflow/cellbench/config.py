@@ -243,6 +243,8 @@ def _fill_runtime_defaults(config: dict[str, Any]) -> None:
     """Defaults that depend on the runtime (a JSON schema default cannot)."""
     serve = config["serve"]
     serve.setdefault("server", "transformers" if config["runtime"] == "local" else "vllm")
+    # On wherever the server honours it: transformers serve answers 422 to ignore_eos.
+    serve.setdefault("ignore_eos", serve["server"] == "vllm")
 
 
 def _walk(node: Any, key: str = ""):

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from cellbench import config as cbconfig
+from cellbench.container import SECRET_ENV
 
 LEASE_DIR = "results/.leases"
 
@@ -47,6 +48,14 @@ def model_source(config: dict, model: str) -> str:
     if entry.get("build"):
         return local_model_dir(model)
     return entry["hf_id"]
+
+
+def cell_env(config: dict, wildcards: Any, image: str | None = None) -> dict[str, str]:
+    """The configured variables of the job's cell (image, model, cell group; cellbench.config):
+    the tuner's step and both arms' servers get the same ones."""
+    return cbconfig.cell_env(
+        config, image or wildcards.image, wildcards.model, int(wildcards.tp), int(wildcards.ep)
+    )
 
 
 def gpus_per_server(config: dict, wildcards: Any) -> int:
@@ -75,6 +84,9 @@ def tune_settings(config: dict, pins: Any, wildcards: Any) -> str:
         "tuner": tuner_args(config, wildcards),
         "code_version": str(config["tune"]["code_version"]),
     }
+    env = cell_env(config, wildcards)
+    if env:  # only when set, so configs without variables keep their recorded settings
+        values["env"] = env
     return json.dumps(values, sort_keys=True)
 
 
@@ -108,6 +120,9 @@ def step_flags(config: dict, pins: Any, wildcards: Any) -> str:
     """``python -m cellbench.steps`` flags: runtime, image and GPUs (all of which shape the
     result, and are repeated in ``tune_settings``), then host details."""
     args = ["--runtime", config["runtime"]]
+    # The cell's variables (tracked in tune_settings): in the container, or the tuner process's.
+    for name, value in cell_env(config, wildcards).items():
+        args += ["--env", f"{name}={value}"]
     if config["runtime"] == "docker":
         args += ["--image-ref", pins.ref(wildcards.image), *_gpu_flags(config, wildcards)]
         args += [
@@ -117,8 +132,7 @@ def step_flags(config: dict, pins: Any, wildcards: Any) -> str:
             LEASE_DIR,
             "--mount",
             f"{Path(config['hf_cache']).expanduser()}:/root/.cache/huggingface:rw",
-            "--pass-env",
-            "HF_TOKEN",
+            *(x for name in SECRET_ENV for x in ("--pass-env", name)),
             "--label",
             f"cellbench.cell={cell_id(wildcards)}",
         ]
@@ -188,6 +202,9 @@ def serve_settings(config: dict, pins: Any, wildcards: Any, arm: str) -> str:
     ]
     if gsm8k["limit"]:
         args += ["--gsm8k-limit", str(gsm8k["limit"])]
+    env = cell_env(config, wildcards)
+    if env:  # both arms' servers get them; only when set, as in tune_settings
+        args += ["--server-env-json", json.dumps(env, sort_keys=True)]
     if config["runtime"] == "docker":
         args += ["--image-ref", pins.ref(wildcards.image)]
     args += ["--image-digest", pins.digest(wildcards.image)]
@@ -198,6 +215,10 @@ def serve_settings(config: dict, pins: Any, wildcards: Any, arm: str) -> str:
 def _server_host_flags(config: dict) -> list[str]:
     """Host details of serving jobs: none of them changes a number."""
     args = ["--lease-dir", LEASE_DIR, "--ready-timeout", str(config["serve"]["ready_timeout_s"])]
+    if config["runtime"] == "local" and config["serve"]["server"] == "vllm":
+        # Where vLLM is installed on this host (its own environment): what it serves is
+        # tracked through --server and the model, not through the interpreter's path.
+        args += ["--vllm-python", str(Path(config["serve"]["vllm_python"]).expanduser())]
     if config["runtime"] == "docker":
         args += [
             "--total-gpus",
@@ -234,6 +255,9 @@ def compare_sides(config: dict, pins: Any, wildcards: Any) -> list[dict[str, Any
                 "image_digest": pins.digest(image),
             }
         )
+        env = cell_env(config, wildcards, image)
+        if env:  # each image's server gets its own cell's variables
+            sides[-1]["env"] = env
     return sides
 
 

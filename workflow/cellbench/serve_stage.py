@@ -114,13 +114,15 @@ class ImageSpec:
     image_ref: str | None = None
     image_digest: str | None = None
     server_command: list[str] | None = None  # overrides --server-command-json for this side
+    env: dict[str, str] = field(default_factory=dict)  # this image's cell's variables
 
     @classmethod
     def from_json(cls, obj: Any, where: str) -> ImageSpec:
         """Build from one ``--images-json`` entry; ValueError names the entry and key."""
         if not isinstance(obj, dict):
             raise ValueError(f"{where} must be an object, got {obj!r}")
-        known = {"name", "cell", "tuned_config_dir", "image_ref", "image_digest", "server_command"}
+        known = {"name", "cell", "tuned_config_dir", "image_ref", "image_digest"}
+        known |= {"server_command", "env"}
         unknown = sorted(set(obj) - known)
         if unknown:
             raise ValueError(f"{where}: unknown key(s) {', '.join(unknown)}")
@@ -144,6 +146,7 @@ class ImageSpec:
             image_ref=obj.get("image_ref"),
             image_digest=obj.get("image_digest"),
             server_command=command,
+            env=_env_arg(obj.get("env", {}), f"{where}.env"),
         )
 
 
@@ -190,6 +193,7 @@ class StageConfig:
     gsm8k_timeout_s: float = 6 * 3600.0
     gsm8k_max_gen_toks: int = 256
     images: list[ImageSpec] | None = None  # --arm images only: side A, side B
+    server_env: dict[str, str] = field(default_factory=dict)  # the cell's configured variables
 
     def validate(self) -> None:
         """Raise ValueError naming the bad key and value."""
@@ -299,6 +303,11 @@ class StageConfig:
                 "--arm images measures the load grid only (GSM8K runs in each cell's own job): "
                 "pass --no-gsm8k"
             )
+
+    def env_of(self, side: Side) -> dict[str, str]:
+        """The configured variables of a side's server: the cell's, or its image's cell's."""
+        spec = next((s for s in self.images or [] if s.name == side.name), None)
+        return {**self.server_env, **(spec.env if spec else {})}
 
     @property
     def arms(self) -> list[str]:
@@ -486,6 +495,7 @@ def _measure(cfg: StageConfig, sides: list[Side], point_tag: str | None = None) 
                 device=cfg.device,
                 dtype=cfg.model_dtype,
                 hf_cache=cfg.hf_cache,
+                env=cfg.env_of(side),
                 labels={
                     "cellbench.cell": side.cell_id,
                     "cellbench.arm": side.arm,
@@ -870,6 +880,14 @@ def _json_arg(text: str, flag: str) -> Any:
         raise ValueError(f"{flag}: not valid JSON ({e}): {text!r}") from None
 
 
+def _env_arg(obj: Any, flag: str) -> dict[str, str]:
+    if not isinstance(obj, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in obj.items()
+    ):
+        raise ValueError(f"{flag} must be a JSON object of string names and values: {obj!r}")
+    return obj
+
+
 def _int_list(text: str, flag: str) -> list[int]:
     try:
         return [int(x) for x in text.split(",") if x.strip()]
@@ -921,6 +939,7 @@ def parse_args(argv: list[str] | None = None) -> StageConfig:
     a("--gsm8k-timeout", type=float, default=6 * 3600.0)
     a("--gsm8k-max-gen-toks", type=int, default=256)
     a("--images-json", default=None)
+    a("--server-env-json", default="{}", help="variables for every server of the job")
     a("--out-dir", required=True, type=Path)
     ns = p.parse_args(argv)
     serve_args = _json_arg(ns.serve_args_json, "--serve-args-json")
@@ -989,6 +1008,9 @@ def parse_args(argv: list[str] | None = None) -> StageConfig:
         gsm8k_timeout_s=ns.gsm8k_timeout,
         gsm8k_max_gen_toks=ns.gsm8k_max_gen_toks,
         images=images,
+        server_env=_env_arg(
+            _json_arg(ns.server_env_json, "--server-env-json"), "--server-env-json"
+        ),
     )
     cfg.validate()
     return cfg

@@ -344,6 +344,80 @@ PROBES: list[Probe] = [
         base="local",
         edit=_set("gsm8k", "limit", 100),
     ),
+    # --- environment variables (images.*.env, models.*.env, cells[*].env) ---
+    Probe(
+        "env-unquoted-number",
+        "config",
+        "`cells[0].env: {VLLM_ROCM_USE_AITER: 0}` (unquoted: YAML reads a number)",
+        "cells[0].env.VLLM_ROCM_USE_AITER = 0: YAML read the value as a number; quote it "
+        '(VLLM_ROCM_USE_AITER: "0")',
+        edit=_set("cells", 0, "env", {"VLLM_ROCM_USE_AITER": 0}),
+    ),
+    Probe(
+        "env-boolean",
+        "config",
+        f"`models.{Q30}.env: {{VLLM_USE_V1: true}}`",
+        f"models.{Q30}.env.VLLM_USE_V1 = true: YAML read the value as a boolean",
+        edit=_set("models", Q30, "env", {"VLLM_USE_V1": True}),
+    ),
+    Probe(
+        "env-no-value",
+        "config",
+        "`cells[0].env: {VLLM_ROCM_USE_AITER: }` (no value)",
+        'cells[0].env.VLLM_ROCM_USE_AITER has no value: give a string ("" for an empty one)',
+        edit=_set("cells", 0, "env", {"VLLM_ROCM_USE_AITER": None}),
+    ),
+    Probe(
+        "env-hf-token",
+        "config",
+        '`images.rocm7.0.env: {HF_TOKEN: "hf_..."}`',
+        "images.rocm7.0.env.HF_TOKEN: looks like a secret, refused in favour of the "
+        "pass-through list",
+        edit=_set("images", "rocm7.0", "env", {"HF_TOKEN": "hf_abc"}),
+    ),
+    Probe(
+        "env-api-key",
+        "config",
+        f'`models.{Q30}.env: {{OPENAI_API_KEY: "sk-..."}}`',
+        "cellbench.container.SECRET_ENV (HF_TOKEN, HUGGING_FACE_HUB_TOKEN, HUGGINGFACE_TOKEN)",
+        edit=_set("models", Q30, "env", {"OPENAI_API_KEY": "sk-abc"}),
+    ),
+    Probe(
+        "env-password",
+        "config",
+        '`cells[0].env: {REGISTRY_PASSWORD_FILE: "/run/pw"}`',
+        "cells[0].env.REGISTRY_PASSWORD_FILE: looks like a secret",
+        edit=_set("cells", 0, "env", {"REGISTRY_PASSWORD_FILE": "/run/pw"}),
+    ),
+    Probe(
+        "env-tuned-folder",
+        "config",
+        '`cells[0].env: {VLLM_TUNED_CONFIG_FOLDER: "/configs"}`',
+        "cells[0].env.VLLM_TUNED_CONFIG_FOLDER: the pipeline sets it per arm",
+        edit=_set("cells", 0, "env", {"VLLM_TUNED_CONFIG_FOLDER": "/configs"}),
+    ),
+    Probe(
+        "env-bad-name",
+        "config",
+        '`images.rocm7.2.env: {VLLM-ROCM: "0"}`',
+        "images.rocm7.2.env: variable name 'VLLM-ROCM' is not valid",
+        edit=_set("images", "rocm7.2", "env", {"VLLM-ROCM": "0"}),
+    ),
+    Probe(
+        "env-not-mapping",
+        "config",
+        '`cells[0].env: ["VLLM_ROCM_USE_AITER=0"]`',
+        'cells[0].env = ["VLLM_ROCM_USE_AITER=0"]: must be a mapping of variable names',
+        edit=_set("cells", 0, "env", ["VLLM_ROCM_USE_AITER=0"]),
+    ),
+    Probe(
+        "env-groups-disagree",
+        "config",
+        '`cells[1]`: a copy of `cells[0]` with `env: {VLLM_ROCM_USE_AITER: "1"}`',
+        "cells[1].env.VLLM_ROCM_USE_AITER = '1' and cells[0].env.VLLM_ROCM_USE_AITER = '0' "
+        "both apply to cell rocm7.0/qwen3-30b-a3b-fp8/tp2-ep2",
+        edit=lambda c: c["cells"].append({**c["cells"][0], "env": {"VLLM_ROCM_USE_AITER": "1"}}),
+    ),
     # --- the file itself ---
     Probe(
         "file-missing", "yaml", "`--configfile` names no file", "does not exist", text="<missing>"

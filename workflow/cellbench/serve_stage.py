@@ -893,6 +893,8 @@ def _env_arg(obj: Any, flag: str) -> dict[str, str]:
         isinstance(k, str) and isinstance(v, str) for k, v in obj.items()
     ):
         raise ValueError(f"{flag} must be a JSON object of string names and values: {obj!r}")
+    if "VLLM_TUNED_CONFIG_FOLDER" in obj:  # per arm, the launchers' own: never configured
+        raise ValueError(f"{flag}: VLLM_TUNED_CONFIG_FOLDER is set per arm by the job itself")
     return obj
 
 

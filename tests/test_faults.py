@@ -10,6 +10,7 @@ server does not read tuned configs anyway.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -29,25 +30,40 @@ ROOT = Path(__file__).resolve().parents[1]
 CELL = "results/host-cpu/tiny-qwen3-moe/tp1-ep1"
 SERVE_LOG = "results/logs/host-cpu/tiny-qwen3-moe/tp1-ep1/serve-pair.log"
 ARMS = ("untuned", "tuned")
+MODELS = ("tiny-qwen3-moe", "tiny-qwen3-moe-16e")  # the embedded default's two cells' models
+STANDIN_LAUNCH_CONFIG = {
+    "BLOCK_SIZE_M": 16,
+    "BLOCK_SIZE_N": 32,
+    "BLOCK_SIZE_K": 32,
+    "GROUP_SIZE_M": 1,
+    "num_warps": 4,
+    "num_stages": 2,
+}
 
 
 @pytest.fixture(scope="module")
 def built_assets(tmp_path_factory) -> Path:
     """The embedded default's model and question set, built once for the module."""
     root = tmp_path_factory.mktemp("assets")
-    assets.make_tiny_model(root / "models" / "tiny-qwen3-moe", seed=0)
+    for kind in MODELS:
+        assets.make_model(root / "models" / kind, kind, seed=0)
     assets.make_gsm8k_set(root / "gsm8k", 40, seed=0)
     return root
 
 
-def _workdir(tmp_path: Path, built: Path, cells: list[str]) -> Path:
-    """A fresh copy of the workflow with its assets and, per cell, a tuned-config folder."""
+def _workdir(tmp_path: Path, built: Path, models: list[str]) -> Path:
+    """A fresh copy of the workflow with its assets and, per model's tp1-ep1 cell, a tuned
+    config as the tune job would leave it (the tuned arm's server must load it: one valid
+    launch config under the name the server looks for; the tune job itself is not run)."""
     work = fresh_copy(tmp_path)
     shutil.copytree(built, work / "results" / "assets")
-    for cell in cells:
-        configs = work / f"results/host-cpu/tiny-qwen3-moe/{cell}/tune/configs"
+    for model in models:
+        shape = json.loads((built / "models" / model / "cellbench_model.json").read_text())
+        fm = shape["fused_moe_shape"]
+        configs = work / f"results/host-cpu/{model}/tp1-ep1/tune/configs"
         configs.mkdir(parents=True)
-        (configs / "E=8,N=32,device_name=cpu.json").write_text("{}\n")
+        name = f"E={fm['E']},N={fm['N']},device_name=CPU_TRITON_INTERPRET.json"
+        (configs / name).write_text(json.dumps({"1": STANDIN_LAUNCH_CONFIG}) + "\n")
     return work
 
 
@@ -120,7 +136,7 @@ def _dry_run(work: Path, target: str, *args: str) -> str:
 def test_interrupt_mid_benchmark_stops_everything_and_leaves_nothing(
     built_assets, tmp_path, sig, to_group
 ):
-    work = _workdir(tmp_path, built_assets, ["tp1-ep1"])
+    work = _workdir(tmp_path, built_assets, ["tiny-qwen3-moe"])
     target = f"{CELL}/serve/untuned/bench.json"
     proc = _snakemake(work, target, "--allowed-rules", "serve_pair")
     # Both servers up and the first point measured: the job is mid-benchmark.
@@ -197,9 +213,9 @@ def _small_config(tmp_path: Path) -> str:
 def test_server_killed_mid_benchmark_keep_going_and_rerun_only_the_failed_job(
     built_assets, tmp_path
 ):
-    work = _workdir(tmp_path, built_assets, ["tp1-ep1", "tp2-ep2"])
+    work = _workdir(tmp_path, built_assets, list(MODELS))
     configfile = _small_config(tmp_path)
-    cells = [f"results/host-cpu/tiny-qwen3-moe/{c}" for c in ("tp1-ep1", "tp2-ep2")]
+    cells = [f"results/host-cpu/{m}/tp1-ep1" for m in MODELS]
     targets = [f"{c}/serve/untuned/bench.json" for c in cells]
     flags = ["--allowed-rules", "serve_pair", "--configfile", configfile]
     proc = _snakemake(work, *targets, *flags, "--keep-going")

@@ -302,7 +302,7 @@ def test_stage_on_transformers_serve(tiny_assets, tmp_path):
         "5",
         "--gsm8k-max-gen-toks",
         "24",
-        "--tp",  # later flags win: the layout of the embedded default's tp2-ep2 cell
+        "--tp",  # later flags win: a TP 2 request, which transformers serve cannot honour
         "2",
         "--ep",
         "2",
@@ -311,7 +311,7 @@ def test_stage_on_transformers_serve(tiny_assets, tmp_path):
     bench = json.loads((out / "bench.json").read_text())
     jsonschema.validate(bench, SCHEMA)
     assert bench["runtime"] == "local" and bench["cold"] is None
-    # The cell asked for TP 2 with expert parallel (as the embedded default's tp2-ep2 cell
+    # The cell asked for TP 2 with expert parallel (the config refuses this for a transformers
     # does); transformers serve ran one process, and the file says so.
     assert (bench["tp_requested"], bench["ep_requested"]) == (2, 2)
     assert (bench["tp"], bench["ep"]) == (1, 1)

@@ -55,6 +55,15 @@ TINY_MODEL_SHAPE = {
     "head_dim": 32,
 }
 
+# A second tiny shape, so the embedded default has two cells that each serve what they tune:
+# twice the experts and width, top-4 (file name E=16,N=64,...).
+TINY_16E_MODEL_SHAPE = {
+    **TINY_MODEL_SHAPE,
+    "moe_intermediate_size": 64,
+    "num_experts": 16,
+    "num_experts_per_tok": 4,
+}
+
 # Qwen3-30B-A3B's per-layer shapes (its config.json), fewer layers: the tuned config's file
 # name (E=128,N=768,...) is the real model's, and the experts hold ~97 % of the weights.
 SMALL_MODEL_SHAPE = {
@@ -72,6 +81,7 @@ SMALL_MODEL_SHAPE = {
 # MLP width (unused: every layer is sparse) and the dtype the weights are saved in.
 MODEL_RECIPES = {
     "tiny-qwen3-moe": (TINY_MODEL_SHAPE, 128, "float32"),
+    "tiny-qwen3-moe-16e": (TINY_16E_MODEL_SHAPE, 128, "float32"),
     "small-qwen3-moe": (SMALL_MODEL_SHAPE, 6144, "bfloat16"),
 }
 MODEL_KINDS = set(MODEL_RECIPES)

@@ -546,6 +546,13 @@ def _check_semantics(config: dict[str, Any]) -> None:
         tp = group["tp"]
         if tp & (tp - 1):
             raise ConfigError(f"config error: {where}.tp = {tp}: must be a power of two")
+        if tp > 1 and config["serve"]["server"] == "transformers":
+            raise ConfigError(
+                f"config error: {where}.tp = {tp}: serve.server transformers runs the model in "
+                "one process (transformers serve has no tensor parallelism), so a TP "
+                f"{tp} cell's tuned configs (its per-rank shapes) would never be read; use "
+                "tp: 1, or serve.server: vllm"
+            )
         if runtime == "docker" and tp > config["gpus"]:
             raise ConfigError(
                 f"config error: {where}.tp = {tp}: exceeds the {config['gpus']} "

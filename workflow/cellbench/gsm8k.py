@@ -44,6 +44,7 @@ def lm_eval_command(
     limit: int | None,
     seed: int = 0,
     max_gen_toks: int = 256,
+    num_concurrent: int = 1,
 ) -> list[str]:
     """The lm-eval command line for one GSM8K run."""
     task = LOCAL_TASK if task_dir is not None else BUILTIN_TASK
@@ -53,7 +54,8 @@ def lm_eval_command(
             f"base_url={base_url.rstrip('/')}/v1/completions",
             "tokenizer_backend=None",
             "tokenized_requests=False",
-            "num_concurrent=1",
+            # Requests in flight at once: a batching server answers them in shared steps.
+            f"num_concurrent={num_concurrent}",
             "max_retries=3",
             f"max_gen_toks={max_gen_toks}",
         ]
@@ -80,6 +82,7 @@ def run_lm_eval(
     limit: int | None = None,
     timeout_s: float = 6 * 3600,
     max_gen_toks: int = 256,
+    num_concurrent: int = 1,
 ) -> Path:
     """Run lm-eval into ``output_path`` (its own layout), logging to ``log_path``."""
     if num_fewshot < 0:
@@ -96,6 +99,7 @@ def run_lm_eval(
         num_fewshot=num_fewshot,
         limit=limit,
         max_gen_toks=max_gen_toks,
+        num_concurrent=num_concurrent,
     )
     env = dict(os.environ, TOKENIZERS_PARALLELISM="false")
     if task_dir is not None:

@@ -202,6 +202,8 @@ def serve_settings(config: dict, pins: Any, wildcards: Any, arm: str) -> str:
     ]
     if gsm8k["limit"]:
         args += ["--gsm8k-limit", str(gsm8k["limit"])]
+    args += ["--gsm8k-max-gen-toks", str(gsm8k["max_gen_toks"])]
+    args += ["--gsm8k-concurrency", str(gsm8k["num_concurrent"])]
     env = cell_env(config, wildcards)
     if env:  # both arms' servers get them; only when set, as in tune_settings
         args += ["--server-env-json", json.dumps(env, sort_keys=True)]

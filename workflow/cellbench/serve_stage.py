@@ -194,6 +194,7 @@ class StageConfig:
     gsm8k_limit: int | None = None
     gsm8k_timeout_s: float = 6 * 3600.0
     gsm8k_max_gen_toks: int = 256
+    gsm8k_concurrency: int = 1
     images: list[ImageSpec] | None = None  # --arm images only: side A, side B
     server_env: dict[str, str] = field(default_factory=dict)  # the cell's configured variables
 
@@ -272,6 +273,8 @@ class StageConfig:
                 raise ValueError(f"--gsm8k-task-dir {self.gsm8k_task_dir} has no gsm8k_local.yaml")
         if self.gsm8k_fewshot < 0:
             raise ValueError(f"--gsm8k-fewshot must be >= 0, got {self.gsm8k_fewshot}")
+        if self.gsm8k_concurrency < 1:
+            raise ValueError(f"--gsm8k-concurrency must be >= 1, got {self.gsm8k_concurrency}")
         if self.gsm8k_max_gen_toks < 1:
             raise ValueError(f"--gsm8k-max-gen-toks must be >= 1, got {self.gsm8k_max_gen_toks}")
         if self.gsm8k_limit is not None and self.gsm8k_limit < 1:
@@ -593,6 +596,7 @@ def _measure(cfg: StageConfig, sides: list[Side], point_tag: str | None = None) 
                     limit=cfg.gsm8k_limit,
                     timeout_s=cfg.gsm8k_timeout_s,
                     max_gen_toks=cfg.gsm8k_max_gen_toks,
+                    num_concurrent=cfg.gsm8k_concurrency,
                 )
                 _check_alive(runs, f"during lm-eval on the {name} server")
         for run in runs.values():
@@ -949,6 +953,7 @@ def parse_args(argv: list[str] | None = None) -> StageConfig:
     a("--gsm8k-limit", type=int, default=None)
     a("--gsm8k-timeout", type=float, default=6 * 3600.0)
     a("--gsm8k-max-gen-toks", type=int, default=256)
+    a("--gsm8k-concurrency", type=int, default=1, help="lm-eval's num_concurrent")
     a("--images-json", default=None)
     a("--server-env-json", default="{}", help="variables for every server of the job")
     a("--out-dir", required=True, type=Path)
@@ -1019,6 +1024,7 @@ def parse_args(argv: list[str] | None = None) -> StageConfig:
         gsm8k_limit=ns.gsm8k_limit,
         gsm8k_timeout_s=ns.gsm8k_timeout,
         gsm8k_max_gen_toks=ns.gsm8k_max_gen_toks,
+        gsm8k_concurrency=ns.gsm8k_concurrency,
         images=images,
         server_env=_env_arg(
             _json_arg(ns.server_env_json, "--server-env-json"), "--server-env-json"

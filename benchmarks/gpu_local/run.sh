@@ -7,6 +7,9 @@
 #   bash benchmarks/gpu_local/run.sh [--config FILE] [--deadline S] [--cores N]
 #                                    [--wheels DIR | --no-wheels] [--dry-run] [--python PY]
 #
+# Defaults: config/gpu-local.yaml, a 480 s deadline for snakemake (then SIGINT, 30 s grace),
+# 8 cores, python3. The device call's own limit is 600 s: install, check and packing take
+# ~30 s more.
 # --wheels DIR installs DIR/*.whl (default .whl) into $CELLBENCH_SITE (default /tmp/site);
 # --no-wheels uses the interpreter's own packages (a machine that has the project installed);
 # --dry-run plans with `snakemake -n` and packs that. Exit status: snakemake's (124 when the
@@ -14,7 +17,7 @@
 set -u -o pipefail
 
 config=config/gpu-local.yaml
-deadline=500
+deadline=480
 cores=8
 wheels=1
 wheel_dir=.whl
@@ -29,7 +32,7 @@ while [ $# -gt 0 ]; do
         --no-wheels) wheels=0; shift ;;
         --dry-run) dry=1; shift ;;
         --wheels) wheel_dir=$2; shift 2 ;;
-        -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
         *) echo "run.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
 done

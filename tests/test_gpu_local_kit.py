@@ -87,3 +87,37 @@ def test_wheel_list_matches_the_project_pins():
     # pulp (16 MB of solver binaries) stays behind: run.sh schedules greedily.
     assert "pulp" not in carried
     assert "--scheduler greedy" in (KIT / "run.sh").read_text()
+
+
+def test_report_of_a_gpu_local_run_is_not_labelled_cpu():
+    """A local run whose tuning was compiled (no interpreter) gets the GPU banner, naming the
+    device; the embedded default's interpreter run keeps its own."""
+    import pandas as pd
+    from cellbench import report
+
+    def tune(interpreter: bool, device: str) -> pd.DataFrame:
+        return pd.DataFrame(
+            [
+                {
+                    "image": "host-cuda",
+                    "model": "small-qwen3-moe",
+                    "tp": 1,
+                    "ep": 1,
+                    "cell": "host-cuda/small-qwen3-moe/tp1-ep1",
+                    "batch_size": 16,
+                    "device_name": device,
+                    "backend": "builtin",
+                    "mode": "default",
+                    "interpreter": interpreter,
+                    "config_file": f"E=128,N=768,device_name={device}.json",
+                    "config.BLOCK_SIZE_M": 16,
+                    "time_us": 42.0,
+                }
+            ]
+        )
+
+    gpu = report.render(pd.DataFrame(), pd.DataFrame(), tune(False, "NVIDIA_H200"), "local")
+    assert "**Local runtime on a GPU (NVIDIA_H200).**" in gpu
+    assert "Embedded default" not in gpu and "interpreter" not in gpu.split("## ")[0]
+    cpu = report.render(pd.DataFrame(), pd.DataFrame(), tune(True, "CPU_TRITON_INTERPRET"), "local")
+    assert "**Embedded default.**" in cpu and "Local runtime on a GPU" not in cpu

@@ -515,6 +515,18 @@ def render(
             "scores of a random model are near zero by design.",
             "",
         ]
+    elif runtime == "local" and len(tune) and not tune["interpreter"].fillna(True).any():
+        # Every cell tuned with compiled Triton: the local runtime on a GPU (config/gpu-local.yaml).
+        devices = ", ".join(sorted(set(tune["device_name"].dropna())))
+        lines += [
+            f"> **Local runtime on a GPU ({devices}).** A random-weight Qwen3-MoE-architecture "
+            "model built by the workflow, served by `transformers serve` on the GPU with the "
+            "project's Triton fused-MoE kernel (compiled) as its experts; the kernel tuned on "
+            "the same GPU. The tuned arm's server loads the tuned configs (each cell's "
+            "*Fused-MoE config* line shows what each server's log said). Serving overheads are "
+            "transformers', not vLLM's. GSM8K scores of a random model are near zero by design.",
+            "",
+        ]
     elif runtime == "local":
         lines += [
             "> **Embedded default.** A tiny random-weight Qwen3-MoE-architecture model served "

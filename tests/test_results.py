@@ -287,8 +287,8 @@ def test_report_rule_failure_keeps_the_old_report(tmp_path):
     terminal names the file, and report.md from the first run is still there."""
     work = fresh_copy(tmp_path)
     res = work / "results"
-    for layout in ("tp1-ep1", "tp2-ep2"):
-        _cell(res, f"host-cpu/tiny-qwen3-moe/{layout}")
+    for model in ("tiny-qwen3-moe", "tiny-qwen3-moe-16e"):  # config/local.yaml's two cells
+        _cell(res, f"host-cpu/{model}/tp1-ep1")
 
     def snakemake() -> subprocess.CompletedProcess:
         return subprocess.run(
@@ -303,8 +303,8 @@ def test_report_rule_failure_keeps_the_old_report(tmp_path):
     first = snakemake()
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     before = (res / "report/report.md").read_text()
-    assert "## host-cpu/tiny-qwen3-moe/tp2-ep2" in before
-    bad = res / "host-cpu/tiny-qwen3-moe/tp2-ep2/serve/untuned/bench.json"
+    assert "## host-cpu/tiny-qwen3-moe-16e/tp1-ep1" in before
+    bad = res / "host-cpu/tiny-qwen3-moe-16e/tp1-ep1/serve/untuned/bench.json"
     _rewrite(bad, lambda d: d["points"][0].update(completed=400))
     second = snakemake()
     terminal = second.stdout + second.stderr

@@ -37,6 +37,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from cellbench import atomicio
+
 # Kept identical to lm-eval 0.4.13's gsm8k task so scores mean the same thing.
 GSM8K_TASK_NAME = "gsm8k_local"
 GSM8K_TEST_FILE = "gsm8k_test.jsonl"
@@ -105,7 +107,9 @@ def _atomic_dir(out_dir: Path) -> Iterator[Path]:
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
     try:
         yield tmp
-        os.chmod(tmp, 0o755)  # mkdtemp makes it 0700; containers may read it as another user
+        # mkdtemp makes the folder 0700 and some writers (safetensors) leave files 0600:
+        # colleagues and containers running as another user must read them.
+        atomicio.publish_tree(tmp)
         if out_dir.exists():
             # Move the old one aside first so the final rename is a single step.
             old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-", dir=out_dir.parent))

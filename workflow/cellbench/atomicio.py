@@ -102,6 +102,19 @@ def write_json(path: str | Path, obj: Any, *, checksum: bool = False) -> None:
     write_text(path, text, checksum=checksum)
 
 
+def publish_tree(root: str | Path) -> None:
+    """Give every folder and file under ``root`` (and ``root``) the mode a plain ``mkdir`` or
+    ``open()`` would under the current umask: writers that go through temporary files (e.g.
+    safetensors' model files, mkdtemp's folders) leave them 0600/0700."""
+    mask = _umask()
+    root = Path(root)
+    for path in [root, *root.rglob("*")]:
+        if path.is_symlink():
+            continue
+        executable = path.is_dir() or bool(path.stat().st_mode & 0o100)
+        os.chmod(path, (0o777 if executable else 0o666) & ~mask)
+
+
 def staging_dir(parent: str | Path, prefix: str) -> Path:
     """A new temporary folder in ``parent`` (same file system, so it can be renamed into
     place), with the mode a plain ``mkdir`` would give it rather than mkdtemp's 0700."""

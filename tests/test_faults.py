@@ -21,6 +21,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+import result_fixtures as fx
 import yaml
 from cellbench import assets
 from filelock import FileLock, Timeout
@@ -31,14 +32,6 @@ CELL = "results/host-cpu/tiny-qwen3-moe/tp1-ep1"
 SERVE_LOG = "results/logs/host-cpu/tiny-qwen3-moe/tp1-ep1/serve-pair.log"
 ARMS = ("untuned", "tuned")
 MODELS = ("tiny-qwen3-moe", "tiny-qwen3-moe-16e")  # the embedded default's two cells' models
-STANDIN_LAUNCH_CONFIG = {
-    "BLOCK_SIZE_M": 16,
-    "BLOCK_SIZE_N": 32,
-    "BLOCK_SIZE_K": 32,
-    "GROUP_SIZE_M": 1,
-    "num_warps": 4,
-    "num_stages": 2,
-}
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +59,7 @@ def _workdir(tmp_path: Path, built: Path, models: list[str]) -> Path:
         configs = work / f"results/host-cpu/{model}/tp1-ep1/tune/configs"
         configs.mkdir(parents=True)
         name = f"E={fm['E']},N={fm['N']},device_name=CPU_TRITON_INTERPRET.json"
-        (configs / name).write_text(json.dumps({"1": STANDIN_LAUNCH_CONFIG}) + "\n")
+        (configs / name).write_text(json.dumps({"1": fx.CONFIG}) + "\n")
     return work
 
 

@@ -13,19 +13,13 @@ import json
 from pathlib import Path
 
 import pytest
+import result_fixtures as fx
 from cellbench import assets, serve_stage
 from cellbench.kernels import config_lookup
 
-LAUNCH = {
-    "BLOCK_SIZE_M": 16,
-    "BLOCK_SIZE_N": 32,
-    "BLOCK_SIZE_K": 32,
-    "GROUP_SIZE_M": 1,
-    "num_warps": 4,
-    "num_stages": 2,
-}
 # The name the server looks for: the tiny model's layer shape on this host's device.
-SERVED_NAME = "E=8,N=32,device_name=CPU_TRITON_INTERPRET.json"
+SERVED_NAME = fx.CONFIG_FILE
+LAUNCH = fx.CONFIG
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,7 @@ include: "workflow/rules/tune.smk"
 include: "workflow/rules/serve.smk"
 include: "workflow/rules/compare.smk"
 include: "workflow/rules/gsm8k.smk"
+include: "workflow/rules/gates.smk"
 include: "workflow/rules/report.smk"
 include: "workflow/rules/archive.smk"
 

@@ -33,14 +33,15 @@ import jsonschema
 from cellbench import atomicio
 
 SCHEMA_DIR = Path(__file__).resolve().parents[1] / "schemas"
-TUNE, VLLM_CONFIG, BENCH, GSM8K, COMPARISON = (
+TUNE, VLLM_CONFIG, BENCH, GSM8K, COMPARISON, GATE = (
     "tune",
     "vllm_config",
     "bench",
     "gsm8k",
     "comparison",
+    "gate",
 )
-KINDS = (TUNE, VLLM_CONFIG, BENCH, GSM8K, COMPARISON)
+KINDS = (TUNE, VLLM_CONFIG, BENCH, GSM8K, COMPARISON, GATE)
 # vLLM's six fused-MoE keys (positive integers) and the ROCm extras (non-negative integers).
 VLLM_KEYS = (
     "BLOCK_SIZE_M",
@@ -127,12 +128,14 @@ def kind_of(path: Path | str, results: Path | str | None = None) -> str:
         return VLLM_CONFIG
     if path.suffix == ".json" and path.parent.name == "gsm8k":
         return GSM8K
+    if path.name == "gate.json":
+        return GATE
     raise ResultError(
         path,
         "(file name)",
         path.name,
         "not a stage result (expected tune/summary.json, tune/configs/*.json, "
-        "serve/{arm}/bench.json, gsm8k/{arm}.json or compare/.../bench.json)",
+        "serve/{arm}/bench.json, gsm8k/{arm}.json, gate.json or compare/.../bench.json)",
         "nothing: pass only stage results",
     )
 
@@ -474,12 +477,35 @@ def load_tune(path: Path | str, results: Path | str | None = None) -> Result:
     return Result(path, TUNE, data, digest, checksum)
 
 
+def load_gate(path: Path | str, results: Path | str | None = None) -> Result:
+    """A cell's ``gate.json`` (gate.schema.json): its verdict must follow from its checks."""
+    path = Path(path)
+    rerun = rerun_hint(path, GATE)
+    data, digest, checksum = _read(path, GATE)
+    _check_schema(data, _schema("gate.schema.json"), path, rerun)
+    parts = _place(path, results, 4)
+    if parts is not None:
+        _expect_equal(
+            path, rerun, "cell", data["cell"], "/".join(parts[:3]), "the cell of its folder"
+        )
+    _expect_equal(
+        path,
+        rerun,
+        "passed",
+        data["passed"],
+        all(c["passed"] for c in data["checks"]),
+        "whether every check passed",
+    )
+    return Result(path, GATE, data, digest, checksum)
+
+
 LOADERS = {
     TUNE: load_tune,
     VLLM_CONFIG: load_vllm_config,
     BENCH: load_bench,
     GSM8K: load_gsm8k,
     COMPARISON: load_comparison,
+    GATE: load_gate,
 }
 
 

@@ -91,6 +91,8 @@ def all_targets():
         ["results/report/INDEX.json"]
         + [f"results/archive/{label}/INDEX.json" for label in archive_labels()]
         + compare_targets()
+        # Last: fails the run on a failed GSM8K gate, after the report and archives exist.
+        + [GATES_SUMMARY]
     )
 
 

@@ -94,7 +94,7 @@ def evaluate(
                 "paired_n": paired["n"],
                 "fixed": paired["fixed"],
                 "broken": paired["broken"],
-                "p_midp": paired["p_midp"],
+                "p_mid": paired["p_mid"],
                 "verdict": paired["verdict"],
                 "passed": not (beyond_noise and drop > float(max_drop)),
             }
@@ -123,7 +123,7 @@ def describe(check: dict[str, Any], model: str, cell: str) -> str:
         f"{where}: {check['metric']} dropped {check['value']:.4f} against the untuned arm "
         f"({check['untuned']:.4f} -> {check['tuned']:.4f}; paired on {check['paired_n']} "
         f"questions: {check['fixed']} fixed, {check['broken']} broken, mid-p "
-        f"{check['p_midp']:.3g}, {check['verdict']}), beyond the gate's max_drop "
+        f"{check['p_mid']:.3g}, {check['verdict']}), beyond the gate's max_drop "
         f"{check['limit']:.4f}"
     )
 

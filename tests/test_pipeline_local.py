@@ -131,10 +131,16 @@ def test_report_and_archive(finished_run):
     assert text.count("Fused-MoE config, from the servers' logs: untuned: no file found") == 2
     assert text.count("#### Untuned (A) vs tuned (B)") == 2
     assert "exact_match, strict-match" in text
-    manifest = res / "archive/embedded-cpu/MANIFEST.json"
+    # One run folder, which the label's latest link and the job's receipt name.
+    label = res / "archive/embedded-cpu"
+    run = json.loads((label / "ARCHIVED.json").read_text())["run"]
+    assert (label / "latest").resolve() == (label / run).resolve()
+    manifest = label / run / "MANIFEST.json"
     data = json.loads(manifest.read_text())
     assert data["cells"] == CELLS and data["git"] and data["config_sha256"]
+    assert data["images"] and all(d.startswith("local:") for d in data["images"].values())
     assert archive.verify(manifest) == []
+    assert [r.name for r in archive.runs(res / "archive")] == [run]
 
 
 @pytest.mark.slow

@@ -115,15 +115,17 @@ def test_csv_tables_are_tidy(results, tmp_path):
 def test_archive_manifest_covers_every_file(results, tmp_path):
     res, _ = results
     fx.write_tune(res, CELL)
-    out_dir = res / "archive" / "rocm7.2"
-    manifest_path = out_dir / "MANIFEST.json"
-    manifest = archive.build_archive(
-        "rocm7.2", res, [CELL], {"rocm7.2": "sha256:abc"}, "f00", out_dir, "docker"
+    root = tmp_path / "archive"
+    done = archive.build_run(
+        "rocm7.2", res, [CELL], {"rocm7.2": "sha256:abc"}, "f00", root, "docker"
     )
+    out_dir = root / "rocm7.2" / done.run
+    manifest_path, manifest = out_dir / "MANIFEST.json", done.manifest
     archived = {p.relative_to(out_dir).as_posix() for p in out_dir.rglob("*") if p.is_file()}
-    assert archived - {"MANIFEST.json", "INDEX.json"} == set(manifest["files"])
-    index = json.loads((out_dir / "INDEX.json").read_text())
-    assert index["manifest_sha256"] == archive.sha256_file(manifest_path)
+    assert archived - {"MANIFEST.json"} == set(manifest["files"])
+    receipt = json.loads((root / "rocm7.2" / "ARCHIVED.json").read_text())
+    assert receipt["run"] == done.run
+    assert receipt["manifest_sha256"] == archive.sha256_file(manifest_path)
     assert f"{CELL}/serve/tuned/bench.json" in manifest["files"]
     assert "report/report.md" in manifest["files"]
     assert manifest["images"] == {"rocm7.2": "sha256:abc"}
@@ -138,7 +140,9 @@ def test_archive_manifest_covers_every_file(results, tmp_path):
         summary["triton_version"],
     )
     assert archive.verify(manifest_path) == []
-    (manifest_path.parent / CELL / "serve/tuned/bench.json").write_text("{}")
+    changed = manifest_path.parent / CELL / "serve/tuned/bench.json"
+    changed.chmod(0o644)  # archived files are read-only
+    changed.write_text("{}")
     assert archive.verify(manifest_path) == [f"{CELL}/serve/tuned/bench.json"]
 
 

@@ -261,12 +261,15 @@ def test_report_cli_refuses_a_bad_file_and_keeps_the_previous_report(tmp_path):
 def test_failed_archive_keeps_the_previous_archive(tmp_path, capsys):
     res = tmp_path / "results"
     _cell(res)
-    out = res / "archive" / "rocm7.2"
-    args = ["--label", "rocm7.2", "--results", str(res), "--cells", CELL]
-    args += ["--digests", f"rocm7.2={fx.DIGEST}", "--config-hash", "f00", "--out-dir", str(out)]
+    root = res / "archive"
+    args = ["build", "--label", "rocm7.2", "--results", str(res), "--cells", CELL]
+    args += ["--digests", f"rocm7.2={fx.DIGEST}", "--config-hash", "f00"]
+    args += ["--archive-root", str(root)]
     assert archive.main(args) == 0
-    manifest = (out / "MANIFEST.json").read_text()
-    assert archive.verify(out / "MANIFEST.json") == []
+    label = root / "rocm7.2"
+    (run,) = [p for p in label.iterdir() if p.is_dir() and not p.is_symlink()]
+    manifest = (run / "MANIFEST.json").read_text()
+    assert archive.verify(run / "MANIFEST.json") == []
     bad = res / CELL / "gsm8k" / "untuned.json"
     _rewrite(bad, lambda d: d.update(strict_match=0.875))
     capsys.readouterr()
@@ -274,10 +277,11 @@ def test_failed_archive_keeps_the_previous_archive(tmp_path, capsys):
     err = capsys.readouterr().err
     # Named by its place in results/, not by the archive's temporary copy.
     assert f"bad result file {bad}: strict_match = 0.875" in err
-    assert "the previous archive was kept" in err
-    assert (out / "MANIFEST.json").read_text() == manifest
-    assert archive.verify(out / "MANIFEST.json") == []
-    assert sorted(p.name for p in out.parent.iterdir()) == ["rocm7.2"]
+    assert f"no run was added; {label} keeps its earlier runs (1) as they were" in err
+    assert (run / "MANIFEST.json").read_text() == manifest
+    assert archive.verify(run / "MANIFEST.json") == []
+    # The run, its latest link and the first job's receipt; no temporary folder left.
+    assert sorted(p.name for p in label.iterdir()) == sorted(["ARCHIVED.json", "latest", run.name])
 
 
 @pytest.mark.slow

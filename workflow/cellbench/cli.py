@@ -24,6 +24,7 @@ FORWARDED = {
     "shapes": ("cellbench.shapes", "fused-MoE shapes and vLLM config file name of a model"),
     "tune": ("cellbench.tuner.cli", "tune the fused-MoE kernel for one shape"),
     "images": ("cellbench.images", "pin images by digest: lock, bump NAME, status"),
+    "archive": ("cellbench.archive", "archived runs: list, show RUN, verify [RUN], diff A B"),
 }
 
 

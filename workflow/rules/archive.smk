@@ -1,15 +1,17 @@
-# A finished run copied into an archive per ROCm version, with a manifest that pins it down.
-# It takes only its own cells (and writes their report itself), so bumping one image's pin
-# never reruns another version's archive. Like the report, it is built in a temporary folder
-# and swapped in whole; the declared output is INDEX.json, written last, so a failed archive
-# leaves the previous one with its MANIFEST.json.
+# A finished run added to an append-only archive per ROCm version (cellbench.archive): a new
+# folder results/archive/{label}/{run}/ with its manifest, built aside and renamed into place;
+# earlier run folders are never written. It takes only its own cells (and writes their report
+# itself), so bumping one image's pin never reruns another version's archive. The declared
+# output is a receipt, ARCHIVED.json (which run this job added or found, written last): the
+# run folder cannot be the output, since Snakemake deletes a job's outputs before it runs and
+# after it fails, and nothing else in the label folder depends on the receipt.
 
 
 rule archive:
     input:
         cells=lambda wildcards: cell_outputs(cells_with_label(wildcards.label)),
     output:
-        "results/archive/{label}/INDEX.json",
+        "results/archive/{label}/ARCHIVED.json",
     log:
         "results/logs/archive-{label}.log",
     benchmark:
@@ -32,7 +34,7 @@ rule archive:
         config_hash=archive_settings_hash,
     shell:
         logged(
-            "python -m cellbench.archive --label {wildcards.label} --results results "
+            "python -m cellbench.archive build --label {wildcards.label} --results results "
             "--cells {params.cells} --digests {params.digests} "
-            "--config-hash {params.config_hash} --out-dir results/archive/{wildcards.label}"
+            "--config-hash {params.config_hash} --archive-root results/archive"
         )

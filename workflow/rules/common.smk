@@ -84,12 +84,13 @@ COMPARE_ID = "{image_a}-vs-{image_b}/{model}/tp{tp}-ep{ep}"
 
 def all_targets():
     """What `all` builds: every cell's outputs, the report and one archive per label (and the
-    image comparisons, with serve.compare_images). The report's and archives' INDEX.json are
-    written last, so a failure leaves the report.md and MANIFEST.json users read in place.
+    image comparisons, with serve.compare_images). The report's INDEX.json and each archive's
+    receipt ARCHIVED.json are written last, so a failure leaves the report.md and the archived
+    run folders users read in place.
     """
     return (
         ["results/report/INDEX.json"]
-        + [f"results/archive/{label}/INDEX.json" for label in archive_labels()]
+        + [f"results/archive/{label}/ARCHIVED.json" for label in archive_labels()]
         + compare_targets()
         # Last: fails the run on a failed GSM8K gate, after the report and archives exist.
         + [GATES_SUMMARY]

@@ -65,30 +65,42 @@ def test_tables_in_the_seeds_shape(results, tmp_path):
     assert "| 512-512   | 100.00               | 80.00              |" in text
     assert "| 1024-1024 | 200.00               | 199.67             |" in text
     assert "| Average   | 150.00               | 139.83             |" in text
-    # GSM8K: percentages with stderr, and paired fixed/broken counts
+    # GSM8K: percentages with stderr, and the paired table (both right, both wrong, fixed,
+    # broken; accuracies; difference) of the untuned-vs-tuned section
     assert "| exact_match, strict-match     | 80.00% ± 1.00        | 83.00% ± 1.00      |" in text
-    assert "5 fixed, 2 broken" in text
+    assert "GSM8K, paired by `doc_id` on 100 questions:" in text
+    strict = next(line for line in text.splitlines() if line.startswith("| strict-match "))
+    cells = [c.strip() for c in strict.strip("|").split("|")]
+    assert cells[1:7] == ["78", "15", "5", "2", "80.00%", "83.00%"]
+    assert cells[7].startswith("+3.00% [")
 
 
 def test_change_and_noise_are_told_apart(results, tmp_path):
     res, files = results
-    serve, _, _ = report.load_tables(files, res)
-    table = report.diff_table(
-        serve, {"cell": CELL, "arm": "untuned"}, {"cell": CELL, "arm": "tuned"}
-    )
+    text = report.write_report(files, tmp_path / "report", results=res).read_text()
+    table = text.split("#### Untuned (A) vs tuned (B)")[1]
     rows = {
         (line.split("|")[1].strip(), line.split("|")[2].strip()): line
-        for line in table.splitlines()[2:]
+        for line in table.splitlines()
+        if line.startswith("| 512") or line.startswith("| 1024")
     }
-    assert rows[("512-512", "mean_ttft_ms")].rstrip("| ").endswith("change")
+    # TTFT 100 -> 80 ms (lower is better), repeats 1 ms apart: a real change
+    assert rows[("512-512", "mean_ttft_ms")].rstrip("| ").endswith("better")
     assert "-20.0%" in rows[("512-512", "mean_ttft_ms")]
-    assert rows[("1024-1024", "mean_ttft_ms")].rstrip("| ").endswith("noise")
+    assert rows[("1024-1024", "mean_ttft_ms")].rstrip("| ").endswith("within noise")
+    assert "a 5% change needs" in table
 
 
-def test_one_run_a_side_gets_no_verdict():
-    assert report.compare([100.0], [50.0])["verdict"].startswith("n/a")
-    c = report.compare([10.0, 10.0], [10.0, 10.0])
-    assert c["verdict"] == "noise" and c["change"] == 0
+def test_one_run_a_side_gets_no_verdict(tmp_path):
+    res = tmp_path / "results"
+    files = [
+        fx.write_bench(res, CELL, arm, [fx.point(ttft=ttft)])
+        for arm, ttft in (("untuned", 100.0), ("tuned", 50.0))
+    ]
+    text = report.write_report(files, tmp_path / "report", results=res).read_text()
+    table = text.split("#### Untuned (A) vs tuned (B)")[1].split("Serving verdicts:")[0]
+    assert "n/a (one run a side)" in table and "| better" not in table
+    assert "Spread not measured: one run a side" in table
 
 
 def test_csv_tables_are_tidy(results, tmp_path):
@@ -146,13 +158,19 @@ def test_archive_manifest_covers_every_file(results, tmp_path):
     assert archive.verify(manifest_path) == [f"{CELL}/serve/tuned/bench.json"]
 
 
-def test_holm_adjustment_by_hand():
-    # p sorted 0.01, 0.02, 0.04 -> 3*0.01, max(0.03, 2*0.02), max(0.04, 1*0.04); NaN kept out
-    adjusted = report.holm([0.04, 0.01, float("nan"), 0.02])
-    assert adjusted[1] == pytest.approx(0.03)
-    assert adjusted[3] == pytest.approx(0.04)
-    assert adjusted[0] == pytest.approx(0.04)
-    assert adjusted[2] != adjusted[2]  # NaN
+def test_min_change_pct_reaches_the_verdicts(results, tmp_path):
+    """A floor above the 20% TTFT change turns its verdict to noise, and the footer says so;
+    a negative floor is refused before any work."""
+    res, files = results
+    text = report.write_report(
+        files, tmp_path / "report", results=res, min_change_pct=25
+    ).read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| 512-512   | mean_ttft"))
+    assert row.rstrip("| ").endswith("within noise")
+    assert "at least 25%" in text
+    with pytest.raises(SystemExit):
+        report.main(["--out-dir", str(tmp_path / "r3"), "--min-change-pct", "-1", *map(str, files)])
+    assert not (tmp_path / "r3").exists()
 
 
 def test_concurrency_levels_are_kept_apart(tmp_path):

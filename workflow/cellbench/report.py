@@ -5,7 +5,8 @@ Inputs are the stage outputs (their schemas are the interface): `tune/summary.js
 cell, arm, repeat and grid point), `gsm8k.csv` (one row per cell and arm), `tune.csv` (one row
 per cell and batch size) and `report.md` in the seeds' shapes (TTFT, TPOT, E2E tables by
 ISL-OSL with arms as columns and an Average row; GSM8K strict-match and flexible-extract),
-followed by diff sections (untuned vs tuned; image A vs image B) that tell change from noise.
+followed by diff sections (untuned vs tuned; image A vs image B) that tell change from noise
+(`cellbench.comparison`, the one comparison also used for a run against an archived run).
 
 Every input goes through `cellbench.results` (schema, invariants, recorded checksum); a bad
 one stops the report with a message naming the file, the field and the job to rerun, and the
@@ -17,7 +18,8 @@ when given, are what the image-vs-image section of the tuned arm uses ("interlea
 host"); otherwise, and for the untuned arm, it compares the separately run cells ("separate
 runs"). Their points go to `compare.csv`.
 
-    python -m cellbench.report --results results --out-dir results/report [FILES...]
+    python -m cellbench.report --results results --out-dir results/report \
+        [--min-change-pct 2] [FILES...]
 """
 
 from __future__ import annotations
@@ -32,9 +34,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pandas as pd
-from scipy import stats
 
-from cellbench import atomicio
+from cellbench import atomicio, comparison, stats
 from cellbench import results as results_mod
 from cellbench.results import Result, ResultError
 from cellbench.results import load as load_result
@@ -57,9 +58,6 @@ LATENCY_TABLES = (
     ("TPOT (ms)", "mean_tpot_ms"),
     ("E2E Latency (ms)", "mean_e2el_ms"),
 )
-DIFF_METRICS = ("mean_ttft_ms", "mean_tpot_ms", "mean_e2el_ms", "output_throughput")
-# Welch's t-test on per-repeat values; below this p-value a difference counts as real.
-SIGNIFICANCE = 0.05
 
 
 def _split_cell(cell_id: str) -> dict:
@@ -196,20 +194,6 @@ def _md(df: pd.DataFrame) -> str:
     return df.to_markdown(index=False, disable_numparse=True)
 
 
-def compare(a: list[float], b: list[float]) -> dict:
-    """Relative change from a to b and whether it stands out from the run-to-run noise."""
-    mean_a, mean_b = sum(a) / len(a), sum(b) / len(b)
-    change = (mean_b - mean_a) / mean_a if mean_a else float("nan")
-    if len(a) < 2 or len(b) < 2:
-        return {"change": change, "p_value": float("nan"), "verdict": "n/a (one run a side)"}
-    if max(a) == min(a) and max(b) == min(b):
-        p = 0.0 if mean_a != mean_b else 1.0
-    else:
-        p = float(stats.ttest_ind(a, b, equal_var=False).pvalue)
-    verdict = "change" if p < SIGNIFICANCE else "noise"
-    return {"change": change, "p_value": p, "verdict": verdict}
-
-
 def latency_tables(serve: pd.DataFrame, cell: str) -> list[str]:
     """The seeds' three tables for one cell: ISL-OSL rows, arms as columns, an Average row.
     Repeats are averaged; concurrency levels are kept apart (one row each)."""
@@ -246,98 +230,38 @@ def gsm8k_table(gsm: pd.DataFrame, cell: str) -> str:
             f"{100 * r.strict_match:.2f}% ± {100 * (r.strict_match_stderr or 0):.2f}",
             f"{100 * r.flexible_extract:.2f}% ± {100 * (r.flexible_extract_stderr or 0):.2f}",
         ]
-    text = f"#### GSM8K ({int(rows.iloc[0].n_samples)} questions)\n\n{_md(table)}\n"
-    if set(arms) == {"untuned", "tuned"}:
-        text += "\n" + paired_gsm8k(rows.loc["untuned"], rows.loc["tuned"]) + "\n"
-    return text
+    return f"#### GSM8K ({int(rows.iloc[0].n_samples)} questions)\n\n{_md(table)}\n"
 
 
-def paired_gsm8k(a: pd.Series, b: pd.Series) -> str:
-    """Problems fixed and broken between two runs on the same questions (strict-match)."""
-    sa = {s["doc_id"]: s["strict"] for s in json.loads(a.per_sample)}
-    sb = {s["doc_id"]: s["strict"] for s in json.loads(b.per_sample)}
-    common = sa.keys() & sb.keys()
-    fixed = sum(1 for d in common if not sa[d] and sb[d])
-    broken = sum(1 for d in common if sa[d] and not sb[d])
-    if fixed + broken:
-        # Exact McNemar test: are the discordant questions split unevenly?
-        p = float(stats.binomtest(fixed, fixed + broken, 0.5).pvalue)
-        verdict = "change" if p < SIGNIFICANCE else "noise"
-    else:
-        p, verdict = 1.0, "no difference"
-    return (
-        f"Paired on {len(common)} questions (strict-match): {fixed} fixed, {broken} broken, "
-        f"McNemar p = {p:.3f} -> {verdict}."
-    )
+def gsm8k_side(gsm: pd.DataFrame, **key: object) -> dict | None:
+    """The GSM8K result of one cell and arm as ``comparison`` takes it (the result file's
+    fields, ``per_sample`` decoded), or None when there is none."""
+    if not len(gsm):
+        return None
+    mask = pd.Series(True, index=gsm.index)
+    for k, v in key.items():
+        mask &= gsm[k] == v
+    if not mask.any():
+        return None
+    row = gsm[mask].iloc[0]
+    return {
+        "n_samples": int(row.n_samples),
+        "strict_match": float(row.strict_match),
+        "flexible_extract": float(row.flexible_extract),
+        "per_sample": json.loads(row.per_sample),
+    }
+
+
+def select(frame: pd.DataFrame, **key: object) -> pd.DataFrame:
+    """The rows of ``frame`` whose columns equal ``key``'s values."""
+    mask = pd.Series(True, index=frame.index)
+    for k, v in key.items():
+        mask &= frame[k] == v
+    return frame[mask]
 
 
 def _point_label(isl: int, osl: int, conc: int, several_levels: bool) -> str:
     return f"{isl}-{osl} @c{conc}" if several_levels else f"{isl}-{osl}"
-
-
-def holm(p_values: list[float]) -> list[float]:
-    """Holm-Bonferroni adjusted p-values: a table tests many metrics and points at once, and
-    without this roughly one row in twenty would read "change" from noise alone."""
-    order = sorted(range(len(p_values)), key=lambda i: (math.isnan(p_values[i]), p_values[i]))
-    m = sum(1 for p in p_values if not math.isnan(p))
-    adjusted = [float("nan")] * len(p_values)
-    running = 0.0
-    for rank, i in enumerate(order):
-        if math.isnan(p_values[i]):
-            continue
-        running = max(running, min(1.0, (m - rank) * p_values[i]))
-        adjusted[i] = running
-    return adjusted
-
-
-def diff_table(serve: pd.DataFrame, key_a: dict, key_b: dict) -> str:
-    """Per grid point and metric: means of A and B over repeats, change, Holm-adjusted p-value
-    of Welch's t-test, and the verdict (change or noise)."""
-
-    def select(key):
-        mask = pd.Series(True, index=serve.index)
-        for k, v in key.items():
-            mask &= serve[k] == v
-        return serve[mask]
-
-    a, b = select(key_a), select(key_b)
-    several = a["max_concurrency"].nunique() > 1 if "max_concurrency" in a else False
-    keys = ["isl", "osl", "max_concurrency"] if "max_concurrency" in a else ["isl", "osl"]
-    rows, tests = [], []
-    for point, pa in a.groupby(keys):
-        isl, osl, conc = (*point, None)[:3]
-        pb = b
-        for k, v in zip(keys, point, strict=True):
-            pb = pb[pb[k] == v]
-        if pb.empty:
-            continue
-        for metric in DIFF_METRICS:
-            if metric not in pa or metric not in pb:
-                continue
-            va, vb = pa[metric].dropna().tolist(), pb[metric].dropna().tolist()
-            if not va or not vb:
-                continue
-            c = compare(va, vb)
-            tests.append(c)
-            rows.append(
-                {
-                    "ISL-OSL": _point_label(isl, osl, conc, several),
-                    "metric": metric,
-                    "A": _fmt(sum(va) / len(va)),
-                    "B": _fmt(sum(vb) / len(vb)),
-                    "runs A/B": f"{len(va)}/{len(vb)}",
-                    "change": _fmt(100 * c["change"], 1) + "%",
-                }
-            )
-    if not rows:
-        return "(no common grid points)"
-    for row, c, p in zip(rows, tests, holm([c["p_value"] for c in tests]), strict=True):
-        row["p (Holm)"] = _fmt(p, 3)
-        if c["verdict"].startswith("n/a"):
-            row["verdict"] = c["verdict"]
-        else:
-            row["verdict"] = "change" if p < SIGNIFICANCE else "noise"
-    return _md(pd.DataFrame(rows))
 
 
 def tune_table(tune: pd.DataFrame, cell: str) -> str:
@@ -359,11 +283,18 @@ def tune_table(tune: pd.DataFrame, cell: str) -> str:
     )
 
 
-def image_sections(serve: pd.DataFrame, compare: pd.DataFrame | None = None) -> list[str]:
-    """Image A vs image B per (model, tp, ep) and arm. The tuned arm comes from an image
-    comparison when there is one (both images served side by side and interleaved: "interleaved
-    on one host"); otherwise from the two cells' own runs ("separate runs")."""
+def image_sections(
+    serve: pd.DataFrame,
+    compare: pd.DataFrame | None = None,
+    gsm: pd.DataFrame | None = None,
+    min_change_pct: float = stats.DEFAULT_MIN_CHANGE_PCT,
+) -> list[str]:
+    """Image A vs image B per (model, tp, ep) and arm, through ``comparison.render``. The tuned
+    arm's serving comes from an image comparison when there is one (both images served side by
+    side and interleaved: "interleaved on one host"); otherwise from the two cells' own runs
+    ("separate runs"), which also pair their GSM8K questions."""
     compare = compare if compare is not None else pd.DataFrame()
+    gsm = gsm if gsm is not None else pd.DataFrame()
     images = set(serve.image) if len(serve) else set()
     layouts = set(map(tuple, serve[["model", "tp", "ep"]].values.tolist())) if len(serve) else set()
     if len(compare):
@@ -386,6 +317,7 @@ def image_sections(serve: pd.DataFrame, compare: pd.DataFrame | None = None) -> 
                         )
                     ]
                 for arm in ARM_LABELS:
+                    gsm_a = gsm_b = None
                     if arm == "tuned" and len(interleaved):
                         source, label = interleaved, "interleaved on one host"
                         ka, kb = {"image": img_a}, {"image": img_b}
@@ -395,16 +327,17 @@ def image_sections(serve: pd.DataFrame, compare: pd.DataFrame | None = None) -> 
                         kb = {**ka, "image": img_b}
                         if not len(serve):
                             continue
-                    lines += [
-                        f"## {img_a} (A) vs {img_b} (B): {model} tp{tp}-ep{ep}, {arm} ({label})",
-                        "",
-                    ]
+                        layout = f"{model}/tp{tp}-ep{ep}"
+                        gsm_a = gsm8k_side(gsm, cell=f"{img_a}/{layout}", arm=arm)
+                        gsm_b = gsm8k_side(gsm, cell=f"{img_b}/{layout}", arm=arm)
+                    title = f"## {img_a} (A) vs {img_b} (B): {model} tp{tp}-ep{ep}, {arm} ({label})"
+                    note = ""
                     if label != "separate runs":
                         digests = {
                             img: sorted(set(source[source.image == img].image_digest.dropna()))
                             for img in (img_a, img_b)
                         }
-                        lines += [
+                        note = (
                             "Both images' servers ran at once on this host, their repeats "
                             "alternated (A B, B A, ...); each served with its own cell's tuned "
                             f"configs. A: `{', '.join(digests[img_a]) or 'n/a'}`, "
@@ -414,10 +347,17 @@ def image_sections(serve: pd.DataFrame, compare: pd.DataFrame | None = None) -> 
                                 "interleaving, not a difference between images."
                                 if source.same_environment.any()
                                 else ""
-                            ),
-                            "",
-                        ]
-                    lines += [diff_table(source, ka, kb), ""]
+                            )
+                        )
+                    lines += comparison.render(
+                        title,
+                        select(source, **ka),
+                        select(source, **kb),
+                        gsm_a,
+                        gsm_b,
+                        note=note,
+                        min_change_pct=min_change_pct,
+                    )
     return lines
 
 
@@ -500,7 +440,11 @@ def render(
     tune: pd.DataFrame,
     runtime: str,
     compare: pd.DataFrame | None = None,
+    min_change_pct: float = stats.DEFAULT_MIN_CHANGE_PCT,
+    previous: list[str] | None = None,
 ) -> str:
+    """report.md; ``previous``: sections comparing cells with their previous archived run
+    (``archive.previous_run_sections``), placed after the cells' own sections."""
     cells = sorted(
         set(serve.get("cell", [])) | set(gsm.get("cell", [])) | set(tune.get("cell", []))
     )
@@ -552,20 +496,20 @@ def render(
         if len(gsm) and (gsm.cell == cell).any():
             lines.append(gsm8k_table(gsm, cell))
         if len(serve) and {"untuned", "tuned"} <= set(serve[serve.cell == cell].arm):
-            lines += ["#### Untuned (A) vs tuned (B)", ""]
             if arms_cannot_differ(serve, cell):
-                lines += [NO_TRITON_MOE_NOTE, ""]
+                lines += ["#### Untuned (A) vs tuned (B)", "", NO_TRITON_MOE_NOTE, ""]
             else:
-                key_a, key_b = {"cell": cell, "arm": "untuned"}, {"cell": cell, "arm": "tuned"}
-                lines += [diff_table(serve, key_a, key_b), ""]
-    lines += image_sections(serve, compare)
-    lines += [
-        "",
-        f"Verdicts: Welch's t-test over repeats, Holm-adjusted within each table, "
-        f"p < {SIGNIFICANCE} -> change; "
-        "GSM8K: exact McNemar test on the questions the two runs disagree on.",
-        "",
-    ]
+                lines += comparison.render(
+                    "#### Untuned (A) vs tuned (B)",
+                    select(serve, cell=cell, arm="untuned"),
+                    select(serve, cell=cell, arm="tuned"),
+                    gsm8k_side(gsm, cell=cell, arm="untuned"),
+                    gsm8k_side(gsm, cell=cell, arm="tuned"),
+                    min_change_pct=min_change_pct,
+                )
+    lines += previous or []
+    lines += image_sections(serve, compare, gsm, min_change_pct)
+    lines += ["", comparison.footer(min_change_pct), ""]
     return "\n".join(lines)
 
 
@@ -577,11 +521,18 @@ def write_report(
     out_dir: str | Path,
     results: str | Path = "results",
     runtime: str = "docker",
+    min_change_pct: float = stats.DEFAULT_MIN_CHANGE_PCT,
+    archive_root: str | Path | None = None,
 ) -> Path:
     """Check every input, build the tables and report.md in a temporary folder beside
     ``out_dir``, and put it in ``out_dir``'s place only once whole, with ``INDEX.json`` (the
     files written, the inputs read and their checksums) written last. A bad input raises
-    ``ResultError`` before anything of ``out_dir`` is touched."""
+    ``ResultError`` before anything of ``out_dir`` is touched. ``min_change_pct``: the smallest
+    serving change a verdict calls better or worse (``report.min_change_pct``). With
+    ``archive_root``, each cell whose results differ from its previous archived run gets a
+    previous-vs-now section (``archive.previous_run_sections``)."""
+    if not min_change_pct >= 0:
+        raise ValueError(f"min_change_pct must be a number >= 0, got {min_change_pct}")
     loaded = load_inputs(files, results)
     serve, gsm, tune = cell_frames(loaded)
     compare = comparison_frame(loaded)
@@ -593,7 +544,18 @@ def write_report(
     try:
         for name, df in tables:
             atomicio.write_text(staging / f"{name}.csv", df.to_csv(index=False))
-        atomicio.write_text(staging / "report.md", render(serve, gsm, tune, runtime, compare))
+        previous = None
+        if archive_root is not None:
+            from cellbench import archive  # archive imports this module
+
+            cells = (
+                set(serve.get("cell", [])) | set(gsm.get("cell", [])) | set(tune.get("cell", []))
+            )
+            previous = archive.previous_run_sections(
+                archive_root, results, cells, min_change_pct=min_change_pct
+            )
+        text = render(serve, gsm, tune, runtime, compare, min_change_pct, previous)
+        atomicio.write_text(staging / "report.md", text)
         index = {
             "kind": "report_index",
             "written": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -627,11 +589,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", default="results")
     parser.add_argument("--out-dir", required=True)
     parser.add_argument("--runtime", default="docker", choices=["docker", "local"])
+    parser.add_argument(
+        "--min-change-pct",
+        type=float,
+        default=stats.DEFAULT_MIN_CHANGE_PCT,
+        help="smallest serving change in %% called better or worse (report.min_change_pct)",
+    )
+    parser.add_argument(
+        "--archive-root", help="compare each cell with its previous run archived here"
+    )
     parser.add_argument("files", nargs="+")
     args = parser.parse_args(argv)
+    if not args.min_change_pct >= 0:  # also refuses nan
+        parser.error(f"--min-change-pct must be a number >= 0, got {args.min_change_pct}")
     out_dir = Path(args.out_dir)
     try:
-        path = write_report(args.files, out_dir, args.results, args.runtime)
+        path = write_report(
+            args.files,
+            out_dir,
+            args.results,
+            args.runtime,
+            args.min_change_pct,
+            archive_root=args.archive_root,
+        )
     except ResultError as exc:
         print(f"cellbench report: error: {exc}", file=sys.stderr)
         print(f"cellbench report: {_kept(out_dir)}", file=sys.stderr)

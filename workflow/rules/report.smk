@@ -3,6 +3,8 @@
 # folder and swapped in whole; the declared output is its INDEX.json, written last, so that
 # Snakemake, which deletes a job's outputs before it runs and after it fails, never deletes
 # the report a user reads: a failed report leaves the previous one in place.
+# It reads results/archive (not an input: the archive jobs run beside it) for each cell's
+# previous archived run with other results, and adds a previous-vs-now section for it.
 
 
 rule report:
@@ -23,5 +25,6 @@ rule report:
     shell:
         logged(
             "python -m cellbench.report --results results --runtime {params.runtime} "
+            "--archive-root results/archive "
             "--out-dir results/report {input.cells} {input.compare}"
         )

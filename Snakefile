@@ -15,6 +15,7 @@ include: "workflow/rules/gsm8k.smk"
 include: "workflow/rules/gates.smk"
 include: "workflow/rules/report.smk"
 include: "workflow/rules/archive.smk"
+include: "workflow/rules/configs.smk"
 
 
 rule all:

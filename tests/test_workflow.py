@@ -52,6 +52,7 @@ def test_production_dry_run_lists_every_job(tmp_path):
             "gsm8k": cells * arms,
             "report": 1,
             "archive": 2,
+            "configs": 2,  # results/configs/{rocm7.0,rocm7.2}
             "all": 1,
         }
     )
@@ -65,6 +66,7 @@ def test_production_dry_run_lists_every_job(tmp_path):
             "gsm8k": cells * arms,
             "report": 1,
             "archive": 2,
+            "configs": 2,  # results/configs/{rocm7.0,rocm7.2}
             "all": 1,
         }
     )
@@ -91,6 +93,7 @@ def test_embedded_default_dry_run(tmp_path):
     assert jobs["tune"] == 2 and jobs["serve_pair"] == 2 and jobs["gsm8k"] == 4
     assert "serve" not in jobs
     assert jobs["report"] == 1 and jobs["archive"] == 1
+    assert jobs["configs"] == 1  # one label (run_label): results/configs/embedded-cpu/
     jobs = planned_jobs(
         "all", "--configfile", str(_config_without_interleaving(tmp_path, "local.yaml")), cwd=work
     )

@@ -296,6 +296,24 @@ def compare_args(config: dict, pins: Any, wildcards: Any, input: Any) -> str:
     return shlex.join(args)
 
 
+# --- configs --------------------------------------------------------------------------------
+
+
+def configs_settings(config: dict, pins: Any, cells: list) -> str:
+    """The configs job's tracked values: which entries it keeps, its improvement threshold,
+    its cells and their images' digests and ROCm versions (the tuner's own flags are not here:
+    editing keep or the threshold reruns this job only)."""
+    from cellbench.config_artifacts import image_facts
+
+    values = {
+        "keep": config["tune"]["keep"],
+        "min_improvement_pct": float(config["tune"]["min_improvement_pct"]),
+        "cells": sorted(c.cell_id for c in cells),
+        "images": image_facts(config, pins, [c.image for c in cells]),
+    }
+    return json.dumps(values, sort_keys=True)
+
+
 # --- archive --------------------------------------------------------------------------------
 
 

@@ -474,7 +474,45 @@ def load_tune(path: Path | str, results: Path | str | None = None) -> Result:
             mine,
             f"the config {path.name} picked for batch size {key}",
         )
+    for key, entry in entries.items():
+        _check_baseline(entry, path, rerun, f"entries[{key!r}]")
     return Result(path, TUNE, data, digest, checksum)
+
+
+# improvement_pct is computed from the two medians it sits beside; JSON keeps floats exactly,
+# so only rounding by a hand-edited file would differ.
+IMPROVEMENT_TOLERANCE = 1e-6
+
+
+def _check_baseline(entry: dict[str, Any], path: Path, rerun: str, field: str) -> None:
+    """A recorded baseline's improvement must follow from its two side-by-side medians."""
+    base = entry.get("baseline")
+    if base is None:
+        return
+    gain = entry.get("improvement_pct", "(absent)")
+    if base["time_us"] is None or base["tuned_time_us"] is None:
+        _expect_equal(path, rerun, f"{field}.improvement_pct", gain, None,
+                      "null: the baseline was not timed")  # fmt: skip
+        return
+    if base.get("same_as_tuned"):
+        expected = 0.0
+    else:
+        expected = 100.0 * (base["time_us"] - base["tuned_time_us"]) / base["time_us"]
+    if not isinstance(gain, int | float) or abs(gain - expected) > IMPROVEMENT_TOLERANCE:
+        raise ResultError(
+            path,
+            f"{field}.improvement_pct",
+            gain,
+            f"100 * (baseline.time_us - baseline.tuned_time_us) / baseline.time_us "
+            f"({expected:.6g})",
+            rerun,
+        )
+
+
+def baseline_of(entry: dict[str, Any]) -> dict[str, Any] | None:
+    """A tune summary entry's measured baseline, or None for a summary written before the
+    tuner measured one (such entries have no improvement to judge)."""
+    return entry.get("baseline")
 
 
 def load_gate(path: Path | str, results: Path | str | None = None) -> Result:

@@ -91,6 +91,7 @@ def all_targets():
     return (
         ["results/report/INDEX.json"]
         + [f"results/archive/{label}/ARCHIVED.json" for label in archive_labels()]
+        + [f"results/configs/{label}/INDEX.json" for label in archive_labels()]
         + compare_targets()
         # Last: fails the run on a failed GSM8K gate, after the report and archives exist.
         + [GATES_SUMMARY]
@@ -205,6 +206,16 @@ def compare_settings(wildcards):
 
 def compare_args(wildcards, input):
     return jobargs.compare_args(config, PINS, wildcards, input)
+
+
+def configs_settings(label):
+    """The configs job's tracked values (tune.keep, tune.min_improvement_pct, its cells)."""
+    return jobargs.configs_settings(config, PINS, cells_with_label(label))
+
+
+def configs_images(label):
+    """Per image of the label's cells: digest and ROCm version (and where it was read)."""
+    return json.dumps(json.loads(configs_settings(label))["images"], sort_keys=True)
 
 
 def archive_settings_hash(wildcards):

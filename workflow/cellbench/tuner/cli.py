@@ -448,10 +448,22 @@ def _run_device(plan: Plan, batch_sizes: list[int], device_index: int) -> dict[s
             fp8 = roofline.measure_ceilings(device, backend.base.w1.dtype)
             ceil = roofline.Ceilings(ceil.copy_bytes_per_s, fp8.matmul_flops_per_s,
                                      fp8.matmul_dtype, fp8.note)  # fmt: skip
+        from .baseline import baseline_source, measure, seed_path_from_argv
+
+        src = baseline_source(plan.config_file, plan.seed_table, seed_path_from_argv(plan.argv))
         details = {}
         for m, e in entries.items():
             problems = [backend.make_problem(m, plan.seed * 1000 + i) for i in range(opts.rotate)]
             details[m] = {**e.to_dict(), **_measure_entry(backend, plan, e, problems, ceil)}
+            # What the tuned file changes at m: vLLM's config without it, timed side by side
+            # with the pick, as the final timed the finalists.
+            base, gain = measure(
+                backend, problems, e.config, src, m, plan.shape,
+                rocm=plan.platform == "rocm", on_gpu=plan.on_gpu,
+                graph_calls=opts.graph_calls, repeats=opts.repeats,
+            )  # fmt: skip
+            details[m]["baseline"] = base
+            details[m]["improvement_pct"] = gain
     finally:
         if pool is not None:
             pool.close()
@@ -537,6 +549,13 @@ def _run_all(plan: Plan) -> dict[str, Any]:
     return merged
 
 
+def _tuner_version() -> str:
+    """The cellbench package version of the tuner that ran (it is mounted into the image)."""
+    from .. import __version__
+
+    return __version__
+
+
 def _installed_version(package: str) -> str | None:
     from importlib import metadata
 
@@ -613,7 +632,8 @@ def _human(summary: dict[str, Any]) -> str:
     lines = [
         f"cellbench tune: {summary['config_file']} ({summary['backend']}, {summary['mode']} mode"
         f"{', INTERPRETER timings' if summary['interpreter'] else ''})",
-        f"{'M':>6} {'time_us':>10} {'gemm1':>9} {'gemm2':>9} {'roofline':>8}  config",
+        f"{'M':>6} {'time_us':>10} {'gemm1':>9} {'gemm2':>9} {'roofline':>8} {'vs base':>8}"
+        "  config",
     ]
     for m, e in sorted(summary["entries"].items(), key=lambda kv: int(kv[0])):
         rf = e["roofline"]["fused"]["roofline_fraction"]
@@ -621,7 +641,7 @@ def _human(summary: dict[str, Any]) -> str:
         lines.append(
             f"{m:>6} {e['time_us']:>10.2f} {g1 if g1 is None else round(g1, 2)!s:>9} "
             f"{g2 if g2 is None else round(g2, 2)!s:>9} "
-            f"{'n/a' if rf is None else f'{rf:.2f}':>8}  {e['config_name']}"
+            f"{'n/a' if rf is None else f'{rf:.2f}':>8} {_gain_text(e):>8}  {e['config_name']}"
         )
     st = summary["counts"]
     sec = summary["seconds"]
@@ -634,6 +654,14 @@ def _human(summary: dict[str, Any]) -> str:
     if w and "ready" in w:
         lines.append(worker_line(w))
     return "\n".join(lines)
+
+
+def _gain_text(entry: dict[str, Any]) -> str:
+    """The pick's gain over the baseline (vLLM without the tuned file), e.g. '+12.3%'."""
+    gain = entry.get("improvement_pct")
+    if gain is None:
+        return "n/a"
+    return f"{gain:+.1f}%"
 
 
 def worker_line(w: dict[str, Any]) -> str:
@@ -684,6 +712,7 @@ def run(plan: Plan) -> dict[str, Any]:
         "platform": plan.platform,
         "triton_version": triton.__version__,
         "torch_version": torch.__version__,
+        "tuner_version": _tuner_version(),
         "python_version": platform.python_version(),
         # Read where the tuner runs (inside the image on docker): what shaped the numbers.
         "vllm_version": _installed_version("vllm"),

@@ -22,9 +22,11 @@ rule report:
         HOST_ENV
     params:
         runtime=RUNTIME,
+        # Tracked: the floor changes verdicts, so an edit reruns the report (only).
+        settings=f"--min-change-pct {config['report']['min_change_pct']}",
     shell:
         logged(
             "python -m cellbench.report --results results --runtime {params.runtime} "
-            "--archive-root results/archive "
+            "{params.settings} --archive-root results/archive "
             "--out-dir results/report {input.cells} {input.compare}"
         )

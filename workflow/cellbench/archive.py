@@ -193,13 +193,19 @@ def run_name(created: datetime, digests: dict[str, str]) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", name)
 
 
+def _temporary(folder: str, names: list[str]) -> set[str]:
+    """What a copy of a cell leaves out: dot names, the temporary files of writes under way
+    (atomicio writes ``.NAME.*.tmp`` and renames it)."""
+    return {name for name in names if name.startswith(".")}
+
+
 def _cell_checksums(results: Path, cells: list[str]) -> dict[str, str]:
-    """sha256 of every file in the cells' folders, by path relative to ``results``."""
+    """sha256 of every file a copy of the cells' folders takes, by path under ``results``."""
     return {
         str(p.relative_to(results)): sha256_file(p)
         for cell in cells
         for p in sorted((results / cell).rglob("*"))
-        if p.is_file()
+        if p.is_file() and not any(part.startswith(".") for part in p.relative_to(results).parts)
     }
 
 
@@ -295,7 +301,7 @@ def build_run(
     staging = atomicio.staging_dir(label_dir, f".{name}.")
     try:
         for cell in cells:
-            shutil.copytree(results / cell, staging / cell)
+            shutil.copytree(results / cell, staging / cell, ignore=_temporary)
         inputs = [p for cell in cells for p in stage_results(staging / cell)]
         report.write_report(inputs, staging / "report", results=staging, runtime=runtime)
         files = {

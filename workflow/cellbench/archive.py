@@ -110,14 +110,18 @@ def environment() -> dict[str, str]:
 def measured_packages(results: Path, cells: list[str]) -> dict[str, dict[str, str | None]]:
     """Per cell, the versions that shaped its numbers, as the tuner read them where it ran
     (inside the image on the docker runtime, where the server runs too): its tune summary's
-    torch, Triton, vLLM and Python. The host's own versions are ``host_packages``."""
+    torch, Triton, vLLM, Python and tuner versions (null where the summary has none). The
+    host's own versions are ``host_packages``."""
     out = {}
     for cell in cells:
         summary = load_result(results / cell / "tune" / "summary.json", results).data
         out[cell] = {
             "read_from": f"{cell}/tune/summary.json",
             "platform": summary.get("platform"),
-            **{k: summary.get(f"{k}_version") for k in ("torch", "triton", "vllm", "python")},
+            **{
+                k: summary.get(f"{k}_version")
+                for k in ("torch", "triton", "vllm", "python", "tuner")
+            },
         }
     return out
 

@@ -4,6 +4,10 @@ In-container module: stdlib + torch + triton (+ vllm for --backend vllm).
 
 Outputs in --out DIR: configs/<vLLM file name>.json, tuned_fmoe.csv, tuning_log.jsonl and, last
 (it marks the step complete), summary.json. Bad input exits 2 before any GPU work.
+
+Each summary entry also records its baseline, the config vLLM would use at that batch size
+without the tuned file, timed side by side with the pick, and the pick's improvement_pct over
+it (see baseline.py).
 """
 
 from __future__ import annotations

@@ -286,3 +286,16 @@ def test_report_compares_exactly_the_changed_cells(archived):
     assert f"## {CELL_A}: previous run rocm7.2/{second} (digest {NEW_DIGEST}) vs now" in text
     assert "Re-measured, same digest: A is" in text
     assert text.count(": previous run") == 1
+
+
+def test_report_notes_a_previous_run_that_fails_its_check(archived):
+    res, root = archived
+    (first,) = run_dirs(root / "rocm7.2")
+    write_cell(res, CELL_A, ttft=150.0)
+    copy = root / "rocm7.2" / first / CELL_A / "gsm8k" / "tuned.json"
+    copy.chmod(0o644)
+    copy.write_text(copy.read_text().replace('"num_fewshot": 5', '"num_fewshot": 6'))
+    text = _report(res, root)  # the report is still written
+    assert f"## {CELL_A}: previous run rocm7.2/{first} not compared" in text
+    assert "changed after it was written" in text
+    assert f"`cellbench archive verify rocm7.2/{first}`" in text

@@ -592,8 +592,19 @@ def previous_run_sections(
             continue
         manifest = read_manifest(run.path) or {}
         image = cell.split("/")[0]
-        serve_prev, _, _ = _cell_frames(run.path, [cell])
         serve_now, _, _ = _cell_frames(current, [cell])
+        try:
+            serve_prev, _, _ = _cell_frames(run.path, [cell])
+        except ResultError as exc:
+            # An archived copy that fails its check spoils only its own comparison.
+            lines += [
+                f"## {cell}: previous run {run.ref} not compared",
+                "",
+                f"Its archived results fail their check ({exc}); "
+                f"`cellbench archive verify {run.ref}` names what changed.",
+                "",
+            ]
+            continue
         old = _digest_of(serve_prev, cell, manifest.get("images", {}).get(image))
         new = _digest_of(serve_now, cell, None)
         what = "re-measured, same digest" if old == new else "image bump"

@@ -141,8 +141,9 @@ def _point_label(row: dict, several_levels: bool) -> str:
     return f"{label} @c{row['max_concurrency']}" if several_levels else label
 
 
-def _md(rows: list[dict]) -> str:
-    return pd.DataFrame(rows).to_markdown(index=False, disable_numparse=True)
+def _md(rows: list[dict]) -> list[str]:
+    """A Markdown table, one line per list item."""
+    return pd.DataFrame(rows).to_markdown(index=False, disable_numparse=True).splitlines()
 
 
 def spread_line(rows: list[dict], min_change_pct: float) -> str:
@@ -186,7 +187,7 @@ def render_serve(
         }
         for r in rows
     ]
-    return [_md(table), "", spread_line(rows, min_change_pct), ""]
+    return [*_md(table), "", spread_line(rows, min_change_pct), ""]
 
 
 def render_gsm8k(gsm_a: Mapping, gsm_b: Mapping) -> list[str]:
@@ -201,7 +202,7 @@ def render_gsm8k(gsm_a: Mapping, gsm_b: Mapping) -> list[str]:
         lines += [
             f"GSM8K, paired by `{r['paired_by']}` on {r['n']} questions{extra}:",
             "",
-            _md(
+            *_md(
                 [
                     {
                         "metric": p["metric"],
@@ -230,7 +231,7 @@ def render_gsm8k(gsm_a: Mapping, gsm_b: Mapping) -> list[str]:
             "GSM8K, **unpaired** (the two runs' questions could not be matched: a side has no "
             "per-question log or repeats a key), two-proportion z-test:",
             "",
-            _md(
+            *_md(
                 [
                     {
                         "metric": u["metric"],

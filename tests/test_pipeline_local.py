@@ -10,6 +10,7 @@ import importlib.util
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +18,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 import yaml
-from cellbench import archive
+from cellbench import archive, comparison, report
 from test_workflow import fresh_copy
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -141,6 +142,38 @@ def test_report_and_archive(finished_run):
     assert data["images"] and all(d.startswith("local:") for d in data["images"].values())
     assert archive.verify(manifest) == []
     assert [r.name for r in archive.runs(res / "archive")] == [run]
+
+
+@pytest.mark.slow
+def test_same_cell_measured_twice_is_within_noise(finished_run, tmp_path):
+    """A/A calibration (issue 19 item 4): one cell's serve job of the finished run measured
+    again, for real, in a copy of the run; compared with the first measurement through the
+    report's own comparison, at least 95% of the metrics must read "within noise"."""
+    again = tmp_path / "again"
+    shutil.copytree(finished_run, again, symlinks=True)
+    cell = CELLS[0]
+    target = f"results/{cell}/serve/untuned/bench.json"
+    proc = snakemake(again, "--force", target, timeout=1500)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    first_started = json.loads((finished_run / target).read_text())["points"][0]["started_at"]
+    assert json.loads((again / target).read_text())["points"][0]["started_at"] != first_started
+
+    rows = []
+    for arm in ("untuned", "tuned"):
+        sides = [
+            report.load_tables(
+                [run / "results" / cell / "serve" / arm / "bench.json"], run / "results"
+            )[0]
+            for run in (finished_run, again)
+        ]
+        rows += comparison.compare_serve(*sides)
+    verdicts = [r["verdict"] for r in rows]
+    assert len(verdicts) == 16  # 2 arms x 2 grid points x 4 metrics
+    within = verdicts.count("within noise") / len(verdicts)
+    print(f"A/A: {verdicts.count('within noise')} of {len(verdicts)} within noise")
+    assert within >= 0.95, [
+        (r["metric"], r["isl"], r["change_pct"], r.get("p_holm"), r["verdict"]) for r in rows
+    ]
 
 
 @pytest.mark.slow

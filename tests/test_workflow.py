@@ -53,6 +53,8 @@ def test_production_dry_run_lists_every_job(tmp_path):
             "report": 1,
             "archive": 2,
             "configs": 2,  # results/configs/{rocm7.0,rocm7.2}
+            "gate": cells,
+            "check_gates": 1,
             "all": 1,
         }
     )
@@ -67,6 +69,8 @@ def test_production_dry_run_lists_every_job(tmp_path):
             "report": 1,
             "archive": 2,
             "configs": 2,  # results/configs/{rocm7.0,rocm7.2}
+            "gate": cells,
+            "check_gates": 1,
             "all": 1,
         }
     )

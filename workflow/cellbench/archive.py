@@ -135,6 +135,14 @@ def stage_results(cell_dir: Path) -> list[Path]:
     )
 
 
+def gate_result(cell_dir: Path) -> list[Path]:
+    """The cell's GSM8K gate verdict, when its gate job has run: archived and shown in the
+    run's report, but a judgement, not a measurement, so not one of the stage results that
+    tell one run's numbers from another's."""
+    path = cell_dir / "gate.json"
+    return [path] if path.is_file() else []
+
+
 def is_stage_result(relpath: str, cell: str) -> bool:
     """Whether ``relpath`` (under a run folder or results/) is one of ``cell``'s stage results,
     the same set ``stage_results`` globs."""
@@ -239,7 +247,7 @@ def _check_inputs(results: Path, cells: list[str]) -> None:
                 f"the results of cell {cell}",
                 f"snakemake --cores 2 {src}/gsm8k/tuned.json (with your --configfile, if any)",
             )
-        for path in stage_results(src):
+        for path in stage_results(src) + gate_result(src):
             load_result(path, results)
 
 
@@ -306,7 +314,9 @@ def build_run(
     try:
         for cell in cells:
             shutil.copytree(results / cell, staging / cell, ignore=_temporary)
-        inputs = [p for cell in cells for p in stage_results(staging / cell)]
+        inputs = [
+            p for cell in cells for p in stage_results(staging / cell) + gate_result(staging / cell)
+        ]
         report.write_report(inputs, staging / "report", results=staging, runtime=runtime)
         files = {
             str(p.relative_to(staging)): sha256_file(p)

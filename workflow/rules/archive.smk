@@ -10,6 +10,10 @@
 rule archive:
     input:
         cells=lambda wildcards: cell_outputs(cells_with_label(wildcards.label)),
+        # The cells' GSM8K gate verdicts travel with their results.
+        gates=lambda wildcards: [
+            f"{c.path}/gate.json" for c in cells_with_label(wildcards.label)
+        ],
     output:
         "results/archive/{label}/ARCHIVED.json",
     log:

@@ -1,4 +1,4 @@
-"""The embedded default's assets: GSM8K-format set + lm-eval task, tiny Qwen3-MoE model."""
+"""The embedded default's assets: GSM8K-format set (its task: test_gsm8k), tiny Qwen3-MoE model."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import re
 from pathlib import Path
 
 import pytest
-import yaml
 from cellbench import assets, loadgen
 
 
@@ -37,34 +36,6 @@ def test_gsm8k_set_is_deterministic_and_correct(tmp_path):
         for expr, val in steps:
             assert eval(expr) == int(val), (expr, val)  # noqa: S307 - digits and + - * / only
         assert steps[-1][1] == final.group(1)
-
-
-def test_task_yaml_matches_lm_eval_gsm8k(tmp_path):
-    import lm_eval
-
-    d = assets.make_gsm8k_set(tmp_path / "g", 5, seed=0)
-    ours = yaml.safe_load((d / assets.GSM8K_TASK_FILE).read_text())
-    theirs_path = Path(lm_eval.__file__).parent / "tasks" / "gsm8k" / "gsm8k.yaml"
-    theirs = yaml.safe_load(theirs_path.read_text())
-    for key in (
-        "output_type",
-        "doc_to_text",
-        "doc_to_target",
-        "metric_list",
-        "generation_kwargs",
-        "filter_list",
-        "training_split",
-        "fewshot_split",
-        "test_split",
-        "num_fewshot",
-        "repeats",
-    ):
-        assert ours[key] == theirs[key], key
-    assert ours["task"] == assets.GSM8K_TASK_NAME
-    assert ours["dataset_path"] == "json"
-    files = ours["dataset_kwargs"]["data_files"]
-    assert Path(files["test"]) == d / assets.GSM8K_TEST_FILE and Path(files["test"]).is_file()
-    assert Path(files["train"]) == d / assets.GSM8K_TRAIN_FILE
 
 
 def test_gsm8k_bad_n_names_the_value(tmp_path):

@@ -248,12 +248,13 @@ def test_sigterm_stops_server(tmp_path):
 
 @pytest.mark.slow
 def test_lm_eval_failure_fails_the_job(tmp_path, capsys):
-    # A task whose test file is gone: lm-eval itself fails, for real.
+    # A question file that is not JSON: lm-eval itself fails, for real.
     task = assets.make_gsm8k_set(tmp_path / "gsm8k", 4, seed=0, n_train=2)
-    (task / assets.GSM8K_TEST_FILE).unlink()
+    (task / assets.GSM8K_TEST_FILE).write_text("this is not JSON\n")
     args = _timed_stage(tmp_path, ["--ttft-ms", "1", "--itl-ms", "1"])
     args.remove("--no-gsm8k")
-    args += ["--gsm8k-task-dir", str(task), "--gsm8k-fewshot", "1", "--gsm8k-limit", "2"]
+    args += ["--gsm8k-dataset", str(task / assets.GSM8K_TEST_FILE)]
+    args += ["--gsm8k-fewshot", "1", "--gsm8k-limit", "2"]
     assert serve_stage.main(args) == 1
     assert "lm-eval exited with status" in capsys.readouterr().err
     out = tmp_path / "out"
@@ -294,8 +295,8 @@ def test_stage_on_transformers_serve(tiny_assets, tmp_path):
         "120",
         "--max-failed-share",
         "0",
-        "--gsm8k-task-dir",
-        str(task),
+        "--gsm8k-dataset",
+        str(task / assets.GSM8K_TEST_FILE),
         "--gsm8k-fewshot",
         "1",
         "--gsm8k-limit",

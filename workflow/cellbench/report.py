@@ -149,6 +149,9 @@ def cell_frames(loaded: Iterable[Result]) -> tuple[pd.DataFrame, pd.DataFrame, p
                     "flexible_extract": g["flexible_extract"],
                     "flexible_extract_stderr": g.get("flexible_extract_stderr"),
                     "per_sample": json.dumps(g.get("per_sample", [])),
+                    # One entry per server start (gsm8k.instances); [] in older files.
+                    "instances": json.dumps(g.get("instances", [])),
+                    "api": g.get("api"),
                 }
             )
         elif r.kind == results_mod.TUNE:
@@ -230,7 +233,16 @@ def gsm8k_table(gsm: pd.DataFrame, cell: str) -> str:
             f"{100 * r.strict_match:.2f}% ± {100 * (r.strict_match_stderr or 0):.2f}",
             f"{100 * r.flexible_extract:.2f}% ± {100 * (r.flexible_extract_stderr or 0):.2f}",
         ]
-    return f"#### GSM8K ({int(rows.iloc[0].n_samples)} questions)\n\n{_md(table)}\n"
+    from cellbench.gsm8k import instance_spread_lines
+
+    api = rows.iloc[0].get("api")
+    how = f", {api} API" if isinstance(api, str) else ""
+    spread = instance_spread_lines(
+        {ARM_LABELS[a]: json.loads(rows.loc[a].get("instances") or "[]") for a in arms}
+    )
+    extra = "\n" + "\n".join(spread) + "\n" if spread else ""
+    head = f"#### GSM8K ({int(rows.iloc[0].n_samples)} questions{how})"
+    return f"{head}\n\n{_md(table)}\n{extra}"
 
 
 def gsm8k_side(gsm: pd.DataFrame, **key: object) -> dict | None:

@@ -359,18 +359,41 @@ def load_gsm8k(path: Path | str, results: Path | str | None = None) -> Result:
     ids = [s["doc_id"] for s in samples]
     if len(set(ids)) != len(ids):
         raise ResultError(path, "per_sample[].doc_id", sorted(ids), "each question once", rerun)
+    # doc_key pairs runs by question; files written before it have none and still load.
+    _check_gsm8k_rows(path, rerun, "", data, samples)
+    for k, inst in enumerate(data.get("instances") or []):
+        where = f"instances[{k}]."
+        _expect_equal(path, rerun, f"{where}instance", inst["instance"], k + 1, "start order")
+        _expect_equal(
+            path,
+            rerun,
+            f"{where}n_samples",
+            inst["n_samples"],
+            len(inst["per_sample"]),
+            "the number of its per_sample entries",
+        )
+        _check_gsm8k_rows(path, rerun, where, inst, inst["per_sample"])
+    return Result(path, GSM8K, data, digest, checksum)
+
+
+def _check_gsm8k_rows(path: Path, rerun: str, where: str, data: dict, samples: list[dict]) -> None:
+    """Each doc_key once (where present), and the scores equal the means of the rows."""
+    keys = [s["doc_key"] for s in samples if "doc_key" in s]
+    if len(set(keys)) != len(keys):
+        raise ResultError(
+            path, f"{where}per_sample[].doc_key", sorted(keys), "each question once", rerun
+        )
     for score, key in (("strict_match", "strict"), ("flexible_extract", "flexible")):
         mean = sum(bool(s[key]) for s in samples) / len(samples)
         if abs(data[score] - mean) > SCORE_TOLERANCE:
             raise ResultError(
                 path,
-                score,
+                f"{where}{score}",
                 data[score],
-                f"the mean of per_sample[].{key} ({sum(bool(s[key]) for s in samples)} of "
-                f"{len(samples)} = {mean:.6g})",
+                f"the mean of {where}per_sample[].{key} ({sum(bool(s[key]) for s in samples)} "
+                f"of {len(samples)} = {mean:.6g})",
                 rerun,
             )
-    return Result(path, GSM8K, data, digest, checksum)
 
 
 def _check_config(config: Any, path: Path, rerun: str, field: str) -> None:

@@ -53,7 +53,8 @@ Usage (flags the serve rule builds from the config)::
         [--prompts-per-concurrency 10] [--warmups-per-concurrency 2] [--repeats 1] \\
         [--request-rate inf] [--seed 0] [--ignore-eos|--no-ignore-eos] [--ready-timeout 600] \\
         [--max-failed-share 0.05] [--tuned-config-dir DIR] \\
-        [--gsm8k-task-dir DIR] [--gsm8k-fewshot 5] [--gsm8k-limit N] [--no-gsm8k] \\
+        [--gsm8k-dataset openai/gsm8k|FILE.jsonl] [--gsm8k-api auto|chat|completions] \\
+        [--gsm8k-instances 1] [--gsm8k-fewshot 5] [--gsm8k-limit N] [--no-gsm8k] \\
         [--gsm8k-max-gen-toks 256] [--gsm8k-timeout SECONDS] \\
         [--images-json '[{"name": A, "cell": CELL, "image_ref": R, "image_digest": D,
                           "tuned_config_dir": DIR}, {...B...}]'] \\
@@ -64,7 +65,13 @@ Usage (flags the serve rule builds from the config)::
 ``vllm serve`` (inside the image, docker); ``{port}``, ``{host}`` and ``{model}`` in it are filled
 in (bring-your-own server, and tests); an ``--images-json`` entry's optional ``server_command``
 replaces it for that side only.
-Without ``--gsm8k-task-dir`` lm-eval's own ``gsm8k`` task is used.
+GSM8K is the project's own task (``cellbench.gsm8k``) on ``--gsm8k-dataset``. ``--gsm8k-api
+auto`` asks lm-eval for chat completions when the served model's tokenizer files carry a chat
+template (observed after the server is ready, so a hub model's files are in the cache it
+filled). ``--gsm8k-instances N`` runs GSM8K on N server starts per arm: instance 1 on the server
+that was benchmarked, then, per further instance, that arm's server is stopped, started again
+and waited for; each run goes to ``lm_eval/instance-K/`` and each start appends to the arm's
+``server.log``.
 """
 
 from __future__ import annotations
@@ -77,6 +84,7 @@ import re
 import shutil
 import sys
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -84,7 +92,14 @@ from typing import Any
 
 from cellbench import interrupts, loadgen, moe_evidence
 from cellbench.atomicio import write_json
-from cellbench.gsm8k import run_lm_eval
+from cellbench.gsm8k import (
+    APIS,
+    HUB_DATASET,
+    INSTANCE_PREFIX,
+    choose_api,
+    dataset_problem,
+    run_lm_eval,
+)
 from cellbench.server import (
     CONTAINER_TUNED_DIR,
     RunningServer,
@@ -189,7 +204,9 @@ class StageConfig:
     max_failed_share: float = 0.05
     tuned_config_dir: Path | None = None
     gsm8k: bool = True
-    gsm8k_task_dir: Path | None = None
+    gsm8k_dataset: str = HUB_DATASET
+    gsm8k_api: str = "auto"
+    gsm8k_instances: int = 1
     gsm8k_fewshot: int = 5
     gsm8k_limit: int | None = None
     gsm8k_timeout_s: float = 6 * 3600.0
@@ -268,9 +285,16 @@ class StageConfig:
         if self.runtime == "local" and any(s.server_command is None for s in self.sides()):
             if not Path(self.model).is_dir():
                 raise ValueError(f"--model {self.model!r}: local runtime needs a model directory")
-        if self.gsm8k and self.gsm8k_task_dir is not None:
-            if not (self.gsm8k_task_dir / "gsm8k_local.yaml").is_file():
-                raise ValueError(f"--gsm8k-task-dir {self.gsm8k_task_dir} has no gsm8k_local.yaml")
+        if self.gsm8k:
+            problem = dataset_problem(self.gsm8k_dataset)
+            if problem:
+                raise ValueError(f"--gsm8k-dataset {problem}")
+        if self.gsm8k_api not in APIS:
+            raise ValueError(
+                f"--gsm8k-api must be one of {', '.join(APIS)}, got {self.gsm8k_api!r}"
+            )
+        if self.gsm8k_instances < 1:
+            raise ValueError(f"--gsm8k-instances must be >= 1, got {self.gsm8k_instances}")
         if self.gsm8k_fewshot < 0:
             raise ValueError(f"--gsm8k-fewshot must be >= 0, got {self.gsm8k_fewshot}")
         if self.gsm8k_concurrency < 1:
@@ -459,8 +483,6 @@ def _measure(cfg: StageConfig, sides: list[Side], point_tag: str | None = None) 
     A B, then B A, ...), run GSM8K on each if asked, stop them all. ``point_tag`` names a key
     that each point gets, holding its side's name. The same path serves both arms of a cell
     and two images of a cell; only the sides differ."""
-    from contextlib import ExitStack
-
     from cellbench.leases import gpu_lease
 
     names = [side.name for side in sides]
@@ -478,6 +500,10 @@ def _measure(cfg: StageConfig, sides: list[Side], point_tag: str | None = None) 
         for _ in sides[1:]:
             ports.append(stack.enter_context(gpu_lease(0, 0, cfg.lease_dir)).port)
         runs: dict[str, _SideRun] = {}
+        specs: dict[str, ServerSpec] = {}
+        # One stack per side inside the job's: GSM8K's further instances stop and restart
+        # one side's server alone.
+        side_stacks: dict[str, ExitStack] = {}
         # Started one after the other, not at once: two first starts of one image would
         # otherwise fill the shared compile cache concurrently.
         for i, side in enumerate(sides):
@@ -518,7 +544,9 @@ def _measure(cfg: StageConfig, sides: list[Side], point_tag: str | None = None) 
             cache_at_start = cache_contents(side.cache_dir) if docker else None
             t0 = time.monotonic()
             _log(f"starting {cfg.runtime} server for {side.cell_id} {side.arm} on port {ports[i]}")
-            server = stack.enter_context(serve(spec))
+            specs[side.name] = spec
+            side_stacks[side.name] = stack.enter_context(ExitStack())
+            server = side_stacks[side.name].enter_context(serve(spec))
             ready_s = time.monotonic() - t0
             _log(f"{side.name} server ready in {ready_s:.1f} s as model id {server.model_id!r}")
             ignore_eos = cfg.ignore_eos and loadgen.probe_ignore_eos(
@@ -583,22 +611,12 @@ def _measure(cfg: StageConfig, sides: list[Side], point_tag: str | None = None) 
                         )
                         run.points.append(pt)
         if cfg.gsm8k:
-            for name, run in runs.items():
-                out = run.side.log_path.parent
-                _log(f"running lm-eval GSM8K on the {name} server")
-                run_lm_eval(
-                    run.server.base_url,
-                    run.server.model_id,
-                    out / "lm_eval.partial",
-                    out / "lm_eval.log",
-                    task_dir=cfg.gsm8k_task_dir,
-                    num_fewshot=cfg.gsm8k_fewshot,
-                    limit=cfg.gsm8k_limit,
-                    timeout_s=cfg.gsm8k_timeout_s,
-                    max_gen_toks=cfg.gsm8k_max_gen_toks,
-                    num_concurrent=cfg.gsm8k_concurrency,
-                )
-                _check_alive(runs, f"during lm-eval on the {name} server")
+            for k in range(1, cfg.gsm8k_instances + 1):
+                for name, run in runs.items():
+                    if k > 1:
+                        run.server = _restart(run, specs[name], stack, side_stacks, k)
+                    _gsm8k_instance(cfg, run, k)
+                    _check_alive(runs, f"during lm-eval instance {k} on the {name} server")
         for run in runs.values():
             # Again over the whole log: a process that started later (a TP rank, a restarted
             # engine) may have loaded another file.
@@ -614,6 +632,51 @@ def _measure(cfg: StageConfig, sides: list[Side], point_tag: str | None = None) 
             for name, run in runs.items()
         }
     return _Measured(runs, order, server_info, started, _now())
+
+
+def _restart(
+    run: _SideRun,
+    spec: ServerSpec,
+    job_stack: ExitStack,
+    side_stacks: dict[str, ExitStack],
+    instance: int,
+) -> RunningServer:
+    """Stop one side's server and start it afresh (same spec, port and log, appended to),
+    for GSM8K instance ``instance``. The job's last MoE-config check reads the whole log,
+    so what every start loaded is checked."""
+    name = run.side.name
+    _log(f"stopping the {name} server for GSM8K instance {instance}")
+    side_stacks[name].close()
+    # Entered into the job's stack, so a later failure stops the new server too.
+    side_stacks[name] = job_stack.enter_context(ExitStack())
+    t0 = time.monotonic()
+    server = side_stacks[name].enter_context(serve(spec))
+    _log(f"{name} server started again in {time.monotonic() - t0:.1f} s")
+    return server
+
+
+def _gsm8k_instance(cfg: StageConfig, run: _SideRun, instance: int) -> None:
+    """lm-eval GSM8K on one side's current server into ``lm_eval.partial/instance-K``."""
+    out = run.side.log_path.parent
+    api, template_source = choose_api(cfg.gsm8k_api, cfg.model, cfg.hf_cache)
+    _log(
+        f"running lm-eval GSM8K instance {instance} on the {run.side.name} server "
+        f"({api}: {template_source})"
+    )
+    run_lm_eval(
+        run.server.base_url,
+        run.server.model_id,
+        out / "lm_eval.partial" / f"{INSTANCE_PREFIX}{instance}",
+        out / "lm_eval.log",
+        dataset=cfg.gsm8k_dataset,
+        api=api,
+        chat_template_source=template_source,
+        num_fewshot=cfg.gsm8k_fewshot,
+        limit=cfg.gsm8k_limit,
+        timeout_s=cfg.gsm8k_timeout_s,
+        max_gen_toks=cfg.gsm8k_max_gen_toks,
+        num_concurrent=cfg.gsm8k_concurrency,
+    )
 
 
 class MoeConfigError(RuntimeError):
@@ -765,7 +828,9 @@ def run_stage(cfg: StageConfig) -> dict[str, dict[str, Any]]:
             "server": m.server_info[arm],
             "gsm8k": (
                 {
-                    "task_dir": str(cfg.gsm8k_task_dir) if cfg.gsm8k_task_dir else None,
+                    "dataset": cfg.gsm8k_dataset,
+                    "api": cfg.gsm8k_api,
+                    "instances": cfg.gsm8k_instances,
                     "num_fewshot": cfg.gsm8k_fewshot,
                     "limit": cfg.gsm8k_limit,
                     "output_dir": "lm_eval",
@@ -948,7 +1013,9 @@ def parse_args(argv: list[str] | None = None) -> StageConfig:
     a("--max-failed-share", type=float, default=0.05)
     a("--tuned-config-dir", type=Path, default=None)
     a("--gsm8k", action=argparse.BooleanOptionalAction, default=True)
-    a("--gsm8k-task-dir", type=Path, default=None)
+    a("--gsm8k-dataset", default=HUB_DATASET, help="hub id or a local .jsonl file")
+    a("--gsm8k-api", choices=APIS, default="auto")
+    a("--gsm8k-instances", type=int, default=1, help="server starts per arm that run GSM8K")
     a("--gsm8k-fewshot", type=int, default=5)
     a("--gsm8k-limit", type=int, default=None)
     a("--gsm8k-timeout", type=float, default=6 * 3600.0)
@@ -1019,7 +1086,9 @@ def parse_args(argv: list[str] | None = None) -> StageConfig:
         max_failed_share=ns.max_failed_share,
         tuned_config_dir=ns.tuned_config_dir,
         gsm8k=ns.gsm8k,
-        gsm8k_task_dir=ns.gsm8k_task_dir,
+        gsm8k_dataset=ns.gsm8k_dataset,
+        gsm8k_api=ns.gsm8k_api,
+        gsm8k_instances=ns.gsm8k_instances,
         gsm8k_fewshot=ns.gsm8k_fewshot,
         gsm8k_limit=ns.gsm8k_limit,
         gsm8k_timeout_s=ns.gsm8k_timeout,

@@ -170,7 +170,11 @@ def serve_inputs(wildcards, arms):
     if "tuned" in arms:
         inputs["tuned"] = os.path.join(CELL_DIR.format(**wildcards), "tune", "configs")
     if config["gsm8k"]["local_questions"]:
+        # gsm8k.dataset is a file inside this folder (the config check makes sure).
         inputs["gsm8k"] = "results/assets/gsm8k"
+    elif config["gsm8k"]["dataset"].endswith(".jsonl"):
+        # A local question file: editing it reruns GSM8K like any other input.
+        inputs["gsm8k"] = config["gsm8k"]["dataset"]
     return inputs
 
 

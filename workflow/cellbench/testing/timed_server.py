@@ -1,9 +1,10 @@
 """An OpenAI-compatible completions server with known timing, for tests and benchmarks.
 
-It serves ``/health``, ``/v1/models``, ``/tokenize``, ``/detokenize`` and ``/v1/completions``
-(streaming and not). A streamed completion sends its first token ``ttft_ms`` after the request
-arrives and each further token ``itl_ms`` after the previous one; token times are scheduled on an
-absolute clock so event-loop lateness does not accumulate. Every completion's real send times are
+It serves ``/health``, ``/v1/models``, ``/tokenize``, ``/detokenize``, ``/v1/completions``
+(streaming and not) and ``/v1/chat/completions`` (not streamed). A streamed completion sends
+its first token ``ttft_ms`` after the request arrives and each further token ``itl_ms`` after
+the previous one; token times are scheduled on an absolute clock so event-loop lateness does
+not accumulate. Every completion's real send times are
 kept and served at ``GET /stats`` (keyed by the response ``id``), so a client's measurements can
 be checked against what the server actually did, not only against the configured values.
 
@@ -69,6 +70,7 @@ class _State:
     started: float = field(default_factory=time.monotonic)
     n_completions: int = 0
     n_failed: int = 0
+    n_chat: int = 0  # chat requests among n_completions
     stats: dict[str, dict] = field(default_factory=dict)
 
 
@@ -125,7 +127,12 @@ async def _detokenize(request: web.Request) -> web.Response:
 async def _stats(request: web.Request) -> web.Response:
     st: _State = request.app["state"]
     return web.json_response(
-        {"n_completions": st.n_completions, "n_failed": st.n_failed, "requests": st.stats}
+        {
+            "n_completions": st.n_completions,
+            "n_chat": st.n_chat,
+            "n_failed": st.n_failed,
+            "requests": st.stats,
+        }
     )
 
 
@@ -219,6 +226,52 @@ async def _completions(request: web.Request) -> web.StreamResponse:
     return resp
 
 
+async def _chat_completions(request: web.Request) -> web.Response:
+    """``/v1/chat/completions``, not streamed (as lm-eval's local-chat-completions asks): the
+    reply is ``--completion-text`` or the usual word tokens, after the same timing."""
+    st: _State = request.app["state"]
+    cfg = st.cfg
+    i = st.n_completions
+    st.n_completions += 1
+    st.n_chat += 1
+    body = await request.json()
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not all(
+        isinstance(m, dict) and isinstance(m.get("content"), str) for m in messages
+    ):
+        return _json_error(422, "messages must be a list of {role, content} objects")
+    if body.get("stream"):
+        return _json_error(422, "the timed server answers chat requests unstreamed only")
+    if cfg.fail_share > 0 and _should_fail(i, cfg.fail_share):
+        st.n_failed += 1
+        return _json_error(500, f"injected failure on request {i}")
+    n_out = max(int(body.get("max_tokens") or cfg.default_max_tokens), 1)
+    await asyncio.sleep((cfg.ttft_ms + (n_out - 1) * cfg.itl_ms) / 1000.0)
+    text = cfg.completion_text
+    if text is None:
+        text = _decode([(7 * k) % cfg.vocab_size for k in range(n_out)])
+    n_in = sum(len(_encode(m["content"], cfg.vocab_size)) for m in messages)
+    return web.json_response(
+        {
+            "id": f"chatcmpl-{uuid.uuid4().hex}",
+            "object": "chat.completion",
+            "model": cfg.model_id,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text},
+                    "finish_reason": "length",
+                }
+            ],
+            "usage": {
+                "prompt_tokens": n_in,
+                "completion_tokens": n_out,
+                "total_tokens": n_in + n_out,
+            },
+        }
+    )
+
+
 def free_port() -> int:
     """A TCP port that was free a moment ago (the OS picks it)."""
     with socket.socket() as s:
@@ -270,6 +323,7 @@ def make_app(cfg: TimedServerConfig) -> web.Application:
     app.router.add_post("/tokenize", _tokenize)
     app.router.add_post("/detokenize", _detokenize)
     app.router.add_post("/v1/completions", _completions)
+    app.router.add_post("/v1/chat/completions", _chat_completions)
     app.router.add_get("/stats", _stats)
     return app
 

@@ -141,3 +141,17 @@ def test_cli_runs_as_a_module(tmp_path):
         text=True,
     )
     assert r.returncode == 1 and "below the gate's floor" in r.stderr
+
+
+def test_the_report_marks_a_failed_cell_and_keeps_its_numbers(tmp_path):
+    from cellbench import report
+
+    res = tmp_path / "results"
+    u, t = _write_arms(res, answers(340), answers(300))
+    gate = _evaluate(res, {"floor": 0.8}, u, t)
+    out = report.write_report([u, t, gate], tmp_path / "report", results=res)
+    text = out.read_text()
+    assert "GSM8K gate failed (strict_match)" in text
+    assert "arm tuned: strict_match = 0.7500" in text
+    # The GSM8K numbers and the paired comparison are still there.
+    assert "exact_match, strict-match" in text and "mid-p" in text

@@ -36,6 +36,7 @@ from pathlib import Path
 import pandas as pd
 
 from cellbench import atomicio, comparison, stats
+from cellbench import gates as gates_mod
 from cellbench import results as results_mod
 from cellbench.results import Result, ResultError
 from cellbench.results import load as load_result
@@ -454,9 +455,11 @@ def render(
     compare: pd.DataFrame | None = None,
     min_change_pct: float = stats.DEFAULT_MIN_CHANGE_PCT,
     previous: list[str] | None = None,
+    gates: dict[str, dict] | None = None,
 ) -> str:
     """report.md; ``previous``: sections comparing cells with their previous archived run
-    (``archive.previous_run_sections``), placed after the cells' own sections."""
+    (``archive.previous_run_sections``), placed after the cells' own sections; ``gates``: each
+    cell's gate.json (``cellbench.gates``), shown under its GSM8K table."""
     cells = sorted(
         set(serve.get("cell", [])) | set(gsm.get("cell", [])) | set(tune.get("cell", []))
     )
@@ -507,9 +510,19 @@ def render(
             lines += latency_tables(serve, cell)
         if len(gsm) and (gsm.cell == cell).any():
             lines.append(gsm8k_table(gsm, cell))
+        lines += gates_mod.report_lines((gates or {}).get(cell))
         if len(serve) and {"untuned", "tuned"} <= set(serve[serve.cell == cell].arm):
             if arms_cannot_differ(serve, cell):
-                lines += ["#### Untuned (A) vs tuned (B)", "", NO_TRITON_MOE_NOTE, ""]
+                # No serving verdicts; GSM8K still paired: two runs of the same code (A/A).
+                lines += comparison.render(
+                    "#### Untuned (A) vs tuned (B)",
+                    None,
+                    None,
+                    gsm8k_side(gsm, cell=cell, arm="untuned"),
+                    gsm8k_side(gsm, cell=cell, arm="tuned"),
+                    note=NO_TRITON_MOE_NOTE,
+                    min_change_pct=min_change_pct,
+                )
             else:
                 lines += comparison.render(
                     "#### Untuned (A) vs tuned (B)",
@@ -566,7 +579,8 @@ def write_report(
             previous = archive.previous_run_sections(
                 archive_root, results, cells, min_change_pct=min_change_pct
             )
-        text = render(serve, gsm, tune, runtime, compare, min_change_pct, previous)
+        gates = {r.data["cell"]: r.data for r in loaded if r.kind == results_mod.GATE}
+        text = render(serve, gsm, tune, runtime, compare, min_change_pct, previous, gates)
         atomicio.write_text(staging / "report.md", text)
         index = {
             "kind": "report_index",

@@ -12,6 +12,8 @@ rule report:
         cells=cell_outputs(CELLS),
         # Image comparisons interleaved on one host (serve.compare_images); none otherwise.
         compare=compare_targets(),
+        # Each cell's GSM8K gate verdict (cellbench.gates), shown under its GSM8K table.
+        gates=[f"{c.path}/gate.json" for c in CELLS],
     output:
         index="results/report/INDEX.json",
     log:
@@ -28,5 +30,5 @@ rule report:
         logged(
             "python -m cellbench.report --results results --runtime {params.runtime} "
             "{params.settings} --archive-root results/archive "
-            "--out-dir results/report {input.cells} {input.compare}"
+            "--out-dir results/report {input.cells} {input.gates} {input.compare}"
         )

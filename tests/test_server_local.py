@@ -329,6 +329,9 @@ def test_stage_on_transformers_serve(tiny_assets, tmp_path):
     summary = gsm8k.parse_results(out / "lm_eval", cell=bench["cell"], arm="untuned")
     gsm8k.validate(summary)
     assert summary["n_samples"] == 5 and summary["num_fewshot"] == 1
+    # The tiny model ships a ChatML template: gsm8k.api auto asked transformers serve for chat.
+    assert summary["api"] == "chat" and summary["lm_eval_model"] == "local-chat-completions"
+    assert summary["chat_template_source"].endswith("chat_template.jinja")
 
 
 def test_server_error_carries_log_tail(tmp_path):

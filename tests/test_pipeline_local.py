@@ -270,3 +270,44 @@ def test_rerun_trigger_table(finished_run, tmp_path):
     finally:
         config_path.write_text(original)
     assert not mismatches, "\n".join(mismatches)
+
+
+@pytest.mark.slow
+def test_a_failed_gate_fails_the_run_and_keeps_everything(finished_run):
+    """A gate the random model cannot meet, set on one model of the finished run: `all` ends
+    non-zero naming model, arm, metric, value and gate, after the report and archive were
+    written; no measurement is redone, and the earlier archived run stays as it was. (Last in
+    this module: it leaves an extra archived run behind.)"""
+    res = finished_run / "results"
+    config_path = finished_run / "config/local.yaml"
+    original = config_path.read_text()
+    label = res / "archive/embedded-cpu"
+    first_run = label / json.loads((label / "ARCHIVED.json").read_text())["run"]
+    first_files = {p: p.read_bytes() for p in first_run.rglob("*") if p.is_file()}
+    bench = res / CELLS[0] / "serve/tuned/bench.json"
+    bench_before = bench.read_bytes()
+    config = yaml.safe_load(original)
+    config["models"]["tiny-qwen3-moe"]["gsm8k_gate"] = {"floor": 0.9}
+    try:
+        config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+        plan = snakemake(finished_run, "-n", "all", "--quiet", "rules")
+        jobs = dict(re.findall(r"^(\w+)\s+(\d+)$", plan.stdout, flags=re.M))
+        assert {k: v for k, v in jobs.items() if k not in ("all", "total")} == {
+            "gate": "1",
+            "report": "1",
+            "archive": "1",
+            "check_gates": "1",
+        }, plan.stdout
+        proc = snakemake(finished_run, "all")
+    finally:
+        config_path.write_text(original)
+    terminal = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    line = next(x for x in terminal.splitlines() if "cellbench gates: FAILED" in x)
+    for part in ("model tiny-qwen3-moe", "arm untuned", "strict_match =", "floor 0.9000"):
+        assert part in line, (part, line)
+    assert "GSM8K gate failed" in (res / "report/report.md").read_text()
+    assert json.loads((res / CELLS[0] / "gate.json").read_text())["passed"] is False
+    assert bench.read_bytes() == bench_before  # nothing measured again
+    assert {p: p.read_bytes() for p in first_run.rglob("*") if p.is_file()} == first_files
+    assert len(archive.runs(res / "archive")) == 2

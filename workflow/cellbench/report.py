@@ -289,6 +289,14 @@ def tune_table(tune: pd.DataFrame, cell: str) -> str:
     for c in ("time_us", "fused_time_us", "roofline_fraction"):
         if c in rows:
             table[c] = rows[c].map(lambda v: _fmt(v, 3))
+    # What the pick was timed against, beside it in the same process (tuner/baseline.py):
+    # vLLM's shipped config for the shape, or its default rule.
+    if "baseline.time_us" in rows:
+        table["baseline"] = rows["baseline.source"].fillna("n/a")
+        table["baseline_us"] = rows["baseline.time_us"].map(lambda v: _fmt(v, 3))
+        # The pick timed again beside the baseline: the gain compares these two.
+        table["pick_us"] = rows["baseline.tuned_time_us"].map(lambda v: _fmt(v, 3))
+        table["gain %"] = rows["improvement_pct"].map(lambda v: _fmt(v, 1))
     where = "Triton interpreter on the CPU" if first.get("interpreter") else first.device_name
     return (
         f"#### Tuned configs: `{first.config_file}` ({first['backend']} kernel, {first['mode']} "

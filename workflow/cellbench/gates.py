@@ -139,7 +139,7 @@ def report_lines(gate: dict[str, Any] | None) -> list[str]:
                 parts.append(f"{c['arm']} {c['value']:.4f} >= floor {c['limit']:.4f}")
             else:
                 parts.append(
-                    f"tuned vs untuned {-c['value']:+.4f} ({c['verdict']}; max_drop "
+                    f"tuned vs untuned {0.0 - c['value'] or 0.0:+.4f} ({c['verdict']}; max_drop "
                     f"{c['limit']:.4f})"
                 )
         return [f"GSM8K gate ({gate['metric']}): **passed**: " + "; ".join(parts) + ".", ""]

@@ -214,7 +214,7 @@ def apply_edit(config: dict, dotted: str, value) -> None:
     keys = [int(k) if k.isdigit() else k for k in dotted.split(".")]
     node = config
     for key in keys[:-1]:
-        node = node[key]
+        node = node[key] if isinstance(key, int) else node.setdefault(key, {})
     node[keys[-1]] = value
 
 

@@ -32,7 +32,9 @@ from docker_env import (  # noqa: F401
 from test_archive import tree_checksums, write_cell
 from test_images import SNAKEFILE, _cli, _planned, _snakemake
 
-OUTSIDE_CELLS = ("report", "archive", "check_gates")
+# Jobs the test runs for real: the gate verdicts (host-side, from the GSM8K results), the
+# report, the archives and the final gate check.
+REAL_JOBS = ("gate", "report", "archive", "check_gates")
 
 
 def _stand_ins(workdir, cfg) -> None:
@@ -75,10 +77,12 @@ def test_bump_adds_one_run_and_a_section_per_rerun_cell(docker_client, registry,
     for cell in cells:
         write_cell(res, cell, digest=images.pinned_digest(pins, cell.split("/")[0]))
     _snakemake(tmp_path, cfg, "--touch", "--forceall", "--cores", "1")
-    # The report and both archives for real, then the jobs after them marked done again.
+    # The gates, the report and both archives for real, then the jobs after them marked done.
     targets = ["results/report/INDEX.json"]
     targets += [f"results/archive/{label}/ARCHIVED.json" for label in ("rocm7.0", "rocm7.2")]
-    _snakemake(tmp_path, cfg, "--cores", "1", "--forcerun", "report", "archive", "--", *targets)
+    _snakemake(
+        tmp_path, cfg, "--cores", "1", "--forcerun", "gate", "report", "archive", "--", *targets
+    )
     _snakemake(tmp_path, cfg, "--touch", "--cores", "1")
     assert _planned(tmp_path, cfg) == set()
     before = _runs(root)
@@ -102,11 +106,11 @@ def test_bump_adds_one_run_and_a_section_per_rerun_cell(docker_client, registry,
     # The rerun of rocm7.2's cells, as their jobs would leave it: new numbers, the new digest.
     for cell in bumped:
         write_cell(res, cell, ttft=150.0, digest=new)
-    _snakemake(tmp_path, cfg, "--touch", "--cores", "1", "--omit-from", *OUTSIDE_CELLS)
+    _snakemake(tmp_path, cfg, "--touch", "--cores", "1", "--omit-from", *REAL_JOBS)
     remaining = _planned(tmp_path, cfg)
-    assert {rule for rule, _ in remaining} <= {"all", *OUTSIDE_CELLS}
-    # What remains of `all`, for real (the gate check reads the stand-in gate files: left out).
-    _snakemake(tmp_path, cfg, "--cores", "1", "--", *targets)
+    assert {rule for rule, _ in remaining} <= {"all", *REAL_JOBS}
+    # What remains of `all`, for real.
+    _snakemake(tmp_path, cfg, "--cores", "1", "all")
 
     runs = _runs(root)
     assert runs["rocm7.0"] == before["rocm7.0"]

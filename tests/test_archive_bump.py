@@ -30,24 +30,11 @@ from docker_env import (  # noqa: F401
     write_test_config,
 )
 from test_archive import tree_checksums, write_cell
-from test_images import SNAKEFILE, _cli, _planned, _snakemake
+from test_images import SNAKEFILE, _cli, _planned, _snakemake, stand_ins
 
 # Jobs the test runs for real: the gate verdicts (host-side, from the GSM8K results), the
 # report, the archives and the final gate check.
 REAL_JOBS = ("gate", "report", "archive", "check_gates")
-
-
-def _stand_ins(workdir, cfg) -> None:
-    """Every output the plan names, present (files empty, directory() outputs as folders)."""
-    summary = _snakemake(workdir, cfg, "--summary").splitlines()
-    first = summary.index(next(x for x in summary if x.startswith("output_file"))) + 1
-    for line in summary[first:]:
-        path = workdir / line.split("\t")[0]
-        if "." in path.name:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.touch()
-        else:
-            path.mkdir(parents=True, exist_ok=True)
 
 
 def _runs(root) -> dict[str, list[str]]:
@@ -73,7 +60,7 @@ def test_bump_adds_one_run_and_a_section_per_rerun_cell(docker_client, registry,
     res, root = tmp_path / "results", tmp_path / "results" / "archive"
     pins = images.load_lock(lock)
     old = images.pinned_digest(pins, "rocm7.2")
-    _stand_ins(tmp_path, cfg)
+    stand_ins(tmp_path, cfg)
     for cell in cells:
         write_cell(res, cell, digest=images.pinned_digest(pins, cell.split("/")[0]))
     _snakemake(tmp_path, cfg, "--touch", "--forceall", "--cores", "1")

@@ -28,14 +28,8 @@ from cellbench import config_artifacts as ca  # noqa: E402
 from cellbench.kernels import config_lookup  # noqa: E402
 from cellbench.shapes import MoEShape  # noqa: E402
 from cellbench.tuner import cli  # noqa: E402
+from test_tuner_cli import TINY  # noqa: E402
 
-TINY = {
-    "model_type": "qwen3_moe",
-    "num_experts": 8,
-    "moe_intermediate_size": 32,
-    "hidden_size": 64,
-    "num_experts_per_tok": 2,
-}
 ROOT = Path(__file__).resolve().parents[1]
 CELL_A = "host-cpu/tiny/tp1-ep1"
 CELL_B = "host-cpu-b/tiny/tp1-ep1"

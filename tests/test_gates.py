@@ -155,3 +155,12 @@ def test_the_report_marks_a_failed_cell_and_keeps_its_numbers(tmp_path):
     assert "arm tuned: strict_match = 0.7500" in text
     # The GSM8K numbers and the paired comparison are still there.
     assert "exact_match, strict-match" in text and "mid-p" in text
+
+
+def test_the_same_results_and_gate_give_the_same_file(tmp_path):
+    # No time stamp in the verdict: re-judging unchanged results archives nothing new.
+    res = tmp_path / "results"
+    u, t = _write_arms(res, answers(330), answers(300))
+    first = _evaluate(res, {"max_drop": 0.02}, u, t).read_bytes()
+    assert _evaluate(res, {"max_drop": 0.02}, u, t).read_bytes() == first
+    assert json.loads(first)["checks"][0]["paired_by"] == "doc_id"  # fixtures carry no doc_key

@@ -247,6 +247,20 @@ def _planned(workdir, cfg) -> set[tuple[str, str]]:
     return jobs
 
 
+def stand_ins(workdir, cfg) -> None:
+    """Every output the plan names, present (files empty; directory() outputs, such as the
+    tuned configs folder, which carry no suffix, as folders)."""
+    summary = _snakemake(workdir, cfg, "--summary").splitlines()
+    first = summary.index(next(x for x in summary if x.startswith("output_file"))) + 1
+    for line in summary[first:]:
+        path = workdir / line.split("\t")[0]
+        if "." in path.name:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.touch()
+        else:
+            path.mkdir(parents=True, exist_ok=True)
+
+
 @pytest.mark.docker
 @pytest.mark.slow
 @pytest.mark.skipif(not SNAKEFILE.exists(), reason="the workflow's Snakefile is not there yet")
@@ -260,16 +274,7 @@ def test_bump_reruns_exactly_that_images_jobs(docker_client, registry, tmp_path)
 
     # Stand-ins for a finished run: every output present, then `--touch` records each job's
     # metadata (params included: the pinned digest) as if it had run.
-    summary = _snakemake(tmp_path, cfg, "--summary").splitlines()
-    for line in summary[
-        summary.index(next(x for x in summary if x.startswith("output_file"))) + 1 :
-    ]:
-        path = tmp_path / line.split("\t")[0]
-        if "." in path.name:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.touch()
-        else:  # directory() outputs (the tuned configs folder) carry no suffix
-            path.mkdir(parents=True, exist_ok=True)
+    stand_ins(tmp_path, cfg)
     _snakemake(tmp_path, cfg, "--touch", "--forceall", "--cores", "1")
     assert _planned(tmp_path, cfg) == set()
 

@@ -30,6 +30,8 @@ GSM8K_METRICS = (
     ("strict-match", "strict", "strict_match"),
     ("flexible-extract", "flexible", "flexible_extract"),
 )
+# label -> result field
+GSM8K_FIELD = {label: field for label, _, field in GSM8K_METRICS}
 
 VERDICT_RULE = (
     "Serving verdicts: per grid point and metric, Welch's t-test over the repeats, Holm-adjusted "

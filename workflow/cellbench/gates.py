@@ -5,8 +5,9 @@ Gates are set per model in the config (``models.NAME.gsm8k_gate``):
 * ``floor``: each arm's score (``metric``, strict-match by default) must reach it;
 * ``max_drop``: the tuned arm may score below the untuned one by at most this much (absolute,
   e.g. 0.02 = two points) *when the drop is beyond noise*: the two arms answered the same
-  questions, so the drop is judged by the paired test (``cellbench.stats.paired_accuracy``,
-  McNemar's mid-p); a drop the test calls noise never fails the gate, however large it looks.
+  questions, so the drop is judged by the report's own GSM8K comparison
+  (``comparison.compare_gsm8k``: McNemar's mid-p on the questions paired by document, an
+  unpaired test only when they cannot be paired); a drop it calls noise never fails the gate.
 
 ``evaluate`` writes one observation per cell, ``gate.json`` (pass or fail, with the numbers),
 which the report shows; ``check`` reads every cell's gate file at the end of the run and fails
@@ -28,22 +29,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from cellbench import atomicio
+from cellbench import atomicio, comparison
 from cellbench.results import ResultError
 from cellbench.results import load as load_result
 
 METRICS = ("strict_match", "flexible_extract")
-# Per-sample field of each metric in gsm8k.json.
-SAMPLE_FIELD = {"strict_match": "strict", "flexible_extract": "flexible"}
-
-
-def _items(gsm8k: dict[str, Any], metric: str) -> dict[Any, bool]:
-    """Per-question correctness, keyed by document (doc_key when recorded, else doc_id)."""
-    field = SAMPLE_FIELD[metric]
-    samples = gsm8k.get("per_sample", [])
-    if samples and all("doc_key" in s for s in samples):
-        return {s["doc_key"]: bool(s[field]) for s in samples}
-    return {s["doc_id"]: bool(s[field]) for s in samples}
 
 
 def evaluate(
@@ -54,8 +44,6 @@ def evaluate(
     tuned: dict[str, Any] | None,
 ) -> dict[str, Any]:
     """The gate's checks on one cell's two GSM8K results (either may be None: not run)."""
-    from cellbench import stats
-
     gate = dict(gate or {})
     metric = gate.get("metric", "strict_match")
     checks: list[dict[str, Any]] = []
@@ -79,9 +67,14 @@ def evaluate(
             )
     max_drop = gate.get("max_drop")
     if max_drop is not None and untuned is not None and tuned is not None:
-        paired = stats.paired_accuracy(_items(untuned, metric), _items(tuned, metric))
+        # The report's own GSM8K comparison: paired by question where the runs pair.
+        (test,) = [
+            row
+            for row in comparison.compare_gsm8k(untuned, tuned)
+            if comparison.GSM8K_FIELD[row["metric"]] == metric
+        ]
         drop = float(untuned[metric]) - float(tuned[metric])
-        beyond_noise = paired["verdict"] == "worse"
+        beyond_noise = test["verdict"] == "worse"
         checks.append(
             {
                 "check": "max_drop",
@@ -91,11 +84,12 @@ def evaluate(
                 "limit": float(max_drop),
                 "untuned": float(untuned[metric]),
                 "tuned": float(tuned[metric]),
-                "paired_n": paired["n"],
-                "fixed": paired["fixed"],
-                "broken": paired["broken"],
-                "p_mid": paired["p_mid"],
-                "verdict": paired["verdict"],
+                "paired_by": test["paired_by"],
+                "paired_n": test.get("n", 0),
+                "fixed": test.get("fixed", 0),
+                "broken": test.get("broken", 0),
+                "p": test["p_mid"] if test["paired_by"] else test["p"],
+                "verdict": test["verdict"],
                 "passed": not (beyond_noise and drop > float(max_drop)),
             }
         )
@@ -106,8 +100,9 @@ def evaluate(
         "metric": metric,
         "gate": gate or None,
         "checks": checks,
+        # No time stamp: the same results and gate give the same file, so a re-judged run
+        # with an unchanged verdict is not archived twice.
         "passed": all(c["passed"] for c in checks),
-        "evaluated": datetime.now(UTC).isoformat(timespec="seconds"),
     }
 
 
@@ -119,12 +114,17 @@ def describe(check: dict[str, Any], model: str, cell: str) -> str:
             f"{where}: {check['metric']} = {check['value']:.4f} on {check['n_samples']} "
             f"questions, below the gate's floor {check['limit']:.4f}"
         )
+    if check["paired_by"]:
+        how = (
+            f"paired on {check['paired_n']} questions: {check['fixed']} fixed, "
+            f"{check['broken']} broken, mid-p {check['p']:.3g}"
+        )
+    else:
+        how = f"unpaired (questions could not be matched), p {check['p']:.3g}"
     return (
         f"{where}: {check['metric']} dropped {check['value']:.4f} against the untuned arm "
-        f"({check['untuned']:.4f} -> {check['tuned']:.4f}; paired on {check['paired_n']} "
-        f"questions: {check['fixed']} fixed, {check['broken']} broken, mid-p "
-        f"{check['p_mid']:.3g}, {check['verdict']}), beyond the gate's max_drop "
-        f"{check['limit']:.4f}"
+        f"({check['untuned']:.4f} -> {check['tuned']:.4f}; {how}, {check['verdict']}), "
+        f"beyond the gate's max_drop {check['limit']:.4f}"
     )
 
 

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from cellbench import atomicio, report
+from cellbench import atomicio, comparison, report
 from cellbench.atomicio import sha256_file
 from cellbench.results import ResultError
 from cellbench.results import load as load_result
@@ -513,8 +513,6 @@ def compare_cell(
     """Markdown for one cell held under two result roots (an archived run's folder or
     results/): per arm both hold, serving metrics and GSM8K, A against B, through
     ``cellbench.comparison.render`` (``options`` go to it, e.g. ``min_change_pct``)."""
-    from cellbench import comparison
-
     serve_a, gsm_a, _ = _cell_frames(root_a, [cell])
     serve_b, gsm_b, _ = _cell_frames(root_b, [cell])
 
@@ -558,8 +556,6 @@ def diff_runs(archive_root: Path, ref_a: str, ref_b: str, **options) -> str:
     for cell in common:
         lines += [f"## {cell}", ""]
         lines += compare_cell(run_a.path, run_b.path, cell, run_a.ref, run_b.ref, **options)
-    from cellbench import comparison
-
     lines += [comparison.footer(**options), ""]
     return "\n".join(lines)
 

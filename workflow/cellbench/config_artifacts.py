@@ -45,6 +45,7 @@ from typing import Any
 from cellbench import atomicio
 from cellbench import results as results_mod
 from cellbench.atomicio import sha256_file
+from cellbench.tuner.artifacts import AITER_COLUMNS, vllm_config_json
 
 __all__ = [
     "ConfigCollision",
@@ -226,7 +227,6 @@ def _kept_text(cf: ConfigFile, kept: list[int]) -> bytes:
     sizes = [int(k) for k in first.table if k != "triton_version"]
     if sorted(kept) == sorted(sizes):
         return first.config_bytes
-    from cellbench.tuner.artifacts import vllm_config_json
 
     entries = {m: first.table[str(m)] for m in kept}
     # rocm=True keeps whatever ROCm keys the cell's entries carry (none on CUDA/CPU files).
@@ -234,7 +234,6 @@ def _kept_text(cf: ConfigFile, kept: list[int]) -> bytes:
 
 
 def _csv_text(rows: list[dict[str, str]]) -> str:
-    from cellbench.tuner.artifacts import AITER_COLUMNS
 
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=AITER_COLUMNS, extrasaction="ignore", lineterminator="\n")

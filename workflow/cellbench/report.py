@@ -38,6 +38,7 @@ import pandas as pd
 from cellbench import atomicio, comparison, stats
 from cellbench import gates as gates_mod
 from cellbench import results as results_mod
+from cellbench.gsm8k import instance_spread_lines
 from cellbench.results import Result, ResultError
 from cellbench.results import load as load_result
 
@@ -234,7 +235,6 @@ def gsm8k_table(gsm: pd.DataFrame, cell: str) -> str:
             f"{100 * r.strict_match:.2f}% ± {100 * (r.strict_match_stderr or 0):.2f}",
             f"{100 * r.flexible_extract:.2f}% ± {100 * (r.flexible_extract_stderr or 0):.2f}",
         ]
-    from cellbench.gsm8k import instance_spread_lines
 
     api = rows.iloc[0].get("api")
     how = f", {api} API" if isinstance(api, str) else ""

@@ -48,6 +48,8 @@ from urllib.parse import urlsplit
 import numpy as np
 import requests
 
+from cellbench import load_shapes
+
 REQUEST_TIMEOUT_S = 6 * 60 * 60.0  # as vllm bench serve's aiohttp timeout
 
 # Keys of one measured point, in the order vLLM saves them.
@@ -477,13 +479,11 @@ class _Client:
         self._idle.clear()
 
 
-def _request_times(n: int, rate: float, rng: np.random.Generator) -> list[float]:
-    """Send offsets in seconds: all zero for rate inf, else a Poisson process of that rate."""
-    if rate == float("inf"):
-        return [0.0] * n
-    gaps = rng.exponential(1.0 / rate, size=n)
-    gaps[0] = 0.0
-    return list(np.cumsum(gaps))
+def _request_times(
+    n: int, rate: float, rng: np.random.Generator, burstiness: float = 1.0
+) -> list[float]:
+    """Send offsets in seconds: all zero for rate inf, else gamma gaps (load_shapes)."""
+    return load_shapes.arrival_offsets(n, rate, burstiness, rng)
 
 
 async def _run_batch(
@@ -492,9 +492,10 @@ async def _run_batch(
     max_concurrency: int,
     request_rate: float,
     seed: int,
+    burstiness: float = 1.0,
 ) -> tuple[list[RequestResult], float]:
     sem = asyncio.Semaphore(max_concurrency)
-    offsets = _request_times(len(payloads), request_rate, np.random.default_rng(seed))
+    offsets = _request_times(len(payloads), request_rate, np.random.default_rng(seed), burstiness)
     loop = asyncio.get_running_loop()
     t0 = loop.time()
 
@@ -517,16 +518,28 @@ async def _run_with_warmup(
     max_concurrency: int,
     request_rate: float,
     seed: int,
+    burstiness: float = 1.0,
+    probes: Sequence[Any] = (),
 ) -> tuple[list[RequestResult], float, float]:
     """Warm-ups then the measured batch on one session, so measured requests reuse open
-    connections (a burst of TCP handshakes would otherwise land in the first TTFTs)."""
+    connections (a burst of TCP handshakes would otherwise land in the first TTFTs).
+    ``probes`` (server metrics, GPU telemetry) begin right before the measured batch and end
+    right after it, so they see the measured requests only, never the warm-ups."""
     client = _Client(base_url)
     try:
         if warmups:
             await _run_batch(client, warmups, max_concurrency, float("inf"), seed)
-        cpu0 = time.process_time()
-        results, duration = await _run_batch(client, payloads, max_concurrency, request_rate, seed)
-        cpu = time.process_time() - cpu0
+        for probe in probes:
+            probe.begin()
+        try:
+            cpu0 = time.process_time()
+            results, duration = await _run_batch(
+                client, payloads, max_concurrency, request_rate, seed, burstiness
+            )
+            cpu = time.process_time() - cpu0
+        finally:
+            for probe in probes:
+                probe.end()
     finally:
         client.close()
     return results, duration, cpu
@@ -602,6 +615,7 @@ class PointSpec:
     num_warmups: int
     request_rate: float = float("inf")
     seed: int = 0
+    burstiness: float = 1.0  # gamma shape of the arrival gaps at a finite rate (1: Poisson)
 
 
 def build_payloads(
@@ -637,6 +651,7 @@ def run_point(
     ignore_eos: bool,
     backend: str = "openai",
     keep_results: bool = False,
+    probes: Sequence[Any] = (),
 ) -> dict[str, Any]:
     """Run warm-ups (not measured), then ``spec.num_prompts`` measured requests.
 
@@ -644,7 +659,8 @@ def run_point(
     request_rate, max_concurrency``), the point's ``isl``/``osl``, every key of ``POINT_KEYS``,
     ``errors`` (up to five messages), and the client's CPU use (``client_cpu_s``,
     ``client_cpu_ms_per_request``, ``client_cpu_util``). With ``keep_results`` the raw
-    ``RequestResult`` list is returned under ``"_results"`` (not JSON; for tests).
+    ``RequestResult`` list is returned under ``"_results"`` (not JSON). ``probes``: objects
+    with ``begin()`` and ``end()``, called around the measured requests.
     """
     if spec.max_concurrency < 1:
         raise ValueError(f"max_concurrency must be >= 1, got {spec.max_concurrency}")
@@ -652,13 +668,24 @@ def run_point(
         raise ValueError(f"num_prompts must be >= 1, got {spec.num_prompts}")
     if not (spec.request_rate > 0):
         raise ValueError(f"request_rate must be > 0 or inf, got {spec.request_rate}")
+    if not (spec.burstiness > 0):
+        raise ValueError(f"burstiness must be > 0 or inf, got {spec.burstiness}")
     # Warm-ups use their own prompts so the measured ones never hit a warmed prefix cache.
     warm_prompts = make_prompts(tok, spec.num_warmups, spec.isl, seed=spec.seed + 1_000_003)
     prompts = make_prompts(tok, spec.num_prompts, spec.isl, seed=spec.seed)
     wp = build_payloads(model_id, warm_prompts, spec.osl, ignore_eos)
     payloads = build_payloads(model_id, prompts, spec.osl, ignore_eos)
     results, duration, cpu = asyncio.run(
-        _run_with_warmup(base_url, wp, payloads, spec.max_concurrency, spec.request_rate, spec.seed)
+        _run_with_warmup(
+            base_url,
+            wp,
+            payloads,
+            spec.max_concurrency,
+            spec.request_rate,
+            spec.seed,
+            spec.burstiness,
+            probes,
+        )
     )
     out: dict[str, Any] = {
         "date": datetime.now(UTC).strftime("%Y%m%d-%H%M%S"),
@@ -667,6 +694,7 @@ def run_point(
         "num_prompts": spec.num_prompts,
         "request_rate": "inf" if spec.request_rate == float("inf") else spec.request_rate,
         "max_concurrency": spec.max_concurrency,
+        "burstiness": "inf" if spec.burstiness == float("inf") else spec.burstiness,
         "isl": spec.isl,
         "osl": spec.osl,
         "num_warmups": spec.num_warmups,

@@ -284,6 +284,43 @@ def load_bench(path: Path | str, results: Path | str | None = None) -> Result:
     return Result(path, BENCH, data, digest, checksum)
 
 
+def load_requests(path: Path | str) -> list[dict[str, Any]]:
+    """A side's per-request sidecar, ``requests.jsonl.gz`` beside its bench.json
+    (``cellbench.request_detail``): its checksum checked, one record per point, every
+    per-request list as long as the point's requests."""
+    import gzip
+
+    from cellbench.request_detail import DETAIL_KEYS
+
+    path = Path(path)
+    rerun = rerun_hint(path.with_name("bench.json"), BENCH)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ResultError(path, "(file)", str(exc), "the file must be readable", rerun) from None
+    recorded = atomicio.recorded_checksum(path)
+    digest = hashlib.sha256(raw).hexdigest()
+    if recorded is not None and recorded != digest:
+        raise ResultError(
+            path, "(sha256)", digest, f"changed after it was written (recorded {recorded})", rerun
+        )
+    try:
+        lines = gzip.decompress(raw).decode().splitlines()
+        records = [json.loads(line) for line in lines if line]
+    except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ResultError(
+            path, "(whole file)", f"({len(raw)} bytes)", f"gzip of JSON lines ({exc})", rerun
+        ) from None
+    for i, rec in enumerate(records):
+        missing = [k for k in ("seq", *DETAIL_KEYS) if k not in rec]
+        if missing:
+            raise ResultError(path, f"[{i}]", f"(missing {missing})", "every detail key", rerun)
+        lengths = {k: len(rec[k]) for k in DETAIL_KEYS}
+        if len(set(lengths.values())) != 1:
+            raise ResultError(path, f"[{i}]", lengths, "one entry per request in each", rerun)
+    return records
+
+
 def load_comparison(path: Path | str, results: Path | str | None = None) -> Result:
     """An image comparison, ``compare/A-vs-B/MODEL/tpN-epM/bench.json`` (compare.schema.json,
     each point also bench.schema.json's point)."""

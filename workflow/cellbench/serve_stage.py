@@ -90,7 +90,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from cellbench import interrupts, loadgen, moe_evidence
+from cellbench import (
+    interrupts,
+    load_shapes,
+    loadgen,
+    moe_evidence,
+    observed_point,
+    request_detail,
+    server_metrics,
+    telemetry,
+)
 from cellbench.atomicio import write_json
 from cellbench.gsm8k import (
     APIS,
@@ -198,6 +207,14 @@ class StageConfig:
     warmups_per_concurrency: int = 2
     repeats: int = 1
     request_rate: float = math.inf
+    # Request-rate points beside the concurrency points (load_shapes), their arrival shape,
+    # requests per rate point, and goodput SLOs (ms): vllm bench serve's meanings.
+    request_rates: list[float] = field(default_factory=list)
+    burstiness: float = 1.0
+    request_rate_prompts: int = 32
+    goodput: dict[str, float] = field(default_factory=dict)
+    metrics_interval_s: float = server_metrics.DEFAULT_INTERVAL_S
+    telemetry_interval_s: float = telemetry.DEFAULT_INTERVAL_S
     seed: int = 0
     ignore_eos: bool = True
     ready_timeout_s: float = 600.0
@@ -249,6 +266,24 @@ class StageConfig:
             raise ValueError("--warmups-per-concurrency must be >= 0")
         if not self.request_rate > 0:
             raise ValueError(f"--request-rate must be > 0 or inf, got {self.request_rate}")
+        bad_rates = [r for r in self.request_rates if not (0 < r < math.inf)]
+        if bad_rates:
+            raise ValueError(f"--request-rates must be finite numbers > 0 (req/s), got {bad_rates}")
+        if len(set(self.request_rates)) != len(self.request_rates):
+            raise ValueError(f"--request-rates lists a rate twice: {self.request_rates}")
+        if not self.burstiness > 0:
+            raise ValueError(f"--burstiness must be > 0 or inf, got {self.burstiness}")
+        if self.request_rate_prompts < 1:
+            raise ValueError(
+                f"--request-rate-prompts must be >= 1, got {self.request_rate_prompts}"
+            )
+        for flag, value in (
+            ("--metrics-interval", self.metrics_interval_s),
+            ("--telemetry-interval", self.telemetry_interval_s),
+        ):
+            if not 0 < value < math.inf:
+                raise ValueError(f"{flag} must be a number of seconds > 0, got {value}")
+        load_shapes.parse_goodput(self.goodput, "--goodput")
         if not 0.0 <= self.max_failed_share <= 1.0:
             raise ValueError(f"--max-failed-share must be in [0, 1], got {self.max_failed_share}")
         if self.ready_timeout_s <= 0:
@@ -450,6 +485,7 @@ class _SideRun:
     cache_at_start: dict[str, Any] | None  # None: the server was given no cache folder
     moe_config: dict[str, Any]  # what the server's log and environment showed (moe_evidence)
     points: list[dict[str, Any]] = field(default_factory=list)
+    requests: list[dict[str, Any]] = field(default_factory=list)  # request_detail records
 
 
 @dataclass
@@ -563,30 +599,50 @@ def _measure(cfg: StageConfig, sides: list[Side], point_tag: str | None = None) 
         _check_alive(runs, "before the grid started")
         if len(sides) > 1:
             _log("order per repeat: " + "; ".join(" ".join(o) for o in order))
+        load_points = load_shapes.load_points(
+            cfg.concurrency,
+            cfg.request_rate,
+            cfg.request_rates,
+            cfg.burstiness,
+            cfg.prompts_per_concurrency,
+            cfg.warmups_per_concurrency,
+            cfg.request_rate_prompts,
+        )
+        observe = observed_point.Observation(
+            metrics_interval_s=cfg.metrics_interval_s,
+            telemetry_interval_s=cfg.telemetry_interval_s,
+            gpu_vendor=cfg.gpu_vendor,
+            goodput_ms=load_shapes.parse_goodput(cfg.goodput, "--goodput"),
+        )
         for rep, rep_order in enumerate(order):
             for name in rep_order:
                 run = runs[name]
                 for gp in cfg.grid:
-                    for conc in cfg.concurrency:
+                    for lp in load_points:
+                        conc = lp["max_concurrency"]
                         ps = loadgen.PointSpec(
                             isl=gp["isl"],
                             osl=gp["osl"],
                             max_concurrency=conc,
-                            num_prompts=cfg.prompts_per_concurrency * conc,
-                            num_warmups=cfg.warmups_per_concurrency * conc,
-                            request_rate=cfg.request_rate,
+                            num_prompts=lp["num_prompts"],
+                            num_warmups=lp["num_warmups"],
+                            request_rate=lp["request_rate"],
+                            burstiness=lp["burstiness"],
                             # Fresh prompts per repeat (a prefix cache must not serve repeat 2),
                             # the same ones for both sides (paired comparison).
                             seed=cfg.seed + rep,
                         )
                         point_started = _now_ms()
-                        pt = loadgen.run_point(
+                        pt, detail = observed_point.run(
                             run.server.base_url,
                             run.server.model_id,
                             run.tok,
                             ps,
+                            load_shape=lp["load_shape"],
                             ignore_eos=run.ignore_eos,
                             backend="vllm" if cfg.runtime == "docker" else "openai",
+                            gpu_indices=run.gpu_indices,
+                            observe=observe,
                         )
                         if point_tag is not None:
                             pt[point_tag] = name
@@ -606,10 +662,12 @@ def _measure(cfg: StageConfig, sides: list[Side], point_tag: str | None = None) 
                             raise run.server.fail(f"{name}: {e}") from e
                         _log(
                             f"#{pt['seq']} repeat {rep} {name} isl={ps.isl} osl={ps.osl} "
-                            f"c={conc}: {pt['completed']} ok, {pt['failed']} failed, "
+                            f"{load_shapes.point_label(pt)}: {pt['completed']} ok, "
+                            f"{pt['failed']} failed, "
                             f"TTFT {pt['mean_ttft_ms']:.1f} ms, TPOT {pt['mean_tpot_ms']:.2f} ms"
                         )
                         run.points.append(pt)
+                        run.requests.append(request_detail.record(pt, detail))
         if cfg.gsm8k:
             for k in range(1, cfg.gsm8k_instances + 1):
                 for name, run in runs.items():
@@ -744,6 +802,12 @@ def cache_contents(cache_dir: Path) -> dict[str, Any]:
     return {"dir": str(cache_dir), "files": files, "bytes": size}
 
 
+def _request_files() -> tuple[str, str]:
+    """The per-request sidecar of an arm and its checksum (request_detail)."""
+    name = request_detail.file_name()
+    return name, name + ".sha256"
+
+
 def _cold(cache_at_start: dict[str, Any] | None) -> bool | None:
     return None if cache_at_start is None else cache_at_start["files"] == 0
 
@@ -778,6 +842,8 @@ def _prepare(cfg: StageConfig, sides: list[Side]) -> None:
         out.mkdir(parents=True, exist_ok=True)
         if cfg.arm != IMAGES:
             (out / "bench.json").unlink(missing_ok=True)
+            for name in _request_files():
+                (out / name).unlink(missing_ok=True)
             for d in (out / "lm_eval", out / "lm_eval.partial"):
                 shutil.rmtree(d, ignore_errors=True)
         side.log_path.write_bytes(b"")
@@ -850,6 +916,10 @@ def run_stage(cfg: StageConfig) -> dict[str, dict[str, Any]]:
             else:
                 (out / "lm_eval").mkdir()  # declared by the rule; empty: GSM8K switched off
         for arm in cfg.arms:
+            request_detail.write(
+                cfg.arm_dir(arm) / request_detail.file_name(), m.runs[arm].requests
+            )
+        for arm in cfg.arms:
             # Last: a bench.json's presence means the whole job succeeded.
             path = cfg.arm_dir(arm) / "bench.json"
             try:
@@ -859,7 +929,7 @@ def run_stage(cfg: StageConfig) -> dict[str, dict[str, Any]]:
     except BaseException:
         # A full disk or an interrupt here must not leave one arm looking complete.
         for arm in cfg.arms:
-            for name in ("bench.json", "bench.json.sha256"):
+            for name in ("bench.json", "bench.json.sha256", *_request_files()):
                 (cfg.arm_dir(arm) / name).unlink(missing_ok=True)
             shutil.rmtree(cfg.arm_dir(arm) / "lm_eval", ignore_errors=True)
         raise
@@ -945,6 +1015,8 @@ def run_images(cfg: StageConfig) -> dict[str, Any]:
         "points": points,
     }
     validate_comparison(data)
+    for name, run in m.runs.items():
+        request_detail.write(cfg.out_dir / request_detail.file_name(name), run.requests)
     # Last: the file's presence means the whole job succeeded.
     write_json(cfg.out_dir / "bench.json", data, checksum=True)
     return data
@@ -1007,6 +1079,12 @@ def parse_args(argv: list[str] | None = None) -> StageConfig:
     a("--warmups-per-concurrency", type=int, default=2)
     a("--repeats", type=int, default=1)
     a("--request-rate", default="inf")
+    a("--request-rates", default="", help="request-rate points, req/s, comma-separated")
+    a("--burstiness", default="1", help="gamma shape of arrival gaps (1 Poisson, inf constant)")
+    a("--request-rate-prompts", type=int, default=32, help="measured requests per rate point")
+    a("--goodput", nargs="*", default=[], help="SLOs as vllm bench serve: ttft:MS tpot:MS e2el:MS")
+    a("--metrics-interval", type=float, default=server_metrics.DEFAULT_INTERVAL_S)
+    a("--telemetry-interval", type=float, default=telemetry.DEFAULT_INTERVAL_S)
     a("--seed", type=int, default=0)
     a("--ignore-eos", action=argparse.BooleanOptionalAction, default=True)
     a("--ready-timeout", type=float, default=600.0)
@@ -1051,6 +1129,14 @@ def parse_args(argv: list[str] | None = None) -> StageConfig:
         raise ValueError(
             f"--request-rate must be a number or inf, got {ns.request_rate!r}"
         ) from None
+    try:
+        request_rates = [float(x) for x in ns.request_rates.split(",") if x.strip()]
+        burstiness = float(ns.burstiness)
+    except ValueError:
+        raise ValueError(
+            f"--request-rates must be comma-separated numbers and --burstiness a number or "
+            f"inf, got {ns.request_rates!r} and {ns.burstiness!r}"
+        ) from None
     cfg = StageConfig(
         runtime=ns.runtime,
         cell_id=ns.cell_id,
@@ -1080,6 +1166,12 @@ def parse_args(argv: list[str] | None = None) -> StageConfig:
         warmups_per_concurrency=ns.warmups_per_concurrency,
         repeats=ns.repeats,
         request_rate=rate,
+        request_rates=request_rates,
+        burstiness=burstiness,
+        request_rate_prompts=ns.request_rate_prompts,
+        goodput=load_shapes.parse_goodput(ns.goodput, "--goodput"),
+        metrics_interval_s=ns.metrics_interval,
+        telemetry_interval_s=ns.telemetry_interval,
         seed=ns.seed,
         ignore_eos=ns.ignore_eos,
         ready_timeout_s=ns.ready_timeout,

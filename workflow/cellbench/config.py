@@ -481,6 +481,18 @@ def _check_stage_settings(config: dict[str, Any]) -> None:
             f"config error: serve.concurrency = {conc}: {dup} is listed twice; "
             "list each concurrency once"
         )
+    rates = serve["request_rates"]
+    if len(set(rates)) != len(rates):
+        dup = next(r for r in rates if rates.count(r) > 1)
+        raise ConfigError(
+            f"config error: serve.request_rates = {rates}: {dup} is listed twice; "
+            "list each request rate once"
+        )
+    if serve["burstiness"] != 1 and not rates:
+        raise ConfigError(
+            f"config error: serve.burstiness = {serve['burstiness']!r} shapes request-rate "
+            "points only, and serve.request_rates is empty; add rates or drop burstiness"
+        )
     local_q, limit = gsm8k["local_questions"], gsm8k["limit"]
     _check_gsm8k_dataset(gsm8k)
     if local_q and limit is not None and limit > local_q:

@@ -183,7 +183,26 @@ def _load_flags(config: dict, wildcards: Any) -> list[str]:
         # results that passed the old one.
         "--max-failed-share",
         str(serve["max_failed_share"]),
+        *_load_shape_flags(serve),
     ]
+
+
+def _load_shape_flags(serve: dict) -> list[str]:
+    """Request-rate points, goodput SLOs and the probes' sampling intervals (issue 24). Each
+    only when it differs from its default, so configs without them keep their recorded
+    params (and their finished jobs); the defaults are serve_stage's own."""
+    args: list[str] = []
+    if serve["request_rates"]:
+        args += ["--request-rates", ",".join(f"{r:g}" for r in serve["request_rates"])]
+        args += ["--request-rate-prompts", str(serve["request_rate_prompts"])]
+        args += ["--burstiness", str(serve["burstiness"])]
+    if serve["goodput"]:
+        args += ["--goodput", *(f"{k}:{v:g}" for k, v in sorted(serve["goodput"].items()))]
+    if serve["metrics_interval_s"] != 0.5:
+        args += ["--metrics-interval", str(serve["metrics_interval_s"])]
+    if serve["telemetry_interval_s"] != 0.2:
+        args += ["--telemetry-interval", str(serve["telemetry_interval_s"])]
+    return args
 
 
 def serve_settings(config: dict, pins: Any, wildcards: Any, arm: str) -> str:

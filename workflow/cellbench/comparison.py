@@ -45,7 +45,10 @@ VERDICT_RULE = (
 
 
 def _keys(frame: pd.DataFrame) -> list[str]:
-    return ["isl", "osl", "max_concurrency"] if "max_concurrency" in frame else ["isl", "osl"]
+    keys = ["isl", "osl", "max_concurrency"] if "max_concurrency" in frame else ["isl", "osl"]
+    # The load label (report.cell_frames) keeps a request-rate point apart from a
+    # concurrency point whose max_concurrency happens to equal its prompt count.
+    return [*keys, "load"] if "load" in frame else keys
 
 
 def compare_serve(
@@ -72,7 +75,7 @@ def compare_serve(
             pb = pb[pb[k] == v]
         if pb.empty:
             continue
-        where = dict(zip(keys, (int(v) for v in point), strict=True))
+        where = {k: v if k == "load" else int(v) for k, v in zip(keys, point, strict=True)}
         for metric, higher in METRICS.items():
             if metric not in pa or metric not in pb:
                 continue
@@ -140,7 +143,8 @@ def _pct(x: float | None, digits: int = 1) -> str:
 
 def _point_label(row: dict, several_levels: bool) -> str:
     label = f"{row['isl']}-{row['osl']}"
-    return f"{label} @c{row['max_concurrency']}" if several_levels else label
+    load = row.get("load") or f"c{row['max_concurrency']}"
+    return f"{label} @{load}" if several_levels else label
 
 
 def _md(rows: list[dict]) -> list[str]:
@@ -172,7 +176,7 @@ def render_serve(
     rows = compare_serve(serve_a, serve_b, min_change_pct=min_change_pct)
     if not rows:
         return ["(no common grid points)", ""]
-    several = len({r["max_concurrency"] for r in rows}) > 1
+    several = len({r.get("load", r["max_concurrency"]) for r in rows}) > 1
     table = [
         {
             "ISL-OSL": _point_label(r, several),

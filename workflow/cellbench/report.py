@@ -35,7 +35,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from cellbench import atomicio, comparison, stats
+from cellbench import atomicio, comparison, observed_point, stats, tidy
 from cellbench import gates as gates_mod
 from cellbench import results as results_mod
 from cellbench.gsm8k import instance_spread_lines
@@ -100,6 +100,7 @@ def comparison_frame(loaded: Iterable[Result]) -> pd.DataFrame:
                 "same_environment": data["same_environment"],
             }
             row.update({k: v for k, v in point.items() if not isinstance(v, (list, dict))})
+            row.update(observed_point.point_figures(point))
             rows.append(row)
     return pd.DataFrame(rows)
 
@@ -137,6 +138,8 @@ def cell_frames(loaded: Iterable[Result]) -> tuple[pd.DataFrame, pd.DataFrame, p
                     "arm_label": bench.get("arm_label", bench["arm"]),
                 }
                 row.update({k: v for k, v in point.items() if not isinstance(v, (list, dict))})
+                # The load label, goodput, /metrics and telemetry figures (issue 24).
+                row.update(observed_point.point_figures(point))
                 serve_rows.append(row)
         elif r.kind == results_mod.GSM8K:
             g = r.data
@@ -204,8 +207,10 @@ def latency_tables(serve: pd.DataFrame, cell: str) -> list[str]:
     Repeats are averaged; concurrency levels are kept apart (one row each)."""
     out = []
     rows = serve[serve.cell == cell]
-    keys = ["isl", "osl", "max_concurrency"] if "max_concurrency" in rows else ["isl", "osl"]
-    several = rows["max_concurrency"].nunique() > 1 if "max_concurrency" in rows else False
+    # Concurrency and request-rate points side by side, kept apart by their load label.
+    level = "load" if "load" in rows else "max_concurrency"
+    keys = ["isl", "osl", level] if level in rows else ["isl", "osl"]
+    several = rows[level].nunique() > 1 if level in rows else False
     for title, metric in LATENCY_TABLES:
         pivot = (
             rows.groupby([*keys, "arm"])[metric]
@@ -215,6 +220,8 @@ def latency_tables(serve: pd.DataFrame, cell: str) -> list[str]:
         )
         pivot = pivot.sort_index()
         labels = [_point_label(*(tuple(k) + (None,))[:3], several) for k in pivot.index]
+        if level == "load":
+            labels = [f"{i}-{o} @{x}" if several else f"{i}-{o}" for i, o, x in pivot.index]
         table = pd.DataFrame({"ISL-OSL": labels})
         for arm in pivot.columns:
             table[arm_column(rows, arm)] = [_fmt(v) for v in pivot[arm]]
@@ -222,6 +229,47 @@ def latency_tables(serve: pd.DataFrame, cell: str) -> list[str]:
         average.update({arm_column(rows, arm): _fmt(pivot[arm].mean()) for arm in pivot.columns})
         table = pd.concat([table, pd.DataFrame([average])], ignore_index=True)
         out.append(f"#### {title}\n\n{_md(table)}\n")
+    return out
+
+
+OBSERVED_COLUMNS = (
+    ("Goodput (req/s)", "request_goodput", 2),
+    ("Server TTFT (ms)", "server_mean_ttft_ms", 2),
+    ("Server ITL (ms)", "server_mean_itl_ms", 2),
+    ("Max waiting", "server_max_waiting", 0),
+    ("Mean power (W)", "mean_power_w", 1),
+    ("J/token", "joules_per_output_token", 4),
+)
+
+
+def observed_lines(serve: pd.DataFrame, cell: str) -> list[str]:
+    """Per point and arm: goodput under the SLOs, the server's own latencies and queue from
+    /metrics, and GPU power and energy per output token; then J/token and mean power per arm
+    (all points' energy over all their output tokens and durations). Only the columns some
+    point measured; nothing when none did (a server without /metrics, no GPU, no SLO)."""
+    rows = serve[serve.cell == cell]
+    present = [c for c in OBSERVED_COLUMNS if c[1] in rows and rows[c[1]].notna().any()]
+    if not present:
+        return []
+    table = []
+    for (isl, osl, load, arm), group in rows.groupby(["isl", "osl", "load", "arm"], sort=True):
+        entry = {"ISL-OSL": f"{isl}-{osl}", "load": load, "arm": arm_column(rows, arm)}
+        for title, column, digits in present:
+            entry[title] = _fmt(group[column].mean(), digits)
+        table.append(entry)
+    out = ["#### Load shapes, server metrics and energy", "", _md(pd.DataFrame(table)), ""]
+    if "energy_j" in rows and rows.energy_j.notna().any():
+        per_arm = []
+        for arm, group in rows[rows.energy_j.notna()].groupby("arm", sort=True):
+            tokens, seconds = group.total_output_tokens.sum(), group.duration.sum()
+            per_arm.append(
+                {
+                    "arm": arm_column(rows, arm),
+                    "J/token": _fmt(group.energy_j.sum() / tokens if tokens else None, 4),
+                    "Mean power (W)": _fmt(group.energy_j.sum() / seconds, 1),
+                }
+            )
+        out += ["Energy per arm (telemetry):", "", _md(pd.DataFrame(per_arm)), ""]
     return out
 
 
@@ -464,10 +512,12 @@ def render(
     min_change_pct: float = stats.DEFAULT_MIN_CHANGE_PCT,
     previous: list[str] | None = None,
     gates: dict[str, dict] | None = None,
+    figures: dict[str, list[tuple[str, str]]] | None = None,
 ) -> str:
     """report.md; ``previous``: sections comparing cells with their previous archived run
     (``archive.previous_run_sections``), placed after the cells' own sections; ``gates``: each
-    cell's gate.json (``cellbench.gates``), shown under its GSM8K table."""
+    cell's gate.json (``cellbench.gates``), shown under its GSM8K table; ``figures``: per cell,
+    (name, path relative to report.md) of its plots (``cellbench.plots``), linked at its end."""
     cells = sorted(
         set(serve.get("cell", [])) | set(gsm.get("cell", [])) | set(tune.get("cell", []))
     )
@@ -516,6 +566,7 @@ def render(
             lines.append(tune_table(tune, cell))
         if len(serve) and (serve.cell == cell).any():
             lines += latency_tables(serve, cell)
+            lines += observed_lines(serve, cell)
         if len(gsm) and (gsm.cell == cell).any():
             lines.append(gsm8k_table(gsm, cell))
         lines += gates_mod.report_lines((gates or {}).get(cell))
@@ -540,10 +591,47 @@ def render(
                     gsm8k_side(gsm, cell=cell, arm="tuned"),
                     min_change_pct=min_change_pct,
                 )
+        lines += figure_lines((figures or {}).get(cell, []))
     lines += previous or []
     lines += image_sections(serve, compare, gsm, min_change_pct)
     lines += ["", comparison.footer(min_change_pct), ""]
     return "\n".join(lines)
+
+
+def figure_lines(figures: list[tuple[str, str]]) -> list[str]:
+    """Markdown image links to a cell's plots (PNG; the SVG lies beside each)."""
+    if not figures:
+        return []
+    lines = ["#### Figures", ""]
+    for name, rel in figures:
+        lines += [f"![{name}]({rel})", ""]
+    return lines
+
+
+PLOTS_FOLDER = "plots"
+
+
+def cell_figures(out_dir: Path, cells: Iterable[str]) -> dict[str, list[tuple[str, str]]]:
+    """Per cell, the plots that exist under ``out_dir/plots`` (drawn by the plots jobs before
+    the report runs), as (name, path relative to report.md)."""
+    from cellbench import plots  # plots draws from this module's frames
+
+    found: dict[str, list[tuple[str, str]]] = {}
+    for cell in cells:
+        for name, paths in plots.report_relative(cell).items():
+            if (out_dir / paths["png"]).is_file():
+                found.setdefault(cell, []).append((name, str(paths["png"])))
+    return found
+
+
+def _carry_plots(out_dir: Path, staging: Path) -> Path | None:
+    """Move the plots folder (other jobs' outputs) from the current report into the new one,
+    so that swapping the report in keeps them; returns where it came from, for undoing."""
+    source = out_dir / PLOTS_FOLDER
+    if not source.is_dir():
+        return None
+    source.rename(staging / PLOTS_FOLDER)
+    return source
 
 
 INDEX_NAME = "INDEX.json"
@@ -556,6 +644,8 @@ def write_report(
     runtime: str = "docker",
     min_change_pct: float = stats.DEFAULT_MIN_CHANGE_PCT,
     archive_root: str | Path | None = None,
+    run: str = tidy.LIVE_RUN,
+    digests: dict[str, str] | None = None,
 ) -> Path:
     """Check every input, build the tables and report.md in a temporary folder beside
     ``out_dir``, and put it in ``out_dir``'s place only once whole, with ``INDEX.json`` (the
@@ -563,7 +653,11 @@ def write_report(
     ``ResultError`` before anything of ``out_dir`` is touched. ``min_change_pct``: the smallest
     serving change a verdict calls better or worse (``report.min_change_pct``). With
     ``archive_root``, each cell whose results differ from its previous archived run gets a
-    previous-vs-now section (``archive.previous_run_sections``)."""
+    previous-vs-now section (``archive.previous_run_sections``). ``tidy.parquet`` and
+    ``tidy.csv`` (``cellbench.tidy``) carry ``run`` (``live``, or an archived run's
+    LABEL/RUN) and take a cell's digest from ``digests`` (image -> digest) when its serve
+    results do not record one. Plots already under ``out_dir/plots`` (the plots jobs') are
+    linked from report.md and kept."""
     if not min_change_pct >= 0:
         raise ValueError(f"min_change_pct must be a number >= 0, got {min_change_pct}")
     loaded = load_inputs(files, results)
@@ -573,10 +667,15 @@ def write_report(
     tables = [("serve", serve), ("gsm8k", gsm), ("tune", tune)]
     if len(compare):
         tables.append(("compare", compare))
+    long_table = tidy.tidy_frame(loaded, run, digests)
+    all_cells = set(serve.get("cell", [])) | set(gsm.get("cell", [])) | set(tune.get("cell", []))
+    figures = cell_figures(out_dir, sorted(all_cells))
     staging = atomicio.staging_dir(out_dir.parent, f".{out_dir.name}.")
+    carried = None
     try:
         for name, df in tables:
             atomicio.write_text(staging / f"{name}.csv", df.to_csv(index=False))
+        tidy.write_tidy(long_table, staging)
         previous = None
         if archive_root is not None:
             from cellbench import archive  # archive imports this module
@@ -588,7 +687,7 @@ def write_report(
                 archive_root, results, cells, min_change_pct=min_change_pct
             )
         gates = {r.data["cell"]: r.data for r in loaded if r.kind == results_mod.GATE}
-        text = render(serve, gsm, tune, runtime, compare, min_change_pct, previous, gates)
+        text = render(serve, gsm, tune, runtime, compare, min_change_pct, previous, gates, figures)
         atomicio.write_text(staging / "report.md", text)
         index = {
             "kind": "report_index",
@@ -599,8 +698,11 @@ def write_report(
             "inputs": [r.index_entry() for r in loaded],
         }
         atomicio.write_json(staging / INDEX_NAME, index)  # last: the rule's output
+        carried = _carry_plots(out_dir, staging)
         atomicio.replace_dir(staging, out_dir)
     except BaseException:
+        if carried is not None and (staging / PLOTS_FOLDER).is_dir():
+            (staging / PLOTS_FOLDER).rename(carried)  # the plots jobs' files go back
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return out_dir / "report.md"

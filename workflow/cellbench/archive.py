@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from cellbench import atomicio, comparison, report
+from cellbench import atomicio, comparison, plots, report
 from cellbench.atomicio import sha256_file
 from cellbench.results import ResultError
 from cellbench.results import load as load_result
@@ -317,7 +317,17 @@ def build_run(
         inputs = [
             p for cell in cells for p in stage_results(staging / cell) + gate_result(staging / cell)
         ]
-        report.write_report(inputs, staging / "report", results=staging, runtime=runtime)
+        # The run's own figures (the same plots code as the live report), then its report.
+        for cell in cells:
+            plots.draw_cell(staging, cell, plots.plot_dir(staging, cell))
+        report.write_report(
+            inputs,
+            staging / "report",
+            results=staging,
+            runtime=runtime,
+            run=f"{label}/{name}",
+            digests=digests,
+        )
         files = {
             str(p.relative_to(staging)): sha256_file(p)
             for p in sorted(staging.rglob("*"))

@@ -25,6 +25,7 @@ FORWARDED = {
     "tune": ("cellbench.tuner.cli", "tune the fused-MoE kernel for one shape"),
     "images": ("cellbench.images", "pin images by digest: lock, bump NAME, status"),
     "archive": ("cellbench.archive", "archived runs: list, show RUN, verify [RUN], diff A B"),
+    "tidy": ("cellbench.tidy", "one tidy table (Parquet, CSV) of live results or an archived run"),
 }
 
 

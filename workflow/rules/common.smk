@@ -234,3 +234,62 @@ def logged(command):
         f"({command}) > {{log}} 2>&1 || "
         "{{ rc=$?; python -m cellbench.joblog {log:q} >&2; exit $rc; }}"
     )
+
+
+# --- figures and report files (workflow/rules/report.smk) ---
+
+PLOT_DIR = "results/report/plots/{image}/{model}/tp{tp}-ep{ep}"
+CELL_CATEGORY = "{image}/{model}/tp{tp}-ep{ep}"
+# Figure -> the stage whose results it shows (the subcategory in Snakemake's report).
+PLOT_STAGES = {
+    "latency": "serve",
+    "arm_change": "serve",
+    "tuner_speedup": "tune",
+    "gsm8k": "gsm8k",
+}
+ALL_CELLS = "All cells"
+
+
+def plot_outputs():
+    """The plots rule's outputs by name (latency_png, ...), each marked for the report."""
+    out = {}
+    for name, stage in PLOT_STAGES.items():
+        for fmt in ("png", "svg"):
+            out[f"{name}_{fmt}"] = report(
+                f"{PLOT_DIR}/{name}.{fmt}",
+                caption=f"../report/{name}.rst",
+                category=CELL_CATEGORY,
+                subcategory=stage,
+            )
+    # Drawn only when the cell has a previous archived run with other results.
+    out["bump"] = report(
+        directory(f"{PLOT_DIR}/bump"),
+        patterns=["{plot}.png", "{plot}.svg"],
+        caption="../report/bump.rst",
+        category=CELL_CATEGORY,
+        subcategory="archive",
+    )
+    return out
+
+
+def cell_plot_files(cells):
+    """The declared figure files of ``cells`` (the report's inputs)."""
+    return [
+        "/".join(
+            (PLOT_DIR.format(image=c.image, model=c.model, tp=c.tp, ep=c.ep), name)
+        )
+        + f".{fmt}"
+        for c in cells
+        for name in PLOT_STAGES
+        for fmt in ("png", "svg")
+    ]
+
+
+def report_table(path, caption):
+    """A report file marked for `snakemake --report` and kept by Snakemake on failure."""
+    return report(
+        update(path),
+        caption=f"../report/{caption}.rst",
+        category=ALL_CELLS,
+        subcategory="report",
+    )

@@ -1,10 +1,41 @@
-# Tidy tables over every cell and the PR-ready Markdown report with its diff sections.
+# Per cell, its figures (cellbench.plots); then tidy tables over every cell and the PR-ready
+# Markdown report with its diff sections and links to the figures.
 # Every input is checked (cellbench.results) before use. The report is built in a temporary
-# folder and swapped in whole; the declared output is its INDEX.json, written last, so that
-# Snakemake, which deletes a job's outputs before it runs and after it fails, never deletes
-# the report a user reads: a failed report leaves the previous one in place.
-# It reads results/archive (not an input: the archive jobs run beside it) for each cell's
-# previous archived run with other results, and adds a previous-vs-now section for it.
+# folder and swapped in whole, INDEX.json written last and the plots folder carried over. Its
+# user-facing files are update() outputs: Snakemake, which deletes a job's outputs before it
+# runs and after it fails, then keeps them and restores them after a failure, so a failed
+# report leaves the previous one in place; INDEX.json alone goes, so the next run redoes it.
+# Both read results/archive (not an input: the archive jobs run beside them) for each cell's
+# previous archived run with other results: a previous-vs-now section and the bump figure.
+# Everything a person reads is marked for `snakemake --report`: one category per cell (plus
+# "All cells"), one subcategory per stage, a caption per kind in workflow/report/.
+
+
+rule plots:
+    input:
+        summary=f"{CELL_DIR}/tune/summary.json",
+        bench=expand(
+            f"{CELL_DIR}/serve/{{arm}}/bench.json", arm=ARMS, allow_missing=True
+        ),
+        gsm8k=expand(f"{CELL_DIR}/gsm8k/{{arm}}.json", arm=ARMS, allow_missing=True),
+    output:
+        **plot_outputs(),
+    log:
+        f"{LOG_DIR}/plots.log",
+    benchmark:
+        f"{BENCH_DIR}/plots.tsv"
+    conda:
+        HOST_ENV
+    params:
+        cell=lambda wildcards: CELL_DIR.format(**wildcards).removeprefix("results/"),
+        out_dir=lambda wildcards: PLOT_DIR.format(**wildcards),
+        # Tracked: the floor colours the verdicts of arm_change and bump.
+        settings=f"--min-change-pct {config['report']['min_change_pct']}",
+    shell:
+        logged(
+            "python -m cellbench.plots --results results --cell {params.cell} "
+            "--out-dir {params.out_dir} --archive-root results/archive {params.settings}"
+        )
 
 
 rule report:
@@ -14,8 +45,21 @@ rule report:
         compare=compare_targets(),
         # Each cell's GSM8K gate verdict (cellbench.gates), shown under its GSM8K table.
         gates=[f"{c.path}/gate.json" for c in CELLS],
+        # Linked from report.md (not read by the report code).
+        plots=cell_plot_files(CELLS),
     output:
         index="results/report/INDEX.json",
+        markdown=report_table("results/report/report.md", "report_md"),
+        serve=report_table("results/report/serve.csv", "serve_csv"),
+        gsm8k=report_table("results/report/gsm8k.csv", "gsm8k_csv"),
+        tune=report_table("results/report/tune.csv", "tune_csv"),
+        tidy_csv=report_table("results/report/tidy.csv", "tidy"),
+        tidy_parquet=report_table("results/report/tidy.parquet", "tidy"),
+        compare=(
+            [report_table("results/report/compare.csv", "compare_csv")]
+            if compare_targets()
+            else []
+        ),
     log:
         "results/logs/report.log",
     benchmark:

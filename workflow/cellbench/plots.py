@@ -94,7 +94,9 @@ def _save(fig: plt.Figure, stem: Path) -> list[Path]:
         buffer = io.BytesIO()
         # A fixed date and no software tag in SVG/PNG metadata: same data, same bytes.
         metadata = {"Date": None} if fmt == "svg" else {"Software": None}
-        fig.savefig(buffer, format=fmt, dpi=DPI, metadata=metadata)
+        # SVG text as text (searchable, readable by screen readers), not as glyph outlines.
+        with plt.rc_context({"svg.fonttype": "none", "svg.hashsalt": "cellbench"}):
+            fig.savefig(buffer, format=fmt, dpi=DPI, metadata=metadata)
         path = stem.with_suffix(f".{fmt}")
         atomicio.write_bytes(path, buffer.getvalue())
         written.append(path)
@@ -108,11 +110,21 @@ def _empty(ax: plt.Axes, text: str) -> None:
     ax.set_yticks([])
 
 
+def _level(frame: pd.DataFrame) -> str:
+    """The column that tells load levels apart: the load label (``c16``, ``2 req/s``) where
+    the frame has one, else the concurrency."""
+    return "load" if "load" in frame else "max_concurrency"
+
+
 def _point_labels(frame: pd.DataFrame) -> tuple[list[tuple], list[str]]:
-    keys = ["isl", "osl", "max_concurrency"]
-    points = sorted({tuple(int(v) for v in row) for row in frame[keys].values.tolist()})
+    level = _level(frame)
+    points = sorted(
+        {(int(i), int(o), x) for i, o, x in frame[["isl", "osl", level]].values.tolist()},
+        key=lambda p: (p[0], p[1], str(p[2])),
+    )
     several = len({p[2] for p in points}) > 1
-    labels = [f"{i}-{o} @c{c}" if several else f"{i}-{o}" for i, o, c in points]
+    prefix = "@" if level == "load" else "@c"
+    labels = [f"{i}-{o} {prefix}{x}" if several else f"{i}-{o}" for i, o, x in points]
     return points, labels
 
 
@@ -125,18 +137,15 @@ def latency_figure(serve: pd.DataFrame, cell: str) -> plt.Figure:
             _empty(ax, "no serving results")
         return fig
     points, labels = _point_labels(rows)
+    level = _level(rows)
     arms = [a for a in ("untuned", "tuned") if a in set(rows.arm)]
     width = 0.8 / max(len(arms), 1)
     for ax, (title, metric) in zip(axes, LATENCY_PANELS, strict=True):
         for i, arm in enumerate(arms):
             med, low, high = [], [], []
-            for isl, osl, conc in points:
-                v = rows[
-                    (rows.arm == arm)
-                    & (rows.isl == isl)
-                    & (rows.osl == osl)
-                    & (rows.max_concurrency == conc)
-                ][metric].dropna()
+            for isl, osl, load in points:
+                at = (rows.isl == isl) & (rows.osl == osl) & (rows[level] == load)
+                v = rows[(rows.arm == arm) & at][metric].dropna()
                 m = float(v.median()) if len(v) else math.nan
                 med.append(m)
                 low.append(m - float(v.min()) if len(v) else 0.0)
@@ -158,10 +167,12 @@ def _change_panel(ax: plt.Axes, rows: list[dict], title: str) -> None:
     if not rows:
         _empty(ax, "no grid point measured on both sides")
         return
-    several = len({r["max_concurrency"] for r in rows}) > 1
+    level = "load" if all("load" in r for r in rows) else "max_concurrency"
+    several = len({r[level] for r in rows}) > 1
+    prefix = "@" if level == "load" else "@c"
     names = [
         f"{METRIC_LABELS.get(r['metric'], r['metric'])} {r['isl']}-{r['osl']}"
-        + (f" @c{r['max_concurrency']}" if several else "")
+        + (f" {prefix}{r[level]}" if several else "")
         for r in rows
     ]
     ys = list(range(len(rows)))

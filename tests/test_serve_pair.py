@@ -68,7 +68,7 @@ def _pair_args(tmp_path: Path, server_flags: list[str], *extra: str) -> list[str
     ]
 
 
-def test_pair_alternates_the_arms_repeat_by_repeat(tmp_path):
+def test_pair_alternates_the_arms_repeat_by_repeat(tmp_path, capsys):
     args = _pair_args(
         tmp_path,
         ["--ttft-ms", "2", "--itl-ms", "1"],
@@ -78,8 +78,23 @@ def test_pair_alternates_the_arms_repeat_by_repeat(tmp_path):
         "3",
     )
     assert serve_stage.main(args) == 0
+    err = capsys.readouterr().err
     out = tmp_path / "serve"
     benches = {arm: json.loads((out / arm / "bench.json").read_text()) for arm in ARMS}
+    # Progress: one stderr line per finished point (the rule's log gets stderr), naming the
+    # point and carrying its headline numbers as recorded.
+    progress = [ln for ln in err.splitlines() if serve_stage.POINT_PROGRESS in ln]
+    assert len(progress) == sum(len(b["points"]) for b in benches.values())
+    for arm, bench in benches.items():
+        for p in bench["points"]:
+            (line,) = [ln for ln in progress if f"#{p['seq']} {arm} " in ln]
+            assert f"isl={p['isl']} osl={p['osl']}" in line and f"repeat {p['repeat']}" in line
+            assert f"TTFT {p['mean_ttft_ms']:.1f} ms" in line
+            assert f"output {p['output_throughput']:.1f} tok/s" in line
+        # The environment a person needs to start the same server: only the tuned arm's
+        # server was pointed at the tuned folder.
+        has_folder = "VLLM_TUNED_CONFIG_FOLDER" in bench["server"]["env"]
+        assert has_folder == (arm == "tuned")
     expected_order = [["untuned", "tuned"], ["tuned", "untuned"], ["untuned", "tuned"]]
     for arm, bench in benches.items():
         jsonschema.validate(bench, SCHEMA)

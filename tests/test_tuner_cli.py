@@ -3,8 +3,10 @@ interpreter: output formats, bad input, default vs exhaustive, resume after a ki
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import importlib
+import io
 import json
 import os
 import signal
@@ -51,17 +53,46 @@ def tiny_cfg(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def tuned(tiny_cfg, tmp_path_factory) -> Path:
-    """One default-mode run of the embedded default's shape (TP=1) at M = 1, 4, 16."""
+def tuned_run(tiny_cfg, tmp_path_factory) -> tuple[Path, str]:
+    """One default-mode run of the embedded default's shape (TP=1) at M = 1, 4, 16: its
+    output folder and what it printed on stderr (its progress)."""
     out = tmp_path_factory.mktemp("tuned")
     t0 = time.perf_counter()
-    rc = cli.main(
-        ["--model-config", str(tiny_cfg), "--tp", "1", "--batch-sizes", "1,4,16", "--out", str(out)]
-    )
-    assert rc == 0
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        rc = cli.main(
+            ["--model-config", str(tiny_cfg), "--tp", "1", "--batch-sizes", "1,4,16"]
+            + ["--out", str(out)]
+        )
+    assert rc == 0, err.getvalue()[-3000:]
     # the embedded default must tune in well under a minute on CI's cores
     assert time.perf_counter() - t0 < 90
-    return out
+    return out, err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def tuned(tuned_run) -> Path:
+    return tuned_run[0]
+
+
+def test_progress_one_kept_line_per_batch_size(tuned_run) -> None:
+    """Progress a person can follow: one line per M, once its baseline is timed, with what
+    was timed, the kept config, its time, the baseline's time and the gain, as recorded."""
+    out, err = tuned_run
+    summary = json.loads((out / "summary.json").read_text())
+    kept = [ln for ln in err.splitlines() if ln.startswith(cli.KEPT_PROGRESS)]
+    assert [ln.split("M=")[1].split(":")[0] for ln in kept] == ["1", "4", "16"]
+    for line in kept:
+        m = line.split("M=")[1].split(":")[0]
+        e = summary["entries"][m]
+        assert f"kept {e['config_name']} {e['time_us']:.2f} us" in line
+        assert f"({e['baseline']['source']}) {e['baseline']['time_us']:.2f} us" in line
+        assert f"gain {e['improvement_pct']:+.1f}%" in line
+    # Timings per M (finalists timed again count again) add up to the run's count.
+    timed = [int(ln.split(": ")[1].split(" configs timed")[0]) for ln in kept]
+    assert all(t >= 1 for t in timed) and sum(timed) == summary["counts"]["timed"]
+    # The search's own line per M stays (live, before the baselines); nothing else per M.
+    assert len([ln for ln in err.splitlines() if ln.startswith("[tune] M=")]) == 3
 
 
 def test_vllm_json_format(tuned: Path) -> None:

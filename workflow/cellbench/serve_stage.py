@@ -101,6 +101,7 @@ from cellbench import (
     telemetry,
 )
 from cellbench.atomicio import write_json
+from cellbench.container import SECRET_ENV
 from cellbench.gsm8k import (
     APIS,
     HUB_DATASET,
@@ -466,6 +467,21 @@ def _log(msg: str) -> None:
     print(f"[serve_stage] {msg}", file=sys.stderr, flush=True)
 
 
+POINT_PROGRESS = "point done:"
+
+
+def progress_line(point: dict[str, Any], side: str) -> str:
+    """One line per finished grid point, for a person following the job (stderr, hence the
+    rule's log): which point, and its headline numbers."""
+    return (
+        f"{POINT_PROGRESS} #{point['seq']} {side} isl={point['isl']} osl={point['osl']} "
+        f"{load_shapes.point_label(point)} repeat {point['repeat']}: "
+        f"{point['completed']} ok, {point['failed']} failed, "
+        f"TTFT {point['mean_ttft_ms']:.1f} ms, TPOT {point['mean_tpot_ms']:.2f} ms, "
+        f"output {point['output_throughput']:.1f} tok/s"
+    )
+
+
 def arm_order(arms: list[str], repeats: int) -> list[list[str]]:
     """The order the sides (arms or images) run in, per repeat: A B, then B A, ... (ABBA), so
     that neither always runs first after the other and slow drift weighs on both alike."""
@@ -660,12 +676,7 @@ def _measure(cfg: StageConfig, sides: list[Side], point_tag: str | None = None) 
                             loadgen.check_failures(pt, cfg.max_failed_share)
                         except loadgen.TooManyFailures as e:
                             raise run.server.fail(f"{name}: {e}") from e
-                        _log(
-                            f"#{pt['seq']} repeat {rep} {name} isl={ps.isl} osl={ps.osl} "
-                            f"{load_shapes.point_label(pt)}: {pt['completed']} ok, "
-                            f"{pt['failed']} failed, "
-                            f"TTFT {pt['mean_ttft_ms']:.1f} ms, TPOT {pt['mean_tpot_ms']:.2f} ms"
-                        )
+                        _log(progress_line(pt, name))
                         run.points.append(pt)
                         run.requests.append(request_detail.record(pt, detail))
         if cfg.gsm8k:
@@ -686,10 +697,23 @@ def _measure(cfg: StageConfig, sides: list[Side], point_tag: str | None = None) 
                 "model_id": run.server.model_id,
                 "ready_s": run.ready_s,
                 "command": [str(a) for a in run.server.describe["command"]],
+                "env": server_env(cfg, run),
             }
             for name, run in runs.items()
         }
     return _Measured(runs, order, server_info, started, _now())
+
+
+def server_env(cfg: StageConfig, run: _SideRun) -> dict[str, str]:
+    """The variables this job gave the server (the cell's, and on docker the container's own
+    settings) with the MoE-deciding ones as observed where the server ran (the container's,
+    image ENV included): what a person needs to start the same server. Credentials masked."""
+    env = {
+        **cfg.env_of(run.side),
+        **run.server.describe.get("env", {}),
+        **run.server.describe.get("moe_env", {}),
+    }
+    return {k: "***" if k in SECRET_ENV else str(v) for k, v in sorted(env.items())}
 
 
 def _restart(

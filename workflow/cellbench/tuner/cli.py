@@ -85,6 +85,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-sizes", default="vllm_default", help="1,16,64 | vllm_default | aiter16")
     p.add_argument("--mode", choices=("default", "exhaustive"), default="default")
     p.add_argument("--backend", choices=("builtin", "vllm"), default="builtin")
+    p.add_argument(
+        "--vllm-source",
+        help="--backend vllm without a usable vLLM install: a folder of vLLM's Python sources "
+        "(workflow/scripts/vllm-kernel-src.sh) whose Triton kernel is timed "
+        "(default: $CELLBENCH_VLLM_SOURCE)",
+    )
     p.add_argument("--max-configs", type=int, help="cap on configs considered per batch size")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
@@ -136,6 +142,7 @@ class Plan:
     config_file: str = ""
     act_note: str = ""
     dtype_label: str = ""
+    vllm_source: str | None = None
 
 
 def _read_seed_table(path: str) -> dict[int, dict[str, int]]:
@@ -222,17 +229,23 @@ def _validate(args: argparse.Namespace, argv: list[str]) -> Plan:
                 f"--block-shape={bn},{bk} does not divide the weights (2N={2 * n}, K={k}, N={n})"
             )
 
+    vllm_source = None
     if args.backend == "vllm":
         import importlib.util
 
-        if importlib.util.find_spec("vllm") is None:
-            raise UsageError(
-                "--backend vllm needs vLLM installed where the tuner runs (no module 'vllm'); "
-                "use --backend builtin"
-            )
-        from .backends import vllm_refusal
+        from .vllm_source import source_from_env
 
-        why = vllm_refusal()  # e.g. vLLM without Triton: refused before anything is timed
+        vllm_source = args.vllm_source or source_from_env()
+        if importlib.util.find_spec("vllm") is None and vllm_source is None:
+            raise UsageError(
+                "--backend vllm needs vLLM installed where the tuner runs (no module 'vllm'), "
+                "or --vllm-source / CELLBENCH_VLLM_SOURCE naming a folder of vLLM's Python "
+                "sources (workflow/scripts/vllm-kernel-src.sh); or use --backend builtin"
+            )
+        from .backends import vllm_refusal_or_source
+
+        # e.g. vLLM without Triton and no source folder: refused before anything is timed
+        why = vllm_refusal_or_source(vllm_source)
         if why is not None:
             raise UsageError(why)
 
@@ -287,6 +300,7 @@ def _validate(args: argparse.Namespace, argv: list[str]) -> Plan:
         config_file=named.config_file_name(dev_name),
         act_note=act_note,
         dtype_label=shape.dtype or float_act or act,
+        vllm_source=vllm_source,
     )
 
 
@@ -427,7 +441,10 @@ def _run_device(plan: Plan, batch_sizes: list[int], device_index: int) -> dict[s
         else:
             device = torch.device("cpu")
             torch.set_num_threads(max(os.cpu_count() or 1, 1))
-        backend = make_backend(plan.backend, plan.shape, plan.act_dtype, device, seed=plan.seed)
+        backend = make_backend(
+            plan.backend, plan.shape, plan.act_dtype, device, seed=plan.seed,
+            vllm_source=plan.vllm_source,
+        )  # fmt: skip
         space_name, space = _space(plan)
         limits = spaces.HardwareLimits.detect()
         log = TuningLog(plan.out / LOG_NAME)
@@ -468,6 +485,7 @@ def _run_device(plan: Plan, batch_sizes: list[int], device_index: int) -> dict[s
             )  # fmt: skip
             details[m]["baseline"] = base
             details[m]["improvement_pct"] = gain
+            print(kept_line(m, e.timed, details[m]), file=sys.stderr, flush=True)
     finally:
         if pool is not None:
             pool.close()
@@ -502,6 +520,7 @@ def _run_device(plan: Plan, batch_sizes: list[int], device_index: int) -> dict[s
         else None,
         "skipped_batch_sizes": tuner.skipped,
         "device_index": device_index,
+        "vllm_kernel": backend.kernel_record() if hasattr(backend, "kernel_record") else None,
     }
 
 
@@ -546,7 +565,8 @@ def _run_all(plan: Plan) -> dict[str, Any]:
             merged["stats"][k] = merged["stats"].get(k, 0) + v
         merged["per_device"].append({"device_index": r["device_index"], "wall_s": r["wall_s"],
                                      "compile_workers": r.get("compile_workers")})  # fmt: skip
-        for k in ("space", "limits", "ceilings", "timing", "compile_budget", "compile_workers"):
+        for k in ("space", "limits", "ceilings", "timing", "compile_budget", "compile_workers",
+                  "vllm_kernel"):  # fmt: skip
             merged.setdefault(k, r.get(k))
         merged["resumed_log_records"] = r["resumed_log_records"]
         merged.setdefault("skipped_batch_sizes", []).extend(r["skipped_batch_sizes"])
@@ -668,6 +688,25 @@ def _gain_text(entry: dict[str, Any]) -> str:
     return f"{gain:+.1f}%"
 
 
+KEPT_PROGRESS = "[tune] kept"
+
+
+def kept_line(m: int, timed: int, entry: dict[str, Any]) -> str:
+    """One progress line per batch size once its baseline is timed: what was timed, what was
+    kept, and what it gains over the config vLLM would use without the tuned file."""
+    base = entry.get("baseline") or {}
+
+    def us(v: float | None) -> str:
+        return "n/a" if v is None else f"{v:.2f} us"
+
+    return (
+        f"{KEPT_PROGRESS} M={m}: {timed} configs timed, kept {entry['config_name']} "
+        f"{us(entry['time_us'])}; baseline ({base.get('source', 'n/a')}) "
+        f"{us(base.get('time_us'))} vs the pick {us(base.get('tuned_time_us'))} side by side; "
+        f"gain {_gain_text(entry)}"
+    )
+
+
 def worker_line(w: dict[str, Any]) -> str:
     """One line on the compile workers' start-up (`compile_workers` of the summary)."""
     return (
@@ -720,6 +759,8 @@ def run(plan: Plan) -> dict[str, Any]:
         "python_version": platform.python_version(),
         # Read where the tuner runs (inside the image on docker): what shaped the numbers.
         "vllm_version": _installed_version("vllm"),
+        # --backend vllm: which parts of the timed call were vLLM's, and from where
+        "vllm_kernel": res.get("vllm_kernel"),
         "batch_sizes": plan.batch_sizes,
         "complete": not res.get("skipped_batch_sizes"),
         "skipped_batch_sizes": res.get("skipped_batch_sizes", []),

@@ -114,6 +114,7 @@ class Entry:
     ties: list[str] = field(default_factory=list)
     error: float | None = None
     new_compiles: int = 0  # distinct kernels first compiled at this batch size
+    timed: int = 0  # configs timed at this batch size (reused log records not counted)
     tune_wall_s: float = 0.0  # wall seconds spent on this batch size
 
     def to_dict(self) -> dict[str, Any]:
@@ -590,6 +591,7 @@ class Tuner:
         entry.tune_wall_s = time.perf_counter() - t0
         self.stats.compiled = len(self.compiled)
         c1 = (self.stats.timed, self.stats.pruned, self.stats.failed)
+        entry.timed = c1[0] - c0[0]
         self.progress(
             f"[tune] M={m}: {c1[0] - c0[0]} timed, {c1[1] - c0[1]} pruned, "
             f"{c1[2] - c0[2]} failed of {len(cands)} candidates; best {entry.time_us:.2f} us "

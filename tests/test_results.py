@@ -296,8 +296,9 @@ def test_report_rule_failure_keeps_the_old_report(tmp_path):
 
     def snakemake() -> subprocess.CompletedProcess:
         return subprocess.run(
-            # The gate jobs run for real on the hand-made GSM8K results.
+            # The gate and plots jobs run for real on the hand-made results.
             [sys.executable, "-m", "snakemake", "--cores", "1", "--allowed-rules", "report", "gate"]
+            + ["plots"]
             + ["--", "results/report/INDEX.json"],
             cwd=work,
             capture_output=True,
@@ -309,13 +310,18 @@ def test_report_rule_failure_keeps_the_old_report(tmp_path):
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     before = (res / "report/report.md").read_text()
     assert "## host-cpu/tiny-qwen3-moe-16e/tp1-ep1" in before
-    bad = res / "host-cpu/tiny-qwen3-moe-16e/tp1-ep1/serve/untuned/bench.json"
-    _rewrite(bad, lambda d: d["points"][0].update(completed=400))
+    figure = res / "report/plots/host-cpu/tiny-qwen3-moe-16e/tp1-ep1/latency.png"
+    drawn = figure.read_bytes()
+    # A gate verdict that does not follow from its checks: read by the report alone (a bad
+    # measurement would stop the cell's plots job first, before the report runs).
+    bad = res / "host-cpu/tiny-qwen3-moe-16e/tp1-ep1/gate.json"
+    _rewrite(bad, lambda d: d.update(passed=not d["passed"]))
     second = snakemake()
     terminal = second.stdout + second.stderr
     assert second.returncode != 0
-    assert f"bad result file {bad.relative_to(work)}: points[0].completed = 400" in terminal
+    assert f"bad result file {bad.relative_to(work)}: passed = " in terminal
     assert "the previous report was kept" in terminal
     assert (res / "report/report.md").read_text() == before
+    assert figure.read_bytes() == drawn  # the figures it links are still there
     # Snakemake removed the stamp, so the next run redoes the report.
     assert not (res / "report/INDEX.json").exists()

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from cellbench import assets, gsm8k, serve_stage
+from cellbench import assets, gsm8k, results, serve_stage
 from cellbench.server import ServerError, ServerSpec, serve
 from cellbench.testing.timed_server import free_port
 
@@ -323,6 +323,13 @@ def test_stage_on_transformers_serve(tiny_assets, tmp_path):
     assert pt["total_input_tokens"] == 4 * 32
     assert 4 <= pt["total_output_tokens"] <= 4 * 8
     assert pt["mean_ttft_ms"] > 0 and pt["mean_e2el_ms"] >= pt["mean_ttft_ms"]
+    # transformers serve exports no Prometheus /metrics; the local CPU cell has no GPU: the
+    # point says so (issue 24), and its requests are kept all the same.
+    assert pt["server_metrics"]["available"] is False
+    assert "/metrics" in pt["server_metrics"]["reason"]
+    assert pt["telemetry"]["available"] is False
+    (kept,) = results.load_requests(out / "requests.jsonl.gz")
+    assert len(kept["ttfts"]) == 4 and kept["seq"] == pt["seq"]
     assert "Uvicorn running" in (out / "server.log").read_text()
     port = int(bench["server"]["command"][bench["server"]["command"].index("--port") + 1])
     assert _port_closed(port)

@@ -19,6 +19,9 @@ import jsonschema
 import pytest
 import yaml
 from cellbench import archive, comparison, report
+from cellbench.serve_stage import POINT_PROGRESS
+from cellbench.tuner.cli import KEPT_PROGRESS
+from test_pr_markdown import assert_seed_shapes
 from test_workflow import fresh_copy
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -142,6 +145,16 @@ def test_report_and_archive(finished_run):
     assert data["images"] and all(d.startswith("local:") for d in data["images"].values())
     assert archive.verify(manifest) == []
     assert [r.name for r in archive.runs(res / "archive")] == [run]
+    # Progress in the rules' logs (issue 21 item 5): one line per tuned M, one per point.
+    for cell in CELLS:
+        logs = res / "logs" / cell
+        assert (logs / "tune.log").read_text().count(KEPT_PROGRESS) == 3  # M = 1, 4, 16
+        assert (logs / "serve-pair.log").read_text().count(POINT_PROGRESS) == 2 * 2 * 3
+    # One PR-ready file per model with seed 000's tables (last: skips without the seed).
+    pr_files = [res / "report/pr" / f"{cell.split('/')[1]}.md" for cell in CELLS]
+    assert all(p.is_file() for p in pr_files)
+    for path in pr_files:
+        assert_seed_shapes(path.read_text(), sections=1)
 
 
 @pytest.mark.slow

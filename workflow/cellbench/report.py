@@ -609,6 +609,7 @@ def figure_lines(figures: list[tuple[str, str]]) -> list[str]:
 
 
 PLOTS_FOLDER = "plots"
+PR_FOLDER = "pr"  # one PR-ready Markdown file per model (cellbench.pr_markdown)
 
 
 def cell_figures(out_dir: Path, cells: Iterable[str]) -> dict[str, list[tuple[str, str]]]:
@@ -689,11 +690,20 @@ def write_report(
         gates = {r.data["cell"]: r.data for r in loaded if r.kind == results_mod.GATE}
         text = render(serve, gsm, tune, runtime, compare, min_change_pct, previous, gates, figures)
         atomicio.write_text(staging / "report.md", text)
+        from cellbench import pr_markdown  # pr_markdown reads this module's frames
+
+        # One PR-ready file per model, its plot links checked against out_dir's plots.
+        pr_files = pr_markdown.write_all(loaded, staging / PR_FOLDER, report_dir=out_dir)
         index = {
             "kind": "report_index",
             "written": datetime.now(UTC).isoformat(timespec="seconds"),
             "files": {
-                p.name: atomicio.sha256_file(p) for p in sorted(staging.iterdir()) if p.is_file()
+                **{
+                    p.name: atomicio.sha256_file(p)
+                    for p in sorted(staging.iterdir())
+                    if p.is_file()
+                },
+                **{f"{PR_FOLDER}/{p.name}": atomicio.sha256_file(p) for p in pr_files},
             },
             "inputs": [r.index_entry() for r in loaded],
         }

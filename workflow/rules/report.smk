@@ -60,6 +60,11 @@ rule report:
             if compare_targets()
             else []
         ),
+        # One PR-ready Markdown file per model (cellbench.pr_markdown).
+        pr=[
+            report_table(f"results/report/pr/{model}.md", "pr_markdown")
+            for model in sorted({c.model for c in CELLS})
+        ],
     log:
         "results/logs/report.log",
     benchmark:

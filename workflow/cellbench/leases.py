@@ -5,15 +5,22 @@ takes a lease: an exclusive file lock (``filelock``, i.e. ``flock``) per GPU ind
 port, under a shared lease folder. Locks die with their process, so a lease is released however
 the job ends, a kill -9 included. A job that finds too few free GPUs releases what it took
 (no partial holds, so no deadlock between jobs) and waits, saying so on stderr.
+
+Under Slurm (``SLURM_JOB_ID`` set) the lease files would only coordinate the jobs of one node
+through a shared folder and could not see the other nodes' jobs, so they take no part in the
+choice of GPUs: Slurm's allocation decides, read from the job's environment
+(``allocated_gpus``), and the lease says which variable it came from. Ports are per node, so
+their locks move to a node-local folder.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import socket
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,14 +30,86 @@ from filelock import FileLock, Timeout
 
 DEFAULT_TIMEOUT_S = 24 * 3600.0
 PORT_SPAN = 200  # ports tried above port_base
+LEASE_FILES = "lease files"  # gpu_source of a lease decided by this module's own locks
+# Port locks under Slurm: on the node itself (/tmp, not a per-job TMPDIR), since two jobs of
+# one node share its ports and jobs of different nodes never do.
+NODE_PORT_LOCKS = Path("/tmp")
+# Where Slurm names a job's GPUs. The visible-devices variables are what a process on the node
+# sees (with ConstrainDevices they are renumbered from 0 inside the job's cgroup); the
+# SLURM_*_GPUS ones are the node's own indices, which a container started by the node's Docker
+# daemon, outside that cgroup, must be given.
+VISIBLE_VARS = {"amd": "ROCR_VISIBLE_DEVICES", "nvidia": "CUDA_VISIBLE_DEVICES"}
+SLURM_GPU_VARS = ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS")
 
 
 @dataclass(frozen=True)
 class Lease:
-    """GPUs and a TCP port held exclusively by one job until its context exits."""
+    """GPUs and a TCP port held exclusively by one job until its context exits.
+    ``gpu_source``: what decided the GPUs (the lease files, or the Slurm variable read)."""
 
     gpu_indices: tuple[int, ...]
     port: int
+    gpu_source: str = LEASE_FILES
+
+
+def under_slurm(env: Mapping[str, str] | None = None) -> bool:
+    """Whether this process runs inside a Slurm job."""
+    return bool((os.environ if env is None else env).get("SLURM_JOB_ID"))
+
+
+def _source_order(vendor: str | None, for_container: bool) -> list[str]:
+    first = VISIBLE_VARS.get(vendor or "")
+    visible = [first] if first else []
+    visible += [v for v in VISIBLE_VARS.values() if v not in visible]
+    return [*SLURM_GPU_VARS, *visible] if for_container else [*visible, *SLURM_GPU_VARS]
+
+
+def _indices(name: str, value: str) -> tuple[int, ...]:
+    parts = [p.strip() for p in value.split(",") if p.strip()]
+    if not all(re.fullmatch(r"\d+", p) for p in parts):
+        raise ValueError(
+            f"gpu lease: {name}={value!r} from the Slurm allocation is not a list of GPU "
+            "indices (e.g. 0,1); configure the node's gres.conf so Slurm exports indices"
+        )
+    return tuple(int(p) for p in parts)
+
+
+def allocated_gpus(
+    count: int,
+    env: Mapping[str, str] | None = None,
+    *,
+    vendor: str | None = None,
+    for_container: bool = False,
+) -> tuple[tuple[int, ...], str]:
+    """The GPUs Slurm gave this job, and the variable that named them.
+
+    Sources in order: the vendor's visible-devices variable, the other vendor's, then
+    SLURM_STEP_GPUS and SLURM_JOB_GPUS; ``for_container`` puts the SLURM_*_GPUS (node indices)
+    first. Slurm's ``NoDevFiles`` and empty values are skipped. Raises ValueError when the
+    allocation names fewer GPUs than ``count`` (the job was submitted without enough
+    ``gpu``/``gres``); a larger allocation gives its first ``count``.
+    """
+    env = os.environ if env is None else env
+    if count == 0:
+        return (), "Slurm allocation (no GPUs asked)"
+    for name in _source_order(vendor, for_container):
+        value = env.get(name, "").strip()
+        if not value or value == "NoDevFiles":
+            continue
+        indices = _indices(name, value)
+        if len(indices) < count:
+            raise ValueError(
+                f"gpu lease: the Slurm allocation names {len(indices)} GPU(s) ({name}={value}) "
+                f"but the job needs {count}; submit it with gpu={count} (or gres=gpu:{count})"
+            )
+        if len(indices) > count:
+            return indices[:count], f"{name} (first {count} of {len(indices)})"
+        return indices, name
+    raise ValueError(
+        f"gpu lease: job {env.get('SLURM_JOB_ID')} runs under Slurm but its allocation names no "
+        f"GPUs (none of {', '.join(_source_order(vendor, for_container))} is set); the job needs "
+        f"{count}: submit it with gpu={count} (or gres=gpu:{count})"
+    )
 
 
 def _try_lock(path: Path, stack: ExitStack) -> bool:
@@ -114,19 +193,39 @@ def gpu_lease(
     timeout_s: float = DEFAULT_TIMEOUT_S,
     poll_s: float = 1.0,
     out: TextIO | None = sys.stderr,
+    vendor: str | None = None,
+    for_container: bool = False,
+    env: Mapping[str, str] | None = None,
 ) -> Iterator[Lease]:
     """Hold ``count`` of the host's ``total`` GPUs and one free port while the block runs.
 
     Waits while not enough GPUs are free, printing once who holds them; raises TimeoutError
     after ``timeout_s``. ``count`` may be 0 (a port only). Raises ValueError on impossible
     requests before waiting.
+
+    Under Slurm (``env``, default os.environ, has SLURM_JOB_ID) the allocation gives the GPUs
+    (``allocated_gpus`` with ``vendor`` and ``for_container``), ``total`` is not consulted and
+    the port is locked in a node-local folder instead of ``lease_dir``.
     """
     if count < 0 or total < 0:
         raise ValueError(f"gpu lease: count={count}, total={total}: must be >= 0")
-    if count > total:
-        raise ValueError(f"gpu lease: {count} GPUs asked for but the host has gpus={total}")
     if not 0 < port_base < 65536 - PORT_SPAN:
         raise ValueError(f"gpu lease: port_base={port_base} out of range")
+    if under_slurm(env):
+        gpus, source = allocated_gpus(count, env, vendor=vendor, for_container=for_container)
+        node_dir = NODE_PORT_LOCKS / f"cellbench-ports-{os.getuid()}"
+        node_dir.mkdir(parents=True, exist_ok=True)
+        with ExitStack() as stack:
+            port = _take_port(port_base, node_dir, stack)
+            if port is None:
+                raise RuntimeError(
+                    f"gpu lease: no free port in {port_base}..{port_base + PORT_SPAN - 1} "
+                    f"on this node ({node_dir})"
+                )
+            yield Lease(gpus, port, source)
+        return
+    if count > total:
+        raise ValueError(f"gpu lease: {count} GPUs asked for but the host has gpus={total}")
     lease_dir = Path(lease_dir)
     lease_dir.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + timeout_s

@@ -513,6 +513,8 @@ class _Measured:
     server_info: dict[str, dict[str, Any]]
     started: str
     finished: str
+    # What decided the job's GPUs: the lease files, or the Slurm variable read (cellbench.leases).
+    gpu_source: str = "lease files"
 
 
 def _check_alive(runs: dict[str, _SideRun], during: str, suspect: str | None = None) -> None:
@@ -547,7 +549,15 @@ def _measure(cfg: StageConfig, sides: list[Side], point_tag: str | None = None) 
     with ExitStack() as stack:
         # All GPUs of the job in one lease: holding one side's while waiting for the other's
         # could deadlock with another job doing the same. Each further side adds a port.
-        lease = stack.enter_context(gpu_lease(n_gpus, max(cfg.total_gpus, n_gpus), cfg.lease_dir))
+        lease = stack.enter_context(
+            gpu_lease(
+                n_gpus,
+                max(cfg.total_gpus, n_gpus),
+                cfg.lease_dir,
+                vendor=cfg.gpu_vendor,
+                for_container=cfg.runtime == "docker",
+            )
+        )
         ports = [lease.port]
         for _ in sides[1:]:
             ports.append(stack.enter_context(gpu_lease(0, 0, cfg.lease_dir)).port)
@@ -701,7 +711,7 @@ def _measure(cfg: StageConfig, sides: list[Side], point_tag: str | None = None) 
             }
             for name, run in runs.items()
         }
-    return _Measured(runs, order, server_info, started, _now())
+    return _Measured(runs, order, server_info, started, _now(), lease.gpu_source)
 
 
 def server_env(cfg: StageConfig, run: _SideRun) -> dict[str, str]:
@@ -904,6 +914,7 @@ def run_stage(cfg: StageConfig) -> dict[str, dict[str, Any]]:
             "ep_requested": cfg.ep,
             "gpu_vendor": cfg.gpu_vendor,
             "gpu_indices": list(run.gpu_indices),
+            "gpu_source": m.gpu_source,
             "tuned_config_dir": (
                 str(cfg.tuned_config_dir) if arm == "tuned" and cfg.tuned_config_dir else None
             ),
@@ -1031,6 +1042,7 @@ def run_images(cfg: StageConfig) -> dict[str, Any]:
                 ),
                 "ignore_eos": run.ignore_eos,
                 "gpu_indices": list(run.gpu_indices),
+                "gpu_source": m.gpu_source,
                 "server": m.server_info[name],
                 "server_log": run.side.log_path.name,
             }

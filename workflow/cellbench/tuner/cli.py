@@ -229,6 +229,16 @@ def _validate(args: argparse.Namespace, argv: list[str]) -> Plan:
                 f"--block-shape={bn},{bk} does not divide the weights (2N={2 * n}, K={k}, N={n})"
             )
 
+    import torch
+
+    on_gpu = torch.cuda.is_available()
+    if not on_gpu:
+        ti = os.environ.get("TRITON_INTERPRET")
+        if ti is not None and ti in ("", "0"):
+            raise UsageError("no GPU and TRITON_INTERPRET=0: the CPU run needs the interpreter")
+        os.environ["TRITON_INTERPRET"] = "1"
+    # vLLM is probed after the interpreter is chosen: importing it imports Triton, which
+    # must already know whether kernels it decorates are to be interpreted
     vllm_source = None
     if args.backend == "vllm":
         import importlib.util
@@ -248,15 +258,10 @@ def _validate(args: argparse.Namespace, argv: list[str]) -> Plan:
         why = vllm_refusal_or_source(vllm_source)
         if why is not None:
             raise UsageError(why)
+        if vllm_source is not None:  # compile workers build their backend from the same folder
+            from .vllm_source import SOURCE_ENV
 
-    import torch
-
-    on_gpu = torch.cuda.is_available()
-    if not on_gpu:
-        ti = os.environ.get("TRITON_INTERPRET")
-        if ti is not None and ti in ("", "0"):
-            raise UsageError("no GPU and TRITON_INTERPRET=0: the CPU run needs the interpreter")
-        os.environ["TRITON_INTERPRET"] = "1"
+            os.environ[SOURCE_ENV] = vllm_source
     plat = "cpu" if not on_gpu else ("rocm" if getattr(torch.version, "hip", None) else "cuda")
     act_note = ""
     act = args.act_dtype or float_act or ("bf16" if on_gpu else "fp32")

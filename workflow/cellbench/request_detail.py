@@ -85,7 +85,10 @@ def write(path: Path, records: Sequence[Mapping[str, Any]]) -> None:
     """Write the records, compressed, atomically, with a checksum sidecar."""
     lines = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records)
     # mtime 0: the same records give the same bytes, so the checksum says what changed.
-    atomicio.write_bytes(path, gzip.compress(lines.encode(), mtime=0), checksum=True)
+    try:
+        atomicio.write_bytes(path, gzip.compress(lines.encode(), mtime=0), checksum=True)
+    except OSError as e:  # e.g. a full disk: say which file could not be written
+        raise OSError(e.errno, f"cannot write {path}: {e.strerror}") from e
 
 
 def _stats_ms(values: Sequence[float]) -> dict[str, float]:

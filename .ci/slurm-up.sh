@@ -103,6 +103,8 @@ AccountingStorageHost=localhost
 AccountingStorageTRES=gres/gpu
 JobAcctGatherType=jobacct_gather/linux
 JobCompType=jobcomp/none
+# sacct shows the executor plugin's --comment (rule_<name>_wildcards_...): which job was which.
+AccountingStoreFlags=job_comment
 NodeName=$NODE CPUs=$cpus RealMemory=$mem_mb Gres=gpu:$GPUS State=UNKNOWN
 PartitionName=$PARTITION Nodes=$NODE Default=YES MaxTime=INFINITE State=UP
 EOF

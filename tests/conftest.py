@@ -23,7 +23,8 @@ CI_MARKERS = ("docker",)
 CI_FIXTURES = ("docker_client", "registry")
 # Words of the skip reasons that name a part CI provides (docker_env's skips, Snakefile checks,
 # Debian's chromium from .ci/browser-up.sh).
-CI_REASONS = ("Docker engine", "registry", "test image", "Snakefile", "chromium")
+# "Slurm": tests/test_slurm.py's skips (the one-node cluster .ci/slurm-up.sh starts).
+CI_REASONS = ("Docker engine", "registry", "test image", "Snakefile", "chromium", "Slurm")
 
 # Drawn per session, so the token appears in no source file (a copy of this file that a test
 # writes would otherwise read as a leak) and no earlier session's files can match it.

@@ -53,6 +53,8 @@ NOT_RUN = {
     "python -m pytest": "the test suite this test is part of",
     "docker build": "needs PyPI during the build; containers/README.md says it is not built "
     "in CI, which has no network",
+    "snakemake --report": "needs a finished run (it gathers that run's outputs); "
+    "tests/test_pipeline_local.py::test_html_report_in_headless_chromium runs it after `all`",
 }
 
 

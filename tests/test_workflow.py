@@ -50,6 +50,7 @@ def test_production_dry_run_lists_every_job(tmp_path):
             "tune": cells,
             "serve_pair": cells,
             "gsm8k": cells * arms,
+            "plots": cells,
             "report": 1,
             "archive": 2,
             "configs": 2,  # results/configs/{rocm7.0,rocm7.2}
@@ -66,6 +67,7 @@ def test_production_dry_run_lists_every_job(tmp_path):
             "tune": cells,
             "serve": cells * arms,
             "gsm8k": cells * arms,
+            "plots": cells,
             "report": 1,
             "archive": 2,
             "configs": 2,  # results/configs/{rocm7.0,rocm7.2}

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The device call for benchmarks/tuner_vllm_kernel_h200.py (issue 23), on one H200:
+#
+#   command:   bash benchmarks/tuner_vllm_kernel_h200.sh
+#   carry:     [".vllm-src/vllm-0.34.0"]   (made here by workflow/scripts/vllm-kernel-src.sh)
+#   timeout_s: 600
+#
+# The image's python3 (torch and Triton, no vLLM, no network) runs the script with a wall
+# budget of BUDGET_S (default 500 s) and a hard stop 50 s later (SIGINT: the tables written
+# after each finished stage stay). Everything lands in $OUT: the .txt/.json per dtype, the
+# tuning logs, the console log, nvidia-smi's view of the GPU.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-benchmarks/results/tmp}"
+mkdir -p "$OUT"
+SRC="${CELLBENCH_VLLM_SOURCE:-.vllm-src/vllm-0.34.0}"
+if [[ ! -f "$SRC/SOURCE.json" ]]; then
+  echo "no vLLM sources at $SRC: run workflow/scripts/vllm-kernel-src.sh and carry them" >&2
+  exit 2
+fi
+BUDGET_S="${BUDGET_S:-500}"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv \
+  >"$OUT/nvidia-smi.csv" 2>&1 || true
+export PYTHONPATH="$PWD/workflow${PYTHONPATH:+:$PYTHONPATH}"
+timeout -s INT -k 10 "$((BUDGET_S + 50))" python3 benchmarks/tuner_vllm_kernel_h200.py \
+  --out "$OUT" --budget-s "$BUDGET_S" --vllm-source "$SRC" "$@" 2>&1 |
+  tee "$OUT/tuner_vllm_kernel_h200.log"
+exit "${PIPESTATUS[0]}"

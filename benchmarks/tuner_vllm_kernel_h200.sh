@@ -6,7 +6,7 @@
 #   timeout_s: 600
 #
 # The image's python3 (torch and Triton, no vLLM, no network) runs the script with a wall
-# budget of BUDGET_S (default 500 s) and a hard stop 50 s later (SIGINT: the tables written
+# budget of BUDGET_S (default 480 s) and a hard stop 50 s later (SIGINT: the tables written
 # after each finished stage stay). Everything lands in $OUT: the .txt/.json per dtype, the
 # tuning logs, the console log, nvidia-smi's view of the GPU.
 set -uo pipefail
@@ -18,7 +18,7 @@ if [[ ! -f "$SRC/SOURCE.json" ]]; then
   echo "no vLLM sources at $SRC: run workflow/scripts/vllm-kernel-src.sh and carry them" >&2
   exit 2
 fi
-BUDGET_S="${BUDGET_S:-500}"
+BUDGET_S="${BUDGET_S:-480}"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv \
   >"$OUT/nvidia-smi.csv" 2>&1 || true
 export PYTHONPATH="$PWD/workflow${PYTHONPATH:+:$PYTHONPATH}"

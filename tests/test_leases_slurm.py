@@ -10,7 +10,13 @@ import os
 import subprocess
 
 import pytest
-from cellbench.leases import LEASE_FILES, allocated_gpus, gpu_lease, under_slurm
+from cellbench.leases import (
+    LEASE_FILES,
+    PORT_SPAN,
+    allocated_gpus,
+    gpu_lease,
+    under_slurm,
+)
 from docker_env import PYTHON, WORKFLOW
 
 # What slurmd exported into a job given two GPUs on tests/test_slurm.py's cluster, with node
@@ -100,3 +106,15 @@ def test_a_host_step_under_slurm_keeps_the_allocations_devices(tmp_path):
     log = (tmp_path / "step.log").read_text()
     assert "GPUs [0, 1] decided by ROCR_VISIBLE_DEVICES" in log
     assert "0,1 None" in log
+
+
+def test_jobs_of_one_node_search_for_ports_from_different_places(tmp_path):
+    # Two jobs that start at the same moment must not both try the span's first free port:
+    # another user's job locks its ports in its own folder, so only the bind check would
+    # stand between them.
+    ports = []
+    for job_id in ("100", "101"):
+        env = {"SLURM_JOB_ID": job_id}
+        with gpu_lease(0, 0, tmp_path / "unused", port_base=20100, env=env) as lease:
+            ports.append(lease.port)
+    assert len(set(ports)) == 2 and all(20100 <= p < 20100 + PORT_SPAN for p in ports)

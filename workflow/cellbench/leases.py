@@ -57,6 +57,12 @@ def under_slurm(env: Mapping[str, str] | None = None) -> bool:
     return bool((os.environ if env is None else env).get("SLURM_JOB_ID"))
 
 
+def _job_offset(env: Mapping[str, str] | None) -> int:
+    job_id = (os.environ if env is None else env).get("SLURM_JOB_ID", "")
+    # Consecutive job ids land 7 ports apart (7 and PORT_SPAN share no factor).
+    return (int(job_id) * 7) % PORT_SPAN if job_id.isdigit() else 0
+
+
 def _source_order(vendor: str | None, for_container: bool) -> list[str]:
     first = VISIBLE_VARS.get(vendor or "")
     visible = [first] if first else []
@@ -172,8 +178,11 @@ def _take_gpus(count: int, total: int, lease_dir: Path, stack: ExitStack) -> tup
     return tuple(taken)
 
 
-def _take_port(port_base: int, lease_dir: Path, stack: ExitStack) -> int | None:
-    for port in range(port_base, port_base + PORT_SPAN):
+def _take_port(port_base: int, lease_dir: Path, stack: ExitStack, start: int = 0) -> int | None:
+    """Lock the first free port of port_base..port_base+PORT_SPAN-1, searching from
+    ``start`` places in and wrapping around."""
+    for i in range(PORT_SPAN):
+        port = port_base + (start + i) % PORT_SPAN
         attempt = ExitStack()
         if _try_lock(lease_dir / f"port{port}.lock", attempt):
             if _port_free(port):
@@ -216,7 +225,9 @@ def gpu_lease(
         node_dir = NODE_PORT_LOCKS / f"cellbench-ports-{os.getuid()}"
         node_dir.mkdir(parents=True, exist_ok=True)
         with ExitStack() as stack:
-            port = _take_port(port_base, node_dir, stack)
+            # Other users' jobs on the node lock ports elsewhere; starting each job's search
+            # at its own place in the span makes two jobs rarely race for one free port.
+            port = _take_port(port_base, node_dir, stack, start=_job_offset(env))
             if port is None:
                 raise RuntimeError(
                     f"gpu lease: no free port in {port_base}..{port_base + PORT_SPAN - 1} "

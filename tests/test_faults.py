@@ -24,8 +24,12 @@ import pytest
 import result_fixtures as fx
 import yaml
 from cellbench import assets
+from cellbench.serve_stage import POINT_PROGRESS
 from filelock import FileLock, Timeout
 from test_workflow import fresh_copy
+
+# The serve stage's progress line for the first finished point: the job is mid-benchmark.
+FIRST_POINT = f"{POINT_PROGRESS} #0 "
 
 ROOT = Path(__file__).resolve().parents[1]
 CELL = "results/host-cpu/tiny-qwen3-moe/tp1-ep1"
@@ -136,7 +140,7 @@ def test_interrupt_mid_benchmark_stops_everything_and_leaves_nothing(
     target = f"{CELL}/serve/untuned/bench.json"
     proc = _snakemake(work, target, "--allowed-rules", "serve_pair")
     # Both servers up and the first point measured: the job is mid-benchmark.
-    _wait_for(work / SERVE_LOG, "#0 repeat 0", proc)
+    _wait_for(work / SERVE_LOG, FIRST_POINT, proc)
     if to_group:
         os.killpg(proc.pid, sig)
     else:
@@ -217,12 +221,10 @@ def test_server_killed_mid_benchmark_keep_going_and_rerun_only_the_failed_job(
     proc = _snakemake(work, *targets, *flags, "--keep-going")
     logs = [work / c.replace("results/", "results/logs/") / "serve-pair.log" for c in cells]
     deadline = time.monotonic() + 300
-    while not any(log.exists() and "#0 repeat 0" in log.read_text() for log in logs):
+    while not any(log.exists() and FIRST_POINT in log.read_text() for log in logs):
         assert proc.poll() is None and time.monotonic() < deadline
         time.sleep(0.3)
-    (first,) = [
-        i for i, log in enumerate(logs) if log.exists() and "#0 repeat 0" in log.read_text()
-    ]
+    (first,) = [i for i, log in enumerate(logs) if log.exists() and FIRST_POINT in log.read_text()]
     # The first-started transformers server of the running job (its untuned arm): killed hard.
     servers = [
         p

@@ -238,7 +238,8 @@ def test_report_cli_refuses_a_bad_file_and_keeps_the_previous_report(tmp_path):
     assert report.main(["--results", str(res), "--out-dir", str(out), *map(str, files)]) == 0
     before = (out / "report.md").read_text()
     index = json.loads((out / "INDEX.json").read_text())
-    assert set(index["files"]) == {"report.md", "serve.csv", "gsm8k.csv", "tune.csv"}
+    tables = {"report.md", "serve.csv", "gsm8k.csv", "tune.csv", "tidy.csv", "tidy.parquet"}
+    assert set(index["files"]) == tables | {"pr/qwen3-30b-a3b-fp8.md"}
     assert {i["checksum"] for i in index["inputs"]} == {results.VERIFIED}
     bad = res / CELL / "serve/tuned/bench.json"
     bad.write_text(bad.read_text()[:100])

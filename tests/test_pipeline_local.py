@@ -7,15 +7,20 @@ lm-eval) in a copy of the project, so the checkout's results/ is left alone.
 from __future__ import annotations
 
 import importlib.util
+import io
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
+import html_report_probe
 import jsonschema
+import matplotlib.image as mpimg
+import pandas as pd
 import pytest
 import yaml
 from cellbench import archive, comparison, report
@@ -155,6 +160,64 @@ def test_report_and_archive(finished_run):
     assert all(p.is_file() for p in pr_files)
     for path in pr_files:
         assert_seed_shapes(path.read_text(), sections=1)
+
+
+@pytest.mark.slow
+def test_html_report_in_headless_chromium(finished_run, tmp_path):
+    """Issue 21: after `all`, `snakemake --report` (HTML and zip) gathers every figure and
+    table; real headless chromium renders the HTML, lists each cell's figures under its stages
+    and the report's tables, shows a figure at its size, and embeds serve.csv as it is."""
+    if html_report_probe.chromium() is None:
+        pytest.skip("chromium is not installed: .ci/browser-up.sh installs Debian's chromium")
+    page = tmp_path / "report.html"
+    proc = snakemake(finished_run, "--report", str(page), timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    zipped = tmp_path / "report.zip"
+    proc = snakemake(finished_run, "--report", str(zipped), timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    figures = [f"results/report/plots/{cell}/{name}.{fmt}" for cell in CELLS
+               for name in ("latency", "arm_change", "tuner_speedup", "gsm8k")
+               for fmt in ("png", "svg")]  # fmt: skip
+    with zipfile.ZipFile(zipped) as archive_file:
+        names = archive_file.namelist()
+    # The zip holds the page and each file under a hashed folder: one of each figure per cell.
+    assert "report/report.html" in names
+    for name in {Path(f).name for f in figures}:
+        assert sum(n.endswith(f"/{name}") for n in names) == len(CELLS), name
+
+    view = html_report_probe.rendered(
+        page, [*CELLS, "All cells"], ["serve", "tune", "gsm8k", "archive", "report"]
+    )
+    for cell in CELLS:
+        by_stage = view["found"][cell]
+        assert by_stage, f"category {cell} not in the rendered report"
+        assert {"serve", "tune", "gsm8k"} <= set(by_stage), by_stage.keys()
+        listed = {row["file"] for rows in by_stage.values() for row in rows}
+        assert {f for f in figures if f"/{cell}/" in f} <= listed
+        assert {r["file"] for r in by_stage["tune"]} == {
+            f"results/report/plots/{cell}/tuner_speedup.{fmt}" for fmt in ("png", "svg")
+        }
+    tables = {row["file"]: row["href"] for rows in view["found"]["All cells"].values()
+              for row in rows}  # fmt: skip
+    for name in ("report.md", "serve.csv", "gsm8k.csv", "tune.csv", "tidy.csv", "tidy.parquet"):
+        assert f"results/report/{name}" in tables, (name, sorted(tables))
+    # A table cell as the page holds it: serve.csv byte for byte, its first TTFT readable.
+    served = html_report_probe.data_uri_bytes(tables["results/report/serve.csv"])
+    res = finished_run / "results"
+    assert served == (res / "report/serve.csv").read_bytes()
+    ttft = pd.read_csv(io.BytesIO(served)).mean_ttft_ms
+    points = sum(len(json.loads(p.read_text())["points"])
+                 for cell in CELLS for p in (res / cell).glob("serve/*/bench.json"))  # fmt: skip
+    assert len(ttft) == points and (ttft > 0).all()
+    # The browser decoded the figure it opened at the PNG's own size.
+    shown = view["shown"]
+    height, width = mpimg.imread(finished_run / shown["file"]).shape[:2]
+    assert (shown["width"], shown["height"]) == (width, height), shown
+    # report.md links every figure, and each link resolves.
+    text = (res / "report/report.md").read_text()
+    links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
+    assert {f"results/report/{rel}" for rel in links} >= {f for f in figures if f.endswith("png")}
+    assert all((res / "report" / rel).is_file() for rel in links)
 
 
 @pytest.mark.slow

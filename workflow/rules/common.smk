@@ -1,5 +1,6 @@
 # Config validation, the cell model and input functions shared by every stage.
 import json
+import mimetypes
 import os
 import time
 import re
@@ -237,6 +238,10 @@ def logged(command):
 
 
 # --- figures and report files (workflow/rules/report.smk) ---
+
+# `snakemake --report` embeds each file with the MIME type Python guesses; Parquet is not known
+# to it and would be labelled text.
+mimetypes.add_type("application/vnd.apache.parquet", ".parquet")
 
 PLOT_DIR = "results/report/plots/{image}/{model}/tp{tp}-ep{ep}"
 CELL_CATEGORY = "{image}/{model}/tp{tp}-ep{ep}"

@@ -283,7 +283,8 @@ def test_scancel_mid_benchmark_then_the_rerun_redoes_only_that_job(slurm_run):
         assert time.monotonic() < deadline, "the serve job never reached its first point"
         jobs = _serve_jobs_running(work)
         fresh = log.exists() and log.stat().st_mtime_ns != old_log_mtime
-        if jobs and fresh and "#0 repeat 0" in log.read_text(errors="replace"):
+        # The stage's line for its first measured point: the job is mid-benchmark.
+        if jobs and fresh and "point done: #0 " in log.read_text(errors="replace"):
             break
         time.sleep(1)
     (job_id,) = jobs

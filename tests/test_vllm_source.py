@@ -30,17 +30,11 @@ from cellbench.kernels.reference import _dequantise, relative_error  # noqa: E40
 from cellbench.shapes import MoEShape, moe_shape  # noqa: E402
 from cellbench.tuner import backends, cli  # noqa: E402
 from cellbench.tuner import vllm_source as vs  # noqa: E402
+from test_tuner_cli import TINY  # noqa: E402  (the one tiny MoE shape of the tuner tests)
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_SRC = ROOT / ".vllm-src" / "vllm-0.34.0"
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-TINY = {
-    "model_type": "qwen3_moe",
-    "num_experts": 8,
-    "moe_intermediate_size": 32,
-    "hidden_size": 64,
-    "num_experts_per_tok": 2,
-}
 
 
 @pytest.fixture(scope="session")

@@ -191,6 +191,40 @@ def test_serve_stage_runs_rate_points_beside_concurrency_points_and_keeps_every_
     assert "J/token" not in observed  # no telemetry on this machine: no energy column
 
 
+def test_local_runtime_with_gpus_leases_them_to_both_sides_and_samples_them(tmp_path):
+    """The local runtime with ``gpus`` > 0 (the H200 kit's config): both servers are given
+    the leased GPU through the vendor's visible-devices variable, bench.json names it and says
+    it was shared, and telemetry samples it: here NVML's own refusal (no driver), not the
+    "no GPU was leased" that this runtime reported before."""
+    args = _stage_args(tmp_path, "--gpus", "1", "--gpu-vendor", "nvidia")
+    # The server prints what it was given, then runs as in the other tests.
+    # (Braces doubled: the command is a format string for {port}.)
+    shown = "echo visible=${{CUDA_VISIBLE_DEVICES-unset}}; exec " + " ".join(TIMED)
+    args[args.index("--server-command-json") + 1] = json.dumps(
+        ["sh", "-c", shown + " --ttft-ms 20 --itl-ms 5"]
+    )
+    assert serve_stage.main(args) == 0
+    for arm in ("untuned", "tuned"):
+        out = tmp_path / "serve" / arm
+        bench = json.loads((out / "bench.json").read_text())
+        jsonschema.validate(bench, SCHEMA)
+        assert bench["gpu_indices"] == [0] and bench["gpus_shared_by_sides"] is True
+        assert "visible=0" in (out / "server.log").read_text()
+        for point in bench["points"]:
+            reason = point["telemetry"].get("reason", "")
+            assert "no GPU was leased" not in reason
+            try:
+                import pynvml
+
+                pynvml.nvmlInit()
+            except Exception:  # no library or no driver here: the sampler says which
+                assert point["telemetry"]["available"] is False
+                assert "NVML" in reason or "pynvml" in reason
+            else:  # a machine with an NVIDIA GPU samples it
+                pynvml.nvmlShutdown()
+                assert point["telemetry"]["available"] is True
+
+
 def test_request_sidecar_refused_when_changed_after_writing(tmp_path):
     path = tmp_path / request_detail.FILE_NAME
     rec = {"seq": 0, **{k: [0] for k in request_detail.DETAIL_KEYS}}

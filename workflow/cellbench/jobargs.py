@@ -65,10 +65,16 @@ def gpus_per_server(config: dict, wildcards: Any) -> int:
 
 
 def _gpu_flags(config: dict, wildcards: Any) -> list[str]:
-    """Which GPUs a containerised job gets: vendor and count shape what is measured."""
-    if config["runtime"] != "docker":
+    """Which GPUs a job gets: vendor and count shape what is measured. A container gets its
+    TP size per server; the local runtime's servers, host processes, all run on the config's
+    ``gpus`` (none: the CPU, and no flags, as before GPUs were leased for them)."""
+    if config["runtime"] == "docker":
+        count = gpus_per_server(config, wildcards)
+    elif config["gpus"] > 0:
+        count = config["gpus"]
+    else:
         return []
-    return ["--gpu-vendor", config["gpu_vendor"], "--gpus", str(gpus_per_server(config, wildcards))]
+    return ["--gpu-vendor", config["gpu_vendor"], "--gpus", str(count)]
 
 
 # --- tune -----------------------------------------------------------------------------------
@@ -80,7 +86,9 @@ def tune_settings(config: dict, pins: Any, wildcards: Any) -> str:
     values = {
         "runtime": config["runtime"],
         "image_digest": pins.digest(wildcards.image),
-        "gpus": _gpu_flags(config, wildcards),
+        # The local tuner runs wherever torch finds a GPU (the config's gpus lease nothing to
+        # it), so only a container's GPUs are tracked here.
+        "gpus": _gpu_flags(config, wildcards) if config["runtime"] == "docker" else [],
         "tuner": tuner_args(config, wildcards),
         "code_version": str(config["tune"]["code_version"]),
     }

@@ -541,8 +541,12 @@ def _measure(cfg: StageConfig, sides: list[Side], point_tag: str | None = None) 
 
     names = [side.name for side in sides]
     started = _now()
-    per_side = cfg.gpus if cfg.runtime == "docker" else 0
-    n_gpus = per_side * len(sides)
+    docker = cfg.runtime == "docker"
+    # A container per side holds GPUs of its own. The local runtime's servers are host
+    # processes on the job's GPUs, all sides on the same ones (one host, one side measured at
+    # a time): its telemetry then includes the idle other side, and bench.json says so.
+    per_side = cfg.gpus
+    n_gpus = per_side * len(sides) if docker else cfg.gpus
     order = arm_order(names, cfg.repeats)
     seq = 0
 
@@ -569,8 +573,11 @@ def _measure(cfg: StageConfig, sides: list[Side], point_tag: str | None = None) 
         # Started one after the other, not at once: two first starts of one image would
         # otherwise fill the shared compile cache concurrently.
         for i, side in enumerate(sides):
-            gpus = lease.gpu_indices[i * per_side : (i + 1) * per_side]
-            docker = cfg.runtime == "docker"
+            gpus = (
+                lease.gpu_indices[i * per_side : (i + 1) * per_side]
+                if docker
+                else lease.gpu_indices
+            )
             spec = ServerSpec(
                 runtime=cfg.runtime,
                 model=cfg.model,
@@ -712,6 +719,12 @@ def _measure(cfg: StageConfig, sides: list[Side], point_tag: str | None = None) 
             for name, run in runs.items()
         }
     return _Measured(runs, order, server_info, started, _now(), lease.gpu_source)
+
+
+def _shared_gpus(runs: dict[str, _SideRun], name: str) -> bool:
+    """Whether another side's server held any of this side's GPUs."""
+    mine = set(runs[name].gpu_indices)
+    return any(mine & set(r.gpu_indices) for other, r in runs.items() if other != name)
 
 
 def server_env(cfg: StageConfig, run: _SideRun) -> dict[str, str]:
@@ -915,6 +928,8 @@ def run_stage(cfg: StageConfig) -> dict[str, dict[str, Any]]:
             "gpu_vendor": cfg.gpu_vendor,
             "gpu_indices": list(run.gpu_indices),
             "gpu_source": m.gpu_source,
+            # Observed from the lease: another server of this job ran on these GPUs too.
+            "gpus_shared_by_sides": _shared_gpus(m.runs, arm),
             "tuned_config_dir": (
                 str(cfg.tuned_config_dir) if arm == "tuned" and cfg.tuned_config_dir else None
             ),
@@ -1043,6 +1058,7 @@ def run_images(cfg: StageConfig) -> dict[str, Any]:
                 "ignore_eos": run.ignore_eos,
                 "gpu_indices": list(run.gpu_indices),
                 "gpu_source": m.gpu_source,
+                "gpus_shared_by_sides": _shared_gpus(m.runs, name),
                 "server": m.server_info[name],
                 "server_log": run.side.log_path.name,
             }

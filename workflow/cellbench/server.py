@@ -37,6 +37,7 @@ from typing import Any
 
 import requests
 
+from cellbench.leases import VISIBLE_VARS
 from cellbench.moe_evidence import MOE_ENV
 
 LOCAL_CB_ARGS = ["--cb-num-blocks", "512", "--cb-block-size", "32", "--cb-max-batch-tokens", "2048"]
@@ -264,6 +265,10 @@ def _local(spec: ServerSpec) -> Iterator[RunningServer]:
     env.setdefault("HF_DATASETS_OFFLINE", "1")
     env.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
     env.update(spec.env)
+    visible = VISIBLE_VARS.get(spec.gpu_vendor)
+    if spec.gpu_indices and visible:
+        # The leased GPUs, as a container would be given them; the telemetry samples these.
+        env[visible] = ",".join(map(str, spec.gpu_indices))
     if spec.tuned_config_dir is not None:
         env["VLLM_TUNED_CONFIG_FOLDER"] = str(Path(spec.tuned_config_dir).resolve())
     else:

@@ -221,7 +221,7 @@ def test_run_gemms_is_the_fused_call_without_the_sum() -> None:
     p = make_problem(MoEShape(8, 64, 64, 3), 7, "fp32", DEVICE, seed)
     cfg = CONFIGS[0]
     c3 = run_gemms(p, cfg)  # first call also prepares (aligns, fills the SiLU output)
-    prep = p._prepared[cfg["BLOCK_SIZE_M"]]
+    (prep,) = p._prepared.values()  # one preparation: one BLOCK_SIZE_M, one assignment
     prep["c1"].fill_(float("nan"))
     c3.fill_(float("nan"))
     c3 = run_gemms(p, cfg)
@@ -396,15 +396,33 @@ def test_kernel_path_rules(limit: int, monkeypatch) -> None:
 
 
 def test_kernel_path_default_rule() -> None:
-    """Unforced, the few-token path is taken where it was measured to win the whole call:
-    M <= DECODE_RULE_MAX_TOKENS on a CUDA GPU; the grouped path under the interpreter."""
+    """Unforced, the few-token path is taken only where a measurement recorded for the config
+    in hand says it wins, and only up to DECODE_RULE_MAX_TOKENS; else the grouped path."""
     fm = sys.modules["cellbench.kernels.fused_moe"]
     assert fm.DECODE_MAX_TOKENS is None
-    on_cuda = DEVICE == "cuda" and not torch.version.hip
     cut = fm.DECODE_RULE_MAX_TOKENS
-    assert [kernel_path(m, None) for m in (1, cut, cut + 1)] == (
-        ["decode", "decode", "grouped"] if on_cuda else ["grouped"] * 3
-    )
+    cfg, other = CONFIGS[0], CONFIGS[1]
+    try:
+        assert [kernel_path(m, None, "auto", cfg) for m in (1, cut, cut + 1)] == ["grouped"] * 3
+        fm.record_path_choice(1, cfg, "decode")
+        fm.load_path_choices({str(cut + 1): {"config": cfg, "path": "decode"}})
+        fm.record_path_choice(cut, cfg, "grouped")
+        assert kernel_path(1, None, "auto", cfg) == "decode"
+        assert kernel_path(1, None, "auto", other) == "grouped"  # measured for cfg only
+        assert kernel_path(1, None) == "grouped"  # no config: no measurement applies
+        assert kernel_path(cut, None, "auto", cfg) == "grouped"
+        assert kernel_path(cut + 1, None, "auto", cfg) == "grouped"  # beyond the cut
+        q = QuantArgs("fp8_w8a8", torch.ones(1), torch.ones(1))
+        assert kernel_path(1, q, "auto", cfg) == "grouped"
+        with pytest.raises(ValueError, match="'decode' or 'grouped'"):
+            fm.record_path_choice(1, cfg, "auto")
+        with pytest.raises(ValueError, match="expected"):
+            fm.load_path_choices({"1": {"path": "decode"}})
+        seed = fresh_seed()  # the recorded choice reaches the call: same result either way
+        p = make_problem(TINY, 1, "fp32", DEVICE, seed)
+        assert relative_error(run_fused(p, cfg), torch_moe_reference(p)) < error_bound("fp32")
+    finally:
+        fm.clear_path_choices()
 
 
 def test_non_power_of_two_shape() -> None:
@@ -764,3 +782,90 @@ def test_decode_launch_key_names_what_the_kernel_reads(monkeypatch) -> None:
     monkeypatch.setattr(fm, "DECODE_KERNEL", "ticket")
     assert fm.decode_launch_key(base) != fm.decode_launch_key(wide)
     assert fm.decode_launch_key(base) == fm.decode_launch_key({**base, "BLOCK_SIZE_M": 64})
+
+
+@pytest.mark.parametrize("naive", [False, True], ids=["aligned", "naive"])
+@pytest.mark.parametrize("m", [1, 5])
+@pytest.mark.parametrize("config", CONFIGS[:2], ids=["bm16", "bm32"])
+def test_naive_assignment_matches_reference(naive: bool, m: int, config: dict, monkeypatch) -> None:
+    """Naive assignment (no alignment, one row block per pair) gives the reference result, also
+    where pairs share an expert (M=5 over 8 experts at top-2 always has shared experts), for
+    the whole call and for the GEMMs alone."""
+    fm = sys.modules["cellbench.kernels.fused_moe"]
+    monkeypatch.setattr(fm, "NAIVE_ASSIGNMENT", naive)
+    seed = fresh_seed()
+    p = make_problem(TINY, m, "fp32", DEVICE, seed)
+    _check_fused(p, config, seed)
+    c3 = run_gemms(p, config)
+    (prep,) = p._prepared.values()
+    assert prep["naive"] is naive
+    summed = c3.reshape(m, TINY.topk, -1).sum(dim=1)
+    assert relative_error(summed, torch_moe_reference(p)) < error_bound("fp32"), f"seed {seed}"
+
+
+def test_naive_assignment_rule(monkeypatch) -> None:
+    """By default naive assignment is taken while pairs * NAIVE_SPARSITY <= experts."""
+    fm = sys.modules["cellbench.kernels.fused_moe"]
+    assert fm.NAIVE_ASSIGNMENT is None
+    assert fm._naive(32, 128) and not fm._naive(33, 128)  # Qwen3-30B-A3B: M <= 4 at top-8
+    assert fm.m_dependent_choices(4, 8, None, 128)[4] is True
+    assert fm.m_dependent_choices(5, 8, None, 128)[4] is False
+    monkeypatch.setattr(fm, "NAIVE_ASSIGNMENT", False)
+    assert not fm._naive(1, 128)
+
+
+@pytest.mark.parametrize("naive", [False, True], ids=["aligned", "naive"])
+@pytest.mark.parametrize("scalar", [False, True], ids=["vector-scale", "scalar-scale"])
+@pytest.mark.parametrize("swap", [False, True], ids=["ab", "swapped"])
+@pytest.mark.parametrize("b_tma", [False, True], ids=["pointers", "descriptors"])
+def test_fp8_block_gemm_variants(naive, scalar, swap, b_tma, monkeypatch) -> None:
+    """The block-quantised fp8 GEMM with operands swapped or not, the weight scale as a scalar
+    or a vector, naive or aligned rows, weights through pointers or descriptors: each against
+    float64 on the same dequantised values (torch-quantised activations, as above)."""
+    from cellbench.kernels.reference import _dequantise
+
+    fm = sys.modules["cellbench.kernels.fused_moe"]
+    for name, v in (("B_OPERAND_TMA", b_tma), ("FP8_SWAP_AB", swap),
+                    ("FP8_SCALE_SCALAR", scalar)):  # fmt: skip
+        monkeypatch.setattr(fm, name, v)
+    seed = fresh_seed()
+    block = (32, 32)
+    shape = MoEShape(8, 64, 128, 2, "fp8_w8a8", block)
+    p = make_problem(shape, 5, "fp32", DEVICE, seed)
+    q = p.quant
+    xq, xs = _torch_quant(p.hidden_states, block[1])
+    x64 = xq.double() * xs.double().repeat_interleave(32, 1)
+    # BLOCK_SIZE_N 32 = the scale block (a scalar scale is possible); 16-row tiles
+    cfg = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 32, "GROUP_SIZE_M": 1}
+    if naive:
+        align = fm._naive_assignment(p.topk_ids)
+    else:
+        align = moe_align_block_size(p.topk_ids, cfg["BLOCK_SIZE_M"], 8)
+    assert fm._swap_ab(cfg, q, p.w1) is swap
+    c1 = torch.full((10, 128), float("nan"), device=DEVICE)
+    _gemm(xq, xs, p.w1, q.w1_scale, c1, p.topk_weights, align, 2, False, cfg, q, naive=naive)
+    pairs = p.topk_ids.flatten().tolist()
+    ref = torch.stack(
+        [x64[i // 2] @ _dequantise(p.w1[e], q.w1_scale[e], block).T for i, e in enumerate(pairs)]
+    )
+    assert relative_error(c1, ref) < 1e-5, f"seed {seed}"
+
+
+def test_swap_rule_and_kernel_options() -> None:
+    """The operand swap is for fp8 only and, by rule, only on a capability 9.0 GPU;
+    kernel_options sets switches for a block and puts them back, refusing unknown names."""
+    fm = sys.modules["cellbench.kernels.fused_moe"]
+    p = make_problem(MoEShape(8, 64, 128, 2, "fp8_w8a8", (32, 32)), 1, "fp32", DEVICE, 1)
+    small = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 32, "GROUP_SIZE_M": 1}
+    big = dict(small, BLOCK_SIZE_M=64)
+    sm90 = DEVICE == "cuda" and not torch.version.hip and fm.device_facts(p.w1.device)[0] == (9, 0)
+    assert fm._swap_ab(small, p.quant, p.w1) is (sm90 and not interpreter_active())
+    assert fm._swap_ab(big, p.quant, p.w1) is False
+    assert fm._swap_ab(small, None, p.w1) is False
+    with fm.kernel_options(FP8_SWAP_AB=True, NAIVE_ASSIGNMENT=False):
+        assert fm._swap_ab(big, p.quant, p.w1) and not fm._naive(1, 128)
+        assert fm._swap_ab(big, None, p.w1) is False  # never unquantised
+    assert fm.FP8_SWAP_AB is None and fm.NAIVE_ASSIGNMENT is None
+    with pytest.raises(ValueError, match="unknown kernel option"):
+        with fm.kernel_options(FAST=True):
+            pass

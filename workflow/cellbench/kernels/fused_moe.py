@@ -18,6 +18,7 @@ In-container module: standard library, torch and triton only.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 from dataclasses import dataclass, field
@@ -133,10 +134,23 @@ def _gemm_tile(
     BLOCK_SIZE_M: tl.constexpr,
     BLOCK_SIZE_N: tl.constexpr,
     BLOCK_SIZE_K: tl.constexpr,
+    NAIVE: tl.constexpr = False,
+    SWAP_AB: tl.constexpr = False,
+    B_SCALE_SCALAR: tl.constexpr = False,
 ):
-    """One (BLOCK_SIZE_M x BLOCK_SIZE_N) tile of a grouped GEMM (see `_moe_gemm_kernel`)."""
-    offs_m = pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M).to(tl.int64)
-    pair = tl.load(sorted_ids_ptr + offs_m).to(tl.int64)
+    """One (BLOCK_SIZE_M x BLOCK_SIZE_N) tile of a grouped GEMM (see `_moe_gemm_kernel`).
+
+    NAIVE: no alignment; row block pid_m is pair pid_m alone (its other rows are padding) and
+    expert_ids_ptr points at the flat topk_ids. SWAP_AB: the tile is computed transposed,
+    (weight tile) @ (activation rows)^T, so that the wide weight side fills the MMA's M
+    dimension when BLOCK_SIZE_M is small. B_SCALE_SCALAR (block-quantised, GROUP_N a multiple
+    of BLOCK_SIZE_N): the tile's columns share one weight scale per K group, loaded as a
+    scalar and folded into the rows' activation scale."""
+    rows = tl.arange(0, BLOCK_SIZE_M)
+    if NAIVE:
+        pair = tl.where(rows == 0, pid_m, num_valid).to(tl.int64)
+    else:
+        pair = tl.load(sorted_ids_ptr + pid_m * BLOCK_SIZE_M + rows.to(tl.int64)).to(tl.int64)
     row_ok = pair < num_valid
     expert = tl.load(expert_ids_ptr + pid_m).to(tl.int64)
 
@@ -144,39 +158,77 @@ def _gemm_tile(
     offs_bn = offs_n % N  # wrap so weight loads need no column mask; stores are masked
     offs_k = tl.arange(0, BLOCK_SIZE_K)
     a_row = pair // A_DIV
-    a_ptrs = a_ptr + a_row[:, None] * stride_am + offs_k[None, :] * stride_ak
-    b_ptrs = b_ptr + expert * stride_be + offs_bn[None, :] * stride_bn + offs_k[:, None] * stride_bk
+    if SWAP_AB:  # A as (K, M) and B as (N, K) tiles
+        a_ptrs = a_ptr + a_row[None, :] * stride_am + offs_k[:, None] * stride_ak
+        b_ptrs = (b_ptr + expert * stride_be + offs_bn[:, None] * stride_bn
+                  + offs_k[None, :] * stride_bk)  # fmt: skip
+    else:
+        a_ptrs = a_ptr + a_row[:, None] * stride_am + offs_k[None, :] * stride_ak
+        b_ptrs = (b_ptr + expert * stride_be + offs_bn[None, :] * stride_bn
+                  + offs_k[:, None] * stride_bk)  # fmt: skip
     if WAIT_PREV:
         gdc_wait()
     if QUANT == 2:
         as_ptrs = a_scale_ptr + a_row * stride_asm
-        bs_ptrs = b_scale_ptr + expert * stride_bse + (offs_bn // GROUP_N) * stride_bsn
+        if B_SCALE_SCALAR:
+            bs_col = pid_n * BLOCK_SIZE_N // GROUP_N
+            bs_ptrs = b_scale_ptr + expert * stride_bse + bs_col * stride_bsn
+        else:
+            bs_ptrs = b_scale_ptr + expert * stride_bse + (offs_bn // GROUP_N) * stride_bsn
 
-    acc = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
+    if SWAP_AB:
+        acc = tl.zeros((BLOCK_SIZE_N, BLOCK_SIZE_M), dtype=tl.float32)
+    else:
+        acc = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
     b_row = (expert * N + pid_n * BLOCK_SIZE_N).to(tl.int32)
     for kb in range(0, tl.cdiv(K, BLOCK_SIZE_K)):
-        if EVEN_K:
-            a = tl.load(a_ptrs, mask=row_ok[:, None], other=0.0)
+        k_ok = offs_k < K - kb * BLOCK_SIZE_K
+        if SWAP_AB:
+            if EVEN_K:
+                a = tl.load(a_ptrs, mask=row_ok[None, :], other=0.0)
+            else:
+                a = tl.load(a_ptrs, mask=row_ok[None, :] & k_ok[:, None], other=0.0)
+            if B_DESC:
+                b = b_desc.load([b_row, kb * BLOCK_SIZE_K])
+            elif EVEN_K:
+                b = tl.load(b_ptrs)
+            else:
+                b = tl.load(b_ptrs, mask=k_ok[None, :], other=0.0)
         else:
-            k_ok = offs_k < K - kb * BLOCK_SIZE_K
-            a = tl.load(a_ptrs, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
-        if B_DESC:
-            b = b_desc.load([b_row, kb * BLOCK_SIZE_K]).T
-        elif EVEN_K:
-            b = tl.load(b_ptrs)
-        else:
-            b = tl.load(b_ptrs, mask=k_ok[:, None], other=0.0)
+            if EVEN_K:
+                a = tl.load(a_ptrs, mask=row_ok[:, None], other=0.0)
+            else:
+                a = tl.load(a_ptrs, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+            if B_DESC:
+                b = b_desc.load([b_row, kb * BLOCK_SIZE_K]).T
+            elif EVEN_K:
+                b = tl.load(b_ptrs)
+            else:
+                b = tl.load(b_ptrs, mask=k_ok[:, None], other=0.0)
         if QUANT == 2:
             kg = (kb * BLOCK_SIZE_K) // GROUP_K
             a_s = tl.load(as_ptrs + kg * stride_ask, mask=row_ok, other=0.0)
             b_s = tl.load(bs_ptrs + kg * stride_bsk)
-            acc += tl.dot(a, b) * a_s[:, None] * b_s[None, :]
+            if SWAP_AB and B_SCALE_SCALAR:
+                acc += tl.dot(b, a) * (a_s * b_s)[None, :]
+            elif SWAP_AB:
+                acc += tl.dot(b, a) * b_s[:, None] * a_s[None, :]
+            elif B_SCALE_SCALAR:
+                acc += tl.dot(a, b) * (a_s * b_s)[:, None]
+            else:
+                acc += tl.dot(a, b) * a_s[:, None] * b_s[None, :]
+        elif SWAP_AB and IEEE:
+            acc = tl.dot(b, a, acc, input_precision="ieee")
+        elif SWAP_AB:
+            acc = tl.dot(b, a, acc)
         elif IEEE:
             acc = tl.dot(a, b, acc, input_precision="ieee")
         else:
             acc = tl.dot(a, b, acc)
         a_ptrs += BLOCK_SIZE_K * stride_ak
         b_ptrs += BLOCK_SIZE_K * stride_bk
+    if SWAP_AB:
+        acc = tl.trans(acc)
 
     if QUANT == 1:
         acc = acc * (tl.load(a_scale_ptr) * tl.load(b_scale_ptr + expert * stride_bse))
@@ -231,6 +283,9 @@ def _moe_gemm_kernel(
     GROUP_SIZE_M: tl.constexpr,
     PERSISTENT: tl.constexpr,
     FLATTEN: tl.constexpr,
+    NAIVE: tl.constexpr = False,
+    SWAP_AB: tl.constexpr = False,
+    B_SCALE_SCALAR: tl.constexpr = False,
 ):
     """C[rows of one expert] = A[rows] @ B[e]^T for one (BLOCK_SIZE_M x BLOCK_SIZE_N) tile.
 
@@ -249,9 +304,15 @@ def _moe_gemm_kernel(
     same order, so that a tile's loads can start while the previous tile writes its output:
     GEMM 2's short reduction (K = N of the model) leaves little loop to hide a tile's start
     and store behind. FLATTEN asks Triton to pipeline across the tile loop. Never chained.
+
+    NAIVE, SWAP_AB, B_SCALE_SCALAR: see `_gemm_tile`. With NAIVE, EM is pairs * BLOCK_SIZE_M
+    and every row block is used (total_ptr is not read).
     """
     if PERSISTENT:
-        num_pid_m = tl.cdiv(tl.load(total_ptr), BLOCK_SIZE_M)
+        if NAIVE:
+            num_pid_m = tl.cdiv(EM, BLOCK_SIZE_M)
+        else:
+            num_pid_m = tl.cdiv(tl.load(total_ptr), BLOCK_SIZE_M)
         num_pid_n = tl.cdiv(N, BLOCK_SIZE_N)
         tiles = num_pid_m * num_pid_n
         for tile in tl.range(tl.program_id(0), tiles, tl.num_programs(0), flatten=FLATTEN):
@@ -295,6 +356,9 @@ def _moe_gemm_kernel(
                 BLOCK_SIZE_M,
                 BLOCK_SIZE_N,
                 BLOCK_SIZE_K,
+                NAIVE,
+                SWAP_AB,
+                B_SCALE_SCALAR,
             )
     else:
         pid = tl.program_id(0)
@@ -302,8 +366,9 @@ def _moe_gemm_kernel(
             gdc_launch_dependents()
         num_pid_m = tl.cdiv(EM, BLOCK_SIZE_M)
         pid_m, pid_n = _tile_coords(pid, num_pid_m, tl.cdiv(N, BLOCK_SIZE_N), GROUP_SIZE_M)
-        if pid_m * BLOCK_SIZE_M >= tl.load(total_ptr):
-            return
+        if not NAIVE:
+            if pid_m * BLOCK_SIZE_M >= tl.load(total_ptr):
+                return
         _gemm_tile(
             pid_m,
             pid_n,
@@ -343,6 +408,9 @@ def _moe_gemm_kernel(
             BLOCK_SIZE_M,
             BLOCK_SIZE_N,
             BLOCK_SIZE_K,
+            NAIVE,
+            SWAP_AB,
+            B_SCALE_SCALAR,
         )
 
 
@@ -388,10 +456,17 @@ def _group_quant_kernel(
     FP8_MAX: tl.constexpr,
     GROUP: tl.constexpr,
     GROUPS: tl.constexpr,
+    LAUNCH_NEXT: tl.constexpr = False,
+    WAIT_PREV: tl.constexpr = False,
 ):
     """Dynamic fp8 quantisation per row and GROUP-wide column group, GROUPS groups per
     program; with SILU_MUL the input is GEMM 1's (gate | up) row and silu(gate) * up is
-    quantised (activation and quantisation in one pass)."""
+    quantised (activation and quantisation in one pass). LAUNCH_NEXT / WAIT_PREV: chained
+    (see `_chain`): let the next kernel start early / wait for the previous one first."""
+    if LAUNCH_NEXT:
+        gdc_launch_dependents()
+    if WAIT_PREV:
+        gdc_wait()
     row = tl.program_id(0).to(tl.int64)
     grp = tl.program_id(1) * GROUPS + tl.arange(0, GROUPS)
     cols = grp[:, None] * GROUP + tl.arange(0, GROUP)[None, :]
@@ -804,6 +879,60 @@ def _chain(x: Any, pairs: int) -> bool:
     )
 
 
+# Few-token calls skip the alignment ("naive" assignment, as vLLM does for few tokens): row
+# block i of each GEMM is pair i alone, its expert read straight from topk_ids, so the call
+# saves the alignment launch (a one-program kernel every other kernel waits for) and the GEMMs
+# run exactly pairs x column-block programs. Costs: a row block holds one real row, and an
+# expert two pairs share is read twice. None = by the rule below; True/False = always/never.
+NAIVE_ASSIGNMENT: bool | None = None
+# Rule: naive when pairs * NAIVE_SPARSITY <= experts, vLLM 0.34's margin (its
+# _prepare_expert_assignment), so that shared experts stay rare: with uniform routing the
+# expected number of pairs sharing an expert is about pairs^2 / (2 E), under 1/8 of the
+# pairs at this margin. Qwen3-30B-A3B (E=128, top-8): M <= 4.
+NAIVE_SPARSITY = 4
+
+
+def _naive(pairs: int, num_experts: int) -> bool:
+    """Whether a call with `pairs` pairs over `num_experts` experts skips the alignment."""
+    if NAIVE_ASSIGNMENT is not None:
+        return bool(NAIVE_ASSIGNMENT)
+    return pairs * NAIVE_SPARSITY <= num_experts
+
+
+# fp8 GEMMs with few rows per tile compute the transposed tile (weights as the MMA's M side):
+# Hopper's warp-group MMA needs 64 rows on its M side, so a BLOCK_SIZE_M of 16 wastes most of
+# it, while BLOCK_SIZE_N (64 or more) fills it. None = the rule of `_swap_ab`; True/False =
+# always/never (quantised calls only).
+FP8_SWAP_AB: bool | None = None
+
+
+def _swap_ab(config: dict[str, Any], quant: QuantArgs | None, w: torch.Tensor) -> bool:
+    """Operand swap for this GEMM: fp8 weights, BLOCK_SIZE_M < 64 <= BLOCK_SIZE_N, on a
+    capability 9.0 GPU (vLLM 0.34's rule, `enable_swap_ab`)."""
+    if quant is None:
+        return False
+    if FP8_SWAP_AB is not None:
+        return bool(FP8_SWAP_AB)
+    return (
+        config["BLOCK_SIZE_M"] < 64 <= config["BLOCK_SIZE_N"]
+        and w.is_cuda
+        and not interpreter_active()
+        and not getattr(torch.version, "hip", None)
+        and device_facts(w.device)[0] == (9, 0)
+    )
+
+
+# Block-quantised GEMMs whose column tile lies inside one weight-scale block (block n a
+# multiple of BLOCK_SIZE_N) load that block's scale as one number per K group and fold it into
+# the rows' activation scale: one multiply-add per accumulator element per K group instead of
+# two multiplies and an add, and one load instead of BLOCK_SIZE_N. False: the vector form.
+FP8_SCALE_SCALAR = True
+# Chained calls (see `_chain`) also chain the per-group fp8 quantisation kernels: the
+# activation quantisation lets GEMM 1 start early, and the SiLU-and-mul quantisation waits for
+# GEMM 1 and lets GEMM 2 start early, as the unquantised activation kernel does.
+CHAIN_QUANT = True
+
+
 # Grouped GEMMs that run persistent (`_moe_gemm_kernel` with PERSISTENT: one program per SM
 # looping over the tiles, the tile loop flattened into the pipeline) in calls of at least
 # PERSISTENT_MIN_PAIRS (token, expert) pairs: 1 and/or 2. Adopted for both GEMMs from 8192
@@ -955,13 +1084,15 @@ def _gemm(
     quant: QuantArgs | None,
     wait_prev: bool = False,
     launch_next: bool = False,
+    naive: bool = False,
 ) -> None:
     """One grouped GEMM (see `_moe_gemm_kernel`); wait_prev/launch_next chain it to the
-    kernel before/after it (programmatic dependent launch, see `_chain`)."""
+    kernel before/after it (programmatic dependent launch, see `_chain`). naive: `align` is
+    `_naive_assignment`'s (one row block per pair, no alignment)."""
     sorted_ids, expert_ids, total = align
     n_out, k_in = w.shape[1], w.shape[2]
     bm, bn_, bk_ = config["BLOCK_SIZE_M"], config["BLOCK_SIZE_N"], config["BLOCK_SIZE_K"]
-    em = sorted_ids.shape[0]
+    em = topk_weights.numel() * bm if naive else sorted_ids.shape[0]
     grid = (triton.cdiv(em, bm) * triton.cdiv(n_out, bn_),)
     if quant is None:
         mode, group_n, group_k = _Q_NONE, 1, 1
@@ -976,6 +1107,9 @@ def _gemm(
     use_desc = _use_b_descriptor(w, config, topk_weights.numel())
     # GEMM 2 is the one that applies the routing weight
     persistent = _persistent(2 if mul_routed_weight else 1, topk_weights.numel(), quant is not None)
+    persistent = persistent and not naive
+    swap = _swap_ab(config, quant, w)
+    b_scalar = mode == _Q_BLOCK and FP8_SCALE_SCALAR and group_n % bn_ == 0
     if persistent:
         if wait_prev or launch_next:
             raise ValueError("persistent GEMMs are never chained (see PERSISTENT_GEMMS)")
@@ -1027,13 +1161,28 @@ def _gemm(
         **_launch_options(config),
         PERSISTENT=persistent,
         FLATTEN=persistent and PERSISTENT_FLATTEN,
+        NAIVE=naive,
+        SWAP_AB=swap,
+        B_SCALE_SCALAR=b_scalar,
         **chain_opts,
     )
 
 
-# Unquantised calls of at most this many tokens take the few-token path (_moe_decode_kernel:
-# both GEMMs and the activation in one launch, no alignment) when the path is "auto".
-# None = by the rule below; an int forces the cut (0: never).
+def _naive_assignment(topk_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`_gemm`'s `align` for naive assignment: the flat expert ids stand where the expert id
+    of each row block goes (row block i is pair i); the other two are never read."""
+    ids = topk_ids.reshape(-1)
+    if not ids.is_contiguous():
+        ids = ids.contiguous()
+    return ids, ids, ids
+
+
+# Unquantised calls of at most this many tokens may take the few-token path
+# (_moe_decode_kernel: both GEMMs and the activation in one launch, no alignment) when the
+# path is "auto". An int forces the cut (0: never; M <= the int: always). None: the few-token
+# path is taken only where a measurement says it wins for the config in hand
+# (`record_path_choice`, which the tuner's side-by-side timing of both paths feeds), and only
+# up to DECODE_RULE_MAX_TOKENS; without one, the grouped path.
 DECODE_MAX_TOKENS: int | None = None
 # Rule, from side-by-side timings on the H200 (benchmarks/NOTES-kernel.md, runs 8-10): with
 # its best config the whole call at M=1/2/4 took 27.3 / 44.4 / 75.8 us on the few-token path
@@ -1043,43 +1192,121 @@ DECODE_MAX_TOKENS: int | None = None
 # two launches.) With vLLM's shipped configs, made for the grouped kernel, it wins only at
 # M=1 (31.9 us) and loses at M=2/4 (55.5 / 83.7): configs for it come from the tuner, whose
 # picks beat the shipped ones by 11-20% there (tuner run 11). Measured on CUDA only:
-# elsewhere, and under the interpreter, the grouped path stays the default.
+# elsewhere, and under the interpreter, the grouped path stays the default. Since the grouped
+# path skips the alignment for few tokens (NAIVE_ASSIGNMENT), the whole-call gap that made
+# the few-token path win is smaller, so no config is assumed to win: see DECODE_MAX_TOKENS.
 DECODE_RULE_MAX_TOKENS = 4
 
+# Measured path choices: (tokens, launch identity of the config) -> "decode" | "grouped".
+_PATH_CHOICES: dict[tuple[int, str], str] = {}
 
-def _decode_max_tokens() -> int:
-    if DECODE_MAX_TOKENS is not None:
-        return DECODE_MAX_TOKENS
-    if interpreter_active() or getattr(torch.version, "hip", None):
-        return 0
-    return DECODE_RULE_MAX_TOKENS
+
+def _path_choice_key(m: int, config: dict[str, Any]) -> tuple[int, str]:
+    return int(m), ",".join(f"{k}={int(config[k])}" for k in sorted(config))
+
+
+def record_path_choice(m: int, config: dict[str, Any], path: str) -> None:
+    """Say which path ("decode" or "grouped") a measurement found faster for the whole call
+    of m tokens with this config; "auto" calls then take it (within DECODE_RULE_MAX_TOKENS)."""
+    if path not in ("decode", "grouped"):
+        raise ValueError(f"path={path!r} must be 'decode' or 'grouped'")
+    check_config(config)
+    _PATH_CHOICES[_path_choice_key(m, config)] = path
+
+
+def clear_path_choices() -> None:
+    """Forget every recorded path choice."""
+    _PATH_CHOICES.clear()
+
+
+def load_path_choices(table: dict[Any, Any]) -> int:
+    """Record the choices of a path-choices table ({"<m>": {"config": {...}, "path": ...}},
+    as `tuner.artifacts.write_path_choices` writes it); returns how many."""
+    n = 0
+    for key, entry in table.items():
+        if not isinstance(entry, dict) or "config" not in entry or "path" not in entry:
+            raise ValueError(f"path choice {key!r}: expected {{'config': ..., 'path': ...}}")
+        record_path_choice(int(key), entry["config"], entry["path"])
+        n += 1
+    return n
+
+
+def measured_path(m: int, config: dict[str, Any] | None) -> str | None:
+    """The recorded choice for m tokens with this config, or None."""
+    if config is None:
+        return None
+    return _PATH_CHOICES.get(_path_choice_key(m, config))
 
 
 PATHS = ("auto", "grouped", "decode")
 
+# The module-level switches a caller may set for a while (`kernel_options`): each changes
+# which kernels a call runs, never its result beyond rounding.
+OPTION_NAMES = (
+    "B_OPERAND_TMA",
+    "CHAIN_KERNELS",
+    "CHAIN_QUANT",
+    "DECODE_KERNEL",
+    "DECODE_MAX_TOKENS",
+    "FP8_SCALE_SCALAR",
+    "FP8_SWAP_AB",
+    "NAIVE_ASSIGNMENT",
+    "PERSISTENT_QUANTISED",
+)
 
-def kernel_path(m: int, quant: QuantArgs | None, path: str = "auto") -> str:
-    """Which kernels a call of m tokens runs: "decode" (few-token path) or "grouped"."""
+
+@contextlib.contextmanager
+def kernel_options(**options: Any):
+    """Set some of OPTION_NAMES for the calls made inside the block, then restore them (a
+    benchmark captures one variant's calls into a CUDA graph inside it). Not thread-safe."""
+    bad = sorted(set(options) - set(OPTION_NAMES))
+    if bad:
+        raise ValueError(f"unknown kernel option(s) {', '.join(bad)}; known: {OPTION_NAMES}")
+    g = globals()
+    before = {k: g[k] for k in options}
+    g.update(options)
+    try:
+        yield
+    finally:
+        g.update(before)
+
+
+def kernel_path(
+    m: int, quant: QuantArgs | None, path: str = "auto", config: dict[str, Any] | None = None
+) -> str:
+    """Which kernels a call of m tokens runs: "decode" (few-token path) or "grouped". "auto"
+    with DECODE_MAX_TOKENS unset: the recorded measurement for `config` (see
+    `record_path_choice`), else grouped."""
     if path not in PATHS:
         raise ValueError(f"path={path!r} must be one of {', '.join(PATHS)}")
     if path == "decode" and quant is not None:
         raise ValueError("the few-token path runs unquantised weights only")
     if path == "auto":
-        return "decode" if quant is None and m <= _decode_max_tokens() else "grouped"
+        if quant is not None:
+            return "grouped"
+        if DECODE_MAX_TOKENS is not None:
+            return "decode" if m <= DECODE_MAX_TOKENS else "grouped"
+        if m <= DECODE_RULE_MAX_TOKENS and measured_path(m, config) == "decode":
+            return "decode"
+        return "grouped"
     return path
 
 
 def m_dependent_choices(
-    m: int, topk: int, quant: QuantArgs | None
-) -> tuple[str, bool, bool, tuple[bool, bool]]:
+    m: int, topk: int, quant: QuantArgs | None, num_experts: int | None = None
+) -> tuple[Any, ...]:
     """The kernel choices that change with the token count, beyond Triton's own integer
-    specialisation: the path, weight tiles through TMA (by pair count), chaining and which
-    GEMMs run persistent. Calls whose choices differ run differently compiled kernels (the
-    tuner counts compiles by it)."""
+    specialisation: the path, weight tiles through TMA (by pair count), chaining, which
+    GEMMs run persistent and (given num_experts) naive assignment. Calls whose choices differ
+    run differently compiled kernels (the tuner counts compiles by it)."""
     pairs = m * topk
     q = quant is not None
     persistent = (_persistent(1, pairs, q), _persistent(2, pairs, q))
-    return kernel_path(m, quant), _tma_pairs(pairs), _chain_pairs(pairs), persistent
+    out: tuple[Any, ...] = (kernel_path(m, quant), _tma_pairs(pairs), _chain_pairs(pairs),
+                            persistent)  # fmt: skip
+    if num_experts is not None:
+        out += (_naive(pairs, num_experts),)
+    return out
 
 
 # Sync words of the few-token kernel (ticket, finished programs, per-pair GEMM 1 counts), per
@@ -1234,9 +1461,15 @@ def _decode(
 
 
 def _group_quant(
-    x: torch.Tensor, n_cols: int, group: int, silu_mul: bool
+    x: torch.Tensor,
+    n_cols: int,
+    group: int,
+    silu_mul: bool,
+    launch_next: bool = False,
+    wait_prev: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-row, per-group fp8 quantisation of x[:, :n_cols] (or of silu(gate) * up)."""
+    """Per-row, per-group fp8 quantisation of x[:, :n_cols] (or of silu(gate) * up);
+    launch_next / wait_prev chain it (see `_chain`)."""
     f8 = fp8_dtype()
     rows = x.shape[0]
     ngroups = n_cols // group
@@ -1248,6 +1481,8 @@ def _group_quant(
         _group_quant_kernel, (rows, triton.cdiv(ngroups, per_prog)),
         x, q, s, n_cols, x.stride(0), q.stride(0), s.stride(0),
         SILU_MUL=silu_mul, FP8_MAX=float(torch.finfo(f8).max), GROUP=group, GROUPS=per_prog,
+        LAUNCH_NEXT=launch_next, WAIT_PREV=wait_prev,
+        **({"launch_pdl": True} if wait_prev else {}),
     )  # fmt: skip
     return q, s
 
@@ -1263,10 +1498,13 @@ def _tensor_quant(x: torch.Tensor, amax: torch.Tensor) -> tuple[torch.Tensor, to
     return q, s
 
 
-def _quantise_rows(x: torch.Tensor, quant: QuantArgs) -> tuple[torch.Tensor, torch.Tensor]:
-    """Dynamic fp8 quantisation of a (rows, K) activation: per token-group or per tensor."""
+def _quantise_rows(
+    x: torch.Tensor, quant: QuantArgs, launch_next: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Dynamic fp8 quantisation of a (rows, K) activation: per token-group or per tensor.
+    launch_next (per-group only): the next kernel (GEMM 1) may start before this ends."""
     if quant.block_shape is not None:
-        return _group_quant(x, x.shape[1], quant.block_shape[1], silu_mul=False)
+        return _group_quant(x, x.shape[1], quant.block_shape[1], False, launch_next=launch_next)
     x = x.contiguous()
     amax = _zeros(x, (1,), torch.float32)
     blk = 1024
@@ -1278,11 +1516,12 @@ def _silu_mul(
     c1: torch.Tensor, out_dtype: torch.dtype, quant: QuantArgs | None, chained: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """SiLU-and-mul of the GEMM 1 output (pairs, 2N) -> (pairs, N), fp8 when quantised.
-    chained: launched early after GEMM 1 (unquantised and per-tensor only)."""
+    chained: launched early after GEMM 1 (per-group fp8: only with CHAIN_QUANT)."""
     pairs, n2 = c1.shape
     n = n2 // 2
     if quant is not None and quant.block_shape is not None:
-        return _group_quant(c1, n, quant.block_shape[1], silu_mul=True)
+        ch = chained and CHAIN_QUANT
+        return _group_quant(c1, n, quant.block_shape[1], True, launch_next=ch, wait_prev=ch)
     blk = min(1024, triton.next_power_of_2(n))
     grid = (pairs, triton.cdiv(n, blk))
     y = _empty(c1, (pairs, n), out_dtype)
@@ -1357,23 +1596,30 @@ def fused_moe(
     tw = topk_weights.contiguous()
     pairs = m * topk
     ch = _chain(hidden_states, pairs)
-    if kernel_path(m, quant, path) == "decode":
+    if kernel_path(m, quant, path, config) == "decode":
         if DECODE_KERNEL == "slice":
             return _decode_slice(hidden_states, w1, w2, tw, topk_ids, config, out)
         c3 = _decode(hidden_states, w1, w2, tw, topk_ids, config, launch_next=ch)
         return _sum_topk(c3, m, topk, dtype, out, chained=ch)
-    align = moe_align_block_size(topk_ids, config["BLOCK_SIZE_M"], num_experts)
+    naive = _naive(pairs, num_experts)
+    if naive:
+        align = _naive_assignment(topk_ids)
+    else:
+        align = moe_align_block_size(topk_ids, config["BLOCK_SIZE_M"], num_experts)
+    # GEMM 1 chains to a per-group activation quantisation before it (it reads the alignment,
+    # two launches back, before it waits)
+    ch_x = ch and CHAIN_QUANT and quant is not None and quant.block_shape is not None
     if quant is None:
         a1, a1_scale = hidden_states, None
     else:
-        a1, a1_scale = _quantise_rows(hidden_states, quant)
+        a1, a1_scale = _quantise_rows(hidden_states, quant, launch_next=ch_x)
     c1 = torch.empty((pairs, w1.shape[1]), dtype=dtype, device=hidden_states.device)
     w1s = quant.w1_scale if quant else None
     w2s = quant.w2_scale if quant else None
-    _gemm(a1, a1_scale, w1, w1s, c1, tw, align, topk, False, config, quant, launch_next=ch)
+    _gemm(a1, a1_scale, w1, w1s, c1, tw, align, topk, False, config, quant, ch_x, ch, naive)
     c2, c2_scale = _silu_mul(c1, dtype, quant, chained=ch)
     c3 = torch.empty((pairs, w2.shape[1]), dtype=dtype, device=hidden_states.device)
-    _gemm(c2, c2_scale, w2, w2s, c3, tw, align, 1, True, config, quant, ch, ch)
+    _gemm(c2, c2_scale, w2, w2s, c3, tw, align, 1, True, config, quant, ch, ch, naive)
     return _sum_topk(c3, m, topk, dtype, out, chained=ch)
 
 
@@ -1424,7 +1670,7 @@ def warm_config(
 
     w1, w2 = ph(e, 2 * n, k, dtype=wdt), ph(e, k, n, dtype=wdt)
     tw = ph(m, topk, dtype=torch.float32)
-    if kernel_path(m, quant) == "decode":
+    if kernel_path(m, quant, "auto", config) == "decode":
         if DECODE_KERNEL == "slice":
             _decode_slice(ph(m, k), w1, w2, tw, ph(m, topk, dtype=torch.int32), config)  # type: ignore[arg-type]
         else:
@@ -1434,9 +1680,14 @@ def warm_config(
     from .align import max_padded_tokens
 
     bm = config["BLOCK_SIZE_M"]
-    em = max_padded_tokens(pairs, e, bm)
-    align = (ph(em, dtype=torch.int32), ph(triton.cdiv(em, bm), dtype=torch.int32),
-             ph(1, dtype=torch.int32))  # fmt: skip
+    naive = _naive(pairs, e)
+    if naive:  # as `_naive_assignment` gives it
+        ids = ph(pairs, dtype=torch.int32)
+        align = (ids, ids, ids)
+    else:
+        em = max_padded_tokens(pairs, e, bm)
+        align = (ph(em, dtype=torch.int32), ph(triton.cdiv(em, bm), dtype=torch.int32),
+                 ph(1, dtype=torch.int32))  # fmt: skip
 
     def activation(rows: int, cols: int) -> tuple[Any, Any]:
         if quant is None:
@@ -1448,11 +1699,13 @@ def warm_config(
 
     a1, a1s = activation(m, k)
     ch = _chain(w1, pairs)
+    # as in `fused_moe` (the whole call, which the tuner times)
+    ch_x = ch and CHAIN_QUANT and quant is not None and quant.block_shape is not None
     _gemm(a1, a1s, w1, quant.w1_scale if quant else None, ph(pairs, 2 * n), tw, align, topk,
-          False, config, quant, launch_next=ch)  # type: ignore[arg-type]  # fmt: skip
+          False, config, quant, ch_x, ch, naive)  # type: ignore[arg-type]  # fmt: skip
     a2, a2s = activation(pairs, n)
     _gemm(a2, a2s, w2, quant.w2_scale if quant else None, ph(pairs, k), tw, align, 1, True,
-          config, quant, ch, ch)  # type: ignore[arg-type]  # fmt: skip
+          config, quant, ch, ch, naive)  # type: ignore[arg-type]  # fmt: skip
 
 
 def warm_shared(
@@ -1474,10 +1727,11 @@ def warm_shared(
             _sum_topk(_Placeholder((pairs, k), act, dev), m, topk, act, None, chained=ch)
         return
     if block_m is not None:
-        moe_align_block_size(_Placeholder((m, topk), torch.int32, dev), block_m, e)
+        if not _naive(pairs, e):
+            moe_align_block_size(_Placeholder((m, topk), torch.int32, dev), block_m, e)
         return
     if quant is not None:
-        _quantise_rows(x, quant)
+        _quantise_rows(x, quant, launch_next=ch and CHAIN_QUANT)
     _silu_mul(_Placeholder((pairs, 2 * n), act, dev), act, quant, chained=ch)
     _sum_topk(_Placeholder((pairs, k), act, dev), m, topk, act, None, chained=ch)
 
@@ -1502,7 +1756,7 @@ class MoEProblem:
     topk_weights: torch.Tensor
     topk_ids: torch.Tensor
     quant: QuantArgs | None = None
-    _prepared: dict[int, dict[str, Any]] = field(default_factory=dict, repr=False)
+    _prepared: dict[tuple[int, bool], dict[str, Any]] = field(default_factory=dict, repr=False)
 
     @property
     def device(self) -> torch.device:
@@ -1595,21 +1849,25 @@ def _prepare(problem: MoEProblem, config: dict[str, Any]) -> dict[str, Any]:
     """Align, activation quantisation and intermediate buffers for `run_gemms` (cached per
     BLOCK_SIZE_M, since that is all the alignment depends on)."""
     bm = config["BLOCK_SIZE_M"]
-    if bm in problem._prepared:
-        return problem._prepared[bm]
     p, q = problem, problem.quant
-    align = moe_align_block_size(p.topk_ids, bm, p.shape.num_experts)
+    naive = _naive(p.topk_ids.numel(), p.shape.num_experts)
+    if (bm, naive) in problem._prepared:
+        return problem._prepared[(bm, naive)]
+    if naive:
+        align = _naive_assignment(p.topk_ids)
+    else:
+        align = moe_align_block_size(p.topk_ids, bm, p.shape.num_experts)
     a1, a1_scale = (p.hidden_states, None) if q is None else _quantise_rows(p.hidden_states, q)
     pairs = p.topk_ids.numel()
     dt = p.hidden_states.dtype
     c1 = torch.empty((pairs, p.w1.shape[1]), dtype=dt, device=p.device)
     _gemm(a1, a1_scale, p.w1, q.w1_scale if q else None, c1, p.topk_weights, align,
-          p.shape.topk, False, config, q)  # fmt: skip
+          p.shape.topk, False, config, q, naive=naive)  # fmt: skip
     c2, c2_scale = _silu_mul(c1, dt, q)
     c3 = torch.empty((pairs, p.w2.shape[1]), dtype=dt, device=p.device)
     prep = {"align": align, "a1": a1, "a1_scale": a1_scale, "c1": c1, "c2": c2,
-            "c2_scale": c2_scale, "c3": c3}  # fmt: skip
-    problem._prepared[bm] = prep
+            "c2_scale": c2_scale, "c3": c3, "naive": naive}  # fmt: skip
+    problem._prepared[(bm, naive)] = prep
     return prep
 
 
@@ -1620,16 +1878,16 @@ def run_gemms(problem: MoEProblem, config: dict[str, Any], path: str = "auto") -
     check_config(config, problem.quant)
     p, q = problem, problem.quant
     ch = _chain(p.hidden_states, p.topk_ids.numel())  # as in fused_moe: the same kernels
-    if kernel_path(p.m, q, path) == "decode":
+    if kernel_path(p.m, q, path, config) == "decode":
         if DECODE_KERNEL == "slice":  # one launch does it all: the GEMMs are the whole call
             return _decode_slice(p.hidden_states, p.w1, p.w2, p.topk_weights, p.topk_ids, config)
         return _decode(p.hidden_states, p.w1, p.w2, p.topk_weights, p.topk_ids, config, ch)
     prep = _prepare(problem, config)
     _gemm(prep["a1"], prep["a1_scale"], p.w1, q.w1_scale if q else None, prep["c1"],
           p.topk_weights, prep["align"], p.shape.topk, False, config, q,
-          launch_next=ch)  # fmt: skip
+          launch_next=ch, naive=prep["naive"])  # fmt: skip
     _gemm(prep["c2"], prep["c2_scale"], p.w2, q.w2_scale if q else None, prep["c3"],
-          p.topk_weights, prep["align"], 1, True, config, q, ch, ch)  # fmt: skip
+          p.topk_weights, prep["align"], 1, True, config, q, ch, ch, prep["naive"])  # fmt: skip
     return prep["c3"]
 
 

@@ -98,7 +98,9 @@ class BuiltinBackend:
     def m_specialisation(self, m: int) -> tuple[Any, ...]:
         """Kernel choices that change with the batch size (path, TMA, chaining): a kernel
         compiled at one batch size serves another only where these agree."""
-        return tuple(self._k.m_dependent_choices(m, self.shape.topk, self.base.quant))
+        return tuple(
+            self._k.m_dependent_choices(m, self.shape.topk, self.base.quant, self.shape.num_experts)
+        )
 
     def kernel_identity(self, m: int, config: dict[str, int]) -> str:
         """Configs with equal identities at batch size m run the same compiled kernels: on the
@@ -106,7 +108,7 @@ class BuiltinBackend:
         BLOCK_SIZE_N below 32)."""
         from .spaces import config_key
 
-        if self._k.kernel_path(m, self.base.quant) == "decode":
+        if self._k.kernel_path(m, self.base.quant, "auto", config) == "decode":
             return "decode:" + self._k.decode_launch_key(config)
         return config_key(config)
 
@@ -116,7 +118,7 @@ class BuiltinBackend:
 
         Uses the kernel module's internal `_prepare`/`_gemm` (guarded: they may change).
         """
-        if self.kernel_path(problem) == "decode":
+        if self._k.kernel_path(problem.m, problem.quant, "auto", config) == "decode":
             return None  # the few-token path does both GEMMs in one launch
         fm = getattr(self._k, "fused_moe", None)
         mod = inspect.getmodule(self._k.run_gemms)
@@ -132,15 +134,16 @@ class BuiltinBackend:
         chain = getattr(mod, "_chain", None)
         # the same compiled kernels as the whole call (chained launches where it chains them)
         ch = bool(chain(p.hidden_states, p.topk_ids.numel())) if chain else False
+        naive = bool(prep.get("naive", False))
 
         def g1() -> None:
             gemm(prep["a1"], prep["a1_scale"], p.w1, q.w1_scale if q else None, prep["c1"],
                  p.topk_weights, prep["align"], p.shape.topk, False, config, q,
-                 launch_next=ch)  # fmt: skip
+                 launch_next=ch, naive=naive)  # fmt: skip
 
         def g2() -> None:
             gemm(prep["c2"], prep["c2_scale"], p.w2, q.w2_scale if q else None, prep["c3"],
-                 p.topk_weights, prep["align"], 1, True, config, q, ch, ch)  # fmt: skip
+                 p.topk_weights, prep["align"], 1, True, config, q, ch, ch, naive)  # fmt: skip
 
         return g1, g2
 

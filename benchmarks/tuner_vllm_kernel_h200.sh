@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # The device call for benchmarks/tuner_vllm_kernel_h200.py (issue 23), on one H200:
 #
-#   command:   bash benchmarks/tuner_vllm_kernel_h200.sh
+#   command:   BUDGET_S=270 bash benchmarks/tuner_vllm_kernel_h200.sh
 #   carry:     [".vllm-src/vllm-0.34.0"]   (made here by workflow/scripts/vllm-kernel-src.sh)
 #   timeout_s: 600
 #
 # The image's python3 (torch and Triton, no vLLM, no network) runs the script with a wall
-# budget of BUDGET_S (default 480 s) and a hard stop 50 s later (SIGINT: the tables written
-# after each finished stage stay). Everything lands in $OUT: the .txt/.json per dtype, the
-# tuning logs, the console log, nvidia-smi's view of the GPU.
+# budget of BUDGET_S (default 270 s: bf16's default run at 18 batch sizes, ~90 s, and
+# exhaustive at M=16,256, ~140 s, and their re-time; fp8 only with more) and a hard stop 50 s
+# later (SIGINT: the tables written after each finished stage stay). Everything lands in
+# $OUT: the .txt/.json per dtype, the tuning logs, the console log, nvidia-smi's view of the
+# GPU. `python3 benchmarks/tuner_vllm_kernel_h200.py --count-only` plans it on the CPU.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-benchmarks/results/tmp}"
@@ -18,7 +20,7 @@ if [[ ! -f "$SRC/SOURCE.json" ]]; then
   echo "no vLLM sources at $SRC: run workflow/scripts/vllm-kernel-src.sh and carry them" >&2
   exit 2
 fi
-BUDGET_S="${BUDGET_S:-480}"
+BUDGET_S="${BUDGET_S:-270}"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv \
   >"$OUT/nvidia-smi.csv" 2>&1 || true
 export PYTHONPATH="$PWD/workflow${PYTHONPATH:+:$PYTHONPATH}"

@@ -417,3 +417,48 @@ def test_vllm_cpu_metrics_series_and_server_latencies_per_point(tmp_path):
     figures = observed_point.point_figures(pt)
     assert figures["server_mean_ttft_ms"] == m["latency"]["ttft"]["mean_ms"]
     assert len(detail["ttfts"]) == prompts
+
+
+# --- the H200 run: J/token per arm from a real GPU serve ---------------------------------------
+
+H200_RUN = ROOT / "benchmarks/results/gpu_local_h200_2026-12-04_wave24/results.tar.gz"
+H200_CELL = "host-cuda/small-qwen3-moe/tp1-ep1"
+
+
+def test_h200_serve_run_has_power_samples_and_the_report_gives_j_per_token_per_arm(tmp_path):
+    """The committed device run (benchmarks/results/gpu_local_h200_2026-12-04_wave24): both
+    arms served on one H200 with NVML sampling every point. Its bench.json files validate,
+    every point has power samples and counter energy, and the report's per-arm J/token is the
+    arm's energy over its output tokens, recomputed here from the points."""
+    import tarfile
+
+    with tarfile.open(H200_RUN) as tar:
+        tar.extractall(tmp_path, filter="data")
+    root = tmp_path / "results"
+    files = sorted(root.glob(f"{H200_CELL}/serve/*/bench.json"))
+    assert [f.parent.name for f in files] == ["tuned", "untuned"]
+    expected = {}
+    for f in files:
+        bench = json.loads(f.read_text())
+        jsonschema.validate(bench, SCHEMA)
+        assert bench["gpu_indices"] == [0] and bench["gpus_shared_by_sides"] is True
+        energy = tokens = 0.0
+        for point in bench["points"]:
+            tele = point["telemetry"]
+            assert tele["available"] and tele["vendor"] == "nvidia" and tele["interval_s"] == 0.2
+            (gpu,) = tele["gpus"]
+            assert gpu["name"] == "NVIDIA H200" and gpu["energy_source"] == "counter"
+            power = gpu["samples"]["power_w"]
+            assert len(power) == tele["samples"] >= 2 and min(power) > 50  # an H200 idles ~130 W
+            energy += tele["energy_j"]
+            tokens += point["total_output_tokens"]
+        expected[bench["arm"]] = energy / tokens
+    serve, _, _ = report.load_tables(files, root)
+    lines = report.observed_lines(serve, H200_CELL)
+    text = "\n".join(lines)
+    assert "sampled every 0.2 s, energy from the hardware energy counter" in text
+    assert "includes the other, idle server's draw" in text
+    per_arm = text.split("Energy per arm")[1]
+    for arm, label in (("untuned", "Triton MoE Untuned"), ("tuned", "Triton MoE Tuned")):
+        row = next(r for r in per_arm.splitlines() if r.startswith(f"| {label} "))
+        assert float(row.split("|")[2]) == pytest.approx(expected[arm], abs=5e-5)

@@ -140,6 +140,8 @@ def cell_frames(loaded: Iterable[Result]) -> tuple[pd.DataFrame, pd.DataFrame, p
                 row.update({k: v for k, v in point.items() if not isinstance(v, (list, dict))})
                 # The load label, goodput, /metrics and telemetry figures (issue 24).
                 row.update(observed_point.point_figures(point))
+                row["telemetry_how"] = _telemetry_how(point.get("telemetry") or {})
+                row["gpus_shared_by_sides"] = bench.get("gpus_shared_by_sides")
                 serve_rows.append(row)
         elif r.kind == results_mod.GSM8K:
             g = r.data
@@ -269,8 +271,29 @@ def observed_lines(serve: pd.DataFrame, cell: str) -> list[str]:
                     "Mean power (W)": _fmt(group.energy_j.sum() / seconds, 1),
                 }
             )
-        out += ["Energy per arm (telemetry):", "", _md(pd.DataFrame(per_arm)), ""]
+        measured = rows[rows.energy_j.notna()]
+        how = "; ".join(sorted(set(measured.get("telemetry_how", pd.Series(dtype=str)).dropna())))
+        if "gpus_shared_by_sides" in measured and measured.gpus_shared_by_sides.eq(True).any():
+            how += (
+                "; both arms' servers ran on these GPUs (one measured at a time), so each "
+                "figure includes the other, idle server's draw"
+            )
+        out += [f"Energy per arm (telemetry: {how}):", "", _md(pd.DataFrame(per_arm)), ""]
     return out
+
+
+def _telemetry_how(record: dict) -> str | None:
+    """How a point's energy was observed: vendor, GPUs, sampling interval, energy source."""
+    if not record.get("available"):
+        return None
+    gpus = record.get("gpus") or []
+    names = {"counter": "hardware energy counter", "power integral": "power samples' integral"}
+    sources = sorted({names.get(g.get("energy_source"), "?") for g in gpus})
+    indices = ",".join(str(g.get("index")) for g in gpus)
+    return (
+        f"{record.get('vendor')} GPU {indices} sampled every {record.get('interval_s')} s, "
+        f"energy from the {' and '.join(sources)}"
+    )
 
 
 def gsm8k_table(gsm: pd.DataFrame, cell: str) -> str:

@@ -428,7 +428,8 @@ def test_float_dtypes(tiny_cfg, tmp_path, dtype, compute, file_suffix) -> None:
 def test_compile_budget_respected(tiny_cfg, tmp_path) -> None:
     """Default mode compiles at most FIRST new kernels at the first batch size of each
     M-dependent specialisation and LATER at the others (counted from the log: a kernel is
-    a config at one specialisation, M x top-k == 1 / a multiple of 16 / neither)."""
+    a config at one specialisation, M x top-k == 1 / a multiple of 16 / neither, and naive
+    assignment or not: pairs x 4 <= experts)."""
     out = tmp_path / "out"
     ms = [1, 2, 8]  # 8 x top-2 = 16 rows: a second specialisation
     rc = cli.main(
@@ -449,8 +450,8 @@ def test_compile_budget_respected(tiny_cfg, tmp_path) -> None:
     recs = artifacts.TuningLog.read(out / "tuning_log.jsonl")
     topk = TINY["num_experts_per_tok"]
 
-    def spec(m: int) -> tuple[bool, bool]:
-        return m * topk == 1, m * topk % 16 == 0
+    def spec(m: int) -> tuple[bool, bool, bool]:
+        return m * topk == 1, m * topk % 16 == 0, m * topk * 4 <= TINY["num_experts"]
 
     compiled: set = set()
     class_first: dict = {}

@@ -50,6 +50,7 @@ __all__ = [
     "default_config",
     "lookup",
     "nearest_entry",
+    "path_choices",
     "read_table",
     "resolve",
     "search_paths",
@@ -299,6 +300,21 @@ def resolve(
             res = _resolved.setdefault(name, res)
     _say_once(logging.INFO if res.path else logging.WARNING, res.line())
     return res
+
+
+def path_choices(res: Resolved) -> dict[str, Any] | None:
+    """The builtin kernel's measured path choices beside the resolved config file (the
+    tuner's `<name>.paths.json`, see ``tuner.artifacts.write_path_choices``), as read from
+    the file, for ``kernels.load_path_choices``; None when there is none (or no file)."""
+    if res.path is None or not res.path.endswith(".json"):
+        return None
+    side = res.path[: -len(".json")] + ".paths.json"
+    if not os.path.exists(side):
+        return None
+    raw = json.loads(Path(side).read_text(encoding="utf-8"))
+    if not isinstance(raw, dict):
+        raise ValueError(f"{side}: a path-choices file holds a JSON object")
+    return raw
 
 
 def lookup(

@@ -28,6 +28,8 @@ __all__ = [
     "TuningLog",
     "vllm_config_json",
     "write_vllm_config",
+    "path_choices_file_name",
+    "write_path_choices",
     "AITER_COLUMNS",
     "write_tuned_csv",
     "VLLM_KEYS",
@@ -162,6 +164,35 @@ def write_vllm_config(
     """Write the vLLM JSON atomically into `folder`; returns its path."""
     path = Path(folder) / file_name
     atomic_write_text(path, vllm_config_json(entries, triton_version, rocm), checksum=True)
+    return path
+
+
+def path_choices_file_name(config_file_name: str) -> str:
+    """The builtin kernel's path-choices file beside a vLLM config file: the same name with
+    `.paths.json` for `.json` (vLLM opens only its exact file name, so it never reads this)."""
+    if not config_file_name.endswith(".json"):
+        raise ValueError(f"{config_file_name!r}: a vLLM config file name ends in .json")
+    return config_file_name[: -len(".json")] + ".paths.json"
+
+
+def write_path_choices(
+    folder: str | os.PathLike[str],
+    config_file_name: str,
+    choices: Mapping[int, Mapping[str, Any]],
+) -> Path:
+    """Write, atomically beside the vLLM JSON, which path the builtin kernel's whole call was
+    measured faster on per batch size: {"<M>": {"config": {...}, "path": "decode"|"grouped",
+    "grouped_us": .., "decode_us": ..}} (what `kernels.load_path_choices` reads)."""
+    table = {}
+    for m in sorted(choices):
+        c = choices[m]
+        if c.get("path") not in ("decode", "grouped") or not isinstance(c.get("config"), Mapping):
+            raise ValueError(f"path choice at M={m}: needs a config and a path, got {dict(c)}")
+        table[str(m)] = {"config": {k: int(v) for k, v in c["config"].items()}, **{
+            k: c[k] for k in ("path", "grouped_us", "decode_us", "decode_error",
+                              "decode_failed") if k in c}}  # fmt: skip
+    path = Path(folder) / path_choices_file_name(config_file_name)
+    atomic_write_json(path, table, checksum=True)
     return path
 
 

@@ -147,6 +147,40 @@ class BuiltinBackend:
 
         return g1, g2
 
+    def measure_paths(
+        self, m: int, config: dict[str, int], on_gpu: bool, seed: int = 0, repeats: int = 20
+    ) -> dict[str, Any] | None:
+        """The whole call of m tokens with `config` on the grouped and on the few-token path,
+        interleaved on the same rotating inputs, each output checked against the reference
+        first: {"path": the faster one, "grouped_us", "decode_us", "decode_error"}. None
+        where the few-token path is no candidate (quantised, or m beyond
+        DECODE_RULE_MAX_TOKENS). A few-token run that fails or misses the error bound
+        leaves "grouped", with the reason in "decode_failed"."""
+        from .search import rel_error
+        from .timing import time_side_by_side
+
+        k = self._k
+        fm = inspect.getmodule(k.run_fused)
+        if self.base.quant is not None or m > fm.DECODE_RULE_MAX_TOKENS:
+            return None
+        problems = [self.make_problem(m, seed * 1000 + i) for i in range(4 if on_gpu else 2)]
+        out: dict[str, Any] = {"path": "grouped"}
+        try:
+            err = rel_error(k.run_fused(problems[0], config, path="decode"),
+                            self.reference(problems[0]))  # fmt: skip
+            out["decode_error"] = err
+            if not err < self.error_bound:
+                raise ValueError(f"error {err:.3g} over the bound {self.error_bound}")
+        except Exception as e:  # noqa: BLE001 - the grouped path stays; the reason is kept
+            out["decode_failed"] = f"{type(e).__name__}: {e}"[:300]
+            return out
+        sets = [[lambda p=p, path=path: k.run_fused(p, config, path=path) for p in problems]
+                for path in ("grouped", "decode")]  # fmt: skip
+        tg, td = time_side_by_side(sets, on_gpu=on_gpu, repeats=repeats)
+        out["grouped_us"], out["decode_us"] = tg.median_us, td.median_us
+        out["path"] = "decode" if td.median_us < tg.median_us else "grouped"
+        return out
+
     def reference(self, problem: Any) -> Any:
         return self._ref.torch_moe_reference(problem)
 

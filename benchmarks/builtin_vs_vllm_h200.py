@@ -48,8 +48,10 @@ VARIANTS = {
     "new": ({}, "auto", None, ("bf16", "fp8")),
     "old": (OLD, "grouped", None, ("bf16", "fp8")),
     "decode": ({}, "decode", (1, 4), ("bf16",)),
-    "aligned": ({"NAIVE_ASSIGNMENT": False}, "grouped", (1, 4), ("bf16", "fp8")),
-    "noswap": ({"FP8_SWAP_AB": False}, "grouped", (1, 512), ("fp8",)),
+    # bf16's "old" is exactly this (the other switches are fp8's)
+    "aligned": ({"NAIVE_ASSIGNMENT": False}, "grouped", (1, 4), ("fp8",)),
+    # the swap rule applies where the shipped configs have BLOCK_SIZE_M < 64 (M <= 256)
+    "noswap": ({"FP8_SWAP_AB": False}, "grouped", (1, 256), ("fp8",)),
     "tma": ({"B_OPERAND_TMA": True}, "grouped", (1, 8), ("fp8",)),
     "persistent": ({"PERSISTENT_QUANTISED": True}, "grouped", (1024, 4096), ("fp8",)),
 }

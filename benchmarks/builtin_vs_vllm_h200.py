@@ -52,6 +52,7 @@ VARIANTS = {
     "aligned": ({"NAIVE_ASSIGNMENT": False}, "grouped", (1, 4), ("fp8",)),
     # the swap rule applies where the shipped configs have BLOCK_SIZE_M < 64 (M <= 256)
     "noswap": ({"FP8_SWAP_AB": False}, "grouped", (1, 256), ("fp8",)),
+    "swap": ({"SWAP_AB_UNQUANTISED": True}, "grouped", (1, 256), ("bf16",)),
     "tma": ({"B_OPERAND_TMA": True}, "grouped", (1, 8), ("fp8",)),
     "persistent": ({"PERSISTENT_QUANTISED": True}, "grouped", (1024, 4096), ("fp8",)),
 }
@@ -66,6 +67,70 @@ def variants_at(m: int, dtype: str) -> list[str]:
         if dtype in dts and (span is None or span[0] <= m <= span[1]):
             out.append(name)
     return out
+
+
+def _warm_variant(opts: dict, m: int, cfg: dict, facts: dict):
+    """In a compile-only worker (the tuner's, `tuner.compilepool`): compile one variant's
+    kernels for m tokens with its switches set, without opening the GPU."""
+    from cellbench import kernels
+    from cellbench.tuner import compilepool as cp
+
+    def work() -> None:
+        cp._prepare_device(facts)
+        w = cp._W
+        with kernels.kernel_options(**opts):
+            kernels.warm_config(w["shape"], m, w["act_dtype"], cfg, w["device"])
+            kernels.warm_shared(w["shape"], m, w["act_dtype"], w["device"])
+            kernels.warm_shared(w["shape"], m, w["act_dtype"], w["device"], cfg["BLOCK_SIZE_M"])
+
+    return cp._reported(work)[:2]
+
+
+def start_workers(n: int, shape, act: str):
+    """Forked compile-only workers, started before this process opens the GPU (CUDA does not
+    survive a fork); None when n < 1."""
+    if n < 1:
+        return None
+    import concurrent.futures as cf
+    import multiprocessing as mp
+
+    from cellbench.tuner import compilepool as cp
+
+    pool = cf.ProcessPoolExecutor(n, mp_context=mp.get_context("fork"), initializer=cp._init,
+                                  initargs=("builtin", shape.to_dict(), act, 0, True,
+                                            time.time()))  # fmt: skip
+    cf.wait([pool.submit(cp._ready) for _ in range(n)])
+    return pool
+
+
+def prewarm(pool, kernels, be, ms: list[int], table_cfgs: dict, dtype: str, limit_s: float):
+    """Compile every variant's kernels at every batch size in the workers, at most limit_s
+    (what is left compiles on first use here). Returns (jobs, failed, seconds)."""
+    import concurrent.futures as cf
+
+    fm = sys.modules["cellbench.kernels.fused_moe"]
+    cap, sms = fm.device_facts(be.device)
+    facts = {"capability": list(cap), "sm_count": sms}
+    seen, futs = set(), []
+    t = time.perf_counter()
+    for m in ms:
+        cfg = th.nearest(table_cfgs, m)
+        for name in variants_at(m, dtype):
+            opts, path, *_ = VARIANTS[name]
+            if path == "decode":
+                continue  # warm_config compiles the default path's kernels
+            with kernels.kernel_options(**opts):
+                choices = kernels.m_dependent_choices(m, be.shape.topk, be.base.quant,
+                                                      be.shape.num_experts)  # fmt: skip
+            pairs = m * be.shape.topk
+            key = (json.dumps(opts, sort_keys=True), json.dumps(cfg, sort_keys=True),
+                   str(choices), pairs == 1, pairs % 16 == 0)  # fmt: skip
+            if key not in seen:
+                seen.add(key)
+                futs.append(pool.submit(_warm_variant, opts, m, cfg, facts))
+    done, _ = cf.wait(futs, timeout=limit_s)
+    failed = [f.result()[1] for f in done if not f.result()[0]]
+    return len(futs), failed, time.perf_counter() - t
 
 
 def _builtin_call(kernels, problem, cfg, name: str, gemms: bool):
@@ -180,6 +245,11 @@ def main() -> int:
     ap.add_argument("--vllm-source", default=os.environ.get("CELLBENCH_VLLM_SOURCE")
                     or str(tv.DEFAULT_SOURCE), help="folder of vLLM's sources")  # fmt: skip
     ap.add_argument("--out", default=os.environ.get("OUT") or "benchmarks/results/tmp")
+    ap.add_argument("--compile-workers", type=int, default=12,
+                    help="on a GPU: forked compile-only workers warming every variant's "
+                    "kernels before a dtype is timed (0: compile on first use)")  # fmt: skip
+    ap.add_argument("--prewarm-s", type=float, default=60.0,
+                    help="longest wait for the workers per dtype")  # fmt: skip
     a = ap.parse_args()
     t0 = time.perf_counter()
     dtypes = [x for x in (a.dtypes or ("bf16" if a.smoke else "bf16,fp8")).split(",") if x]
@@ -216,6 +286,14 @@ def main() -> int:
     if not on_gpu and not a.smoke:
         print("no GPU: run with --smoke for the CPU check", file=sys.stderr)
         return 2
+    status = 0
+    shapes = {}
+    for dtype in dtypes:
+        act, block = (SMOKE if a.smoke else QWEN)[dtype]
+        dims = (8, 32, 64, 2) if a.smoke else (128, 768, 2048, 8)
+        shapes[dtype] = (MoEShape(*dims, "fp8_w8a8" if block else None, block), act)
+    # the workers fork before this process opens the GPU (asking the device name opens it)
+    pools = {d: start_workers(a.compile_workers if on_gpu else 0, *shapes[d]) for d in dtypes}
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     rec = Path(a.vllm_source) / "SOURCE.json"
@@ -229,20 +307,18 @@ def main() -> int:
         "smoke": a.smoke,
         "batch_sizes": ms_all,
         "budget_s": a.budget_s,
+        "compile_workers": a.compile_workers if on_gpu else 0,
         "variants": {
             n: {"options": o, "path": p, "ms": s, "dtypes": d}
             for n, (o, p, s, d) in VARIANTS.items()
         },  # fmt: skip
     }
     print("\n".join(f"{k}: {v}" for k, v in meta.items()), flush=True)
-    status = 0
     for i, dtype in enumerate(dtypes):
-        act, block = (SMOKE if a.smoke else QWEN)[dtype]
+        shape, act = shapes[dtype]
         if a.smoke:
-            shape = MoEShape(8, 32, 64, 2, "fp8_w8a8" if block else None, block)
             table_cfgs = {1: SMOKE_CONFIG}
         else:
-            shape = MoEShape(128, 768, 2048, 8, "fp8_w8a8" if block else None, block)
             table_cfgs = th.shipped_configs(tv.SHIP[dtype])
             if table_cfgs is None:
                 print(f"{dtype}: no shipped config file {tv.SHIP[dtype]} in {th.REF_DIR}",
@@ -250,6 +326,14 @@ def main() -> int:
                 status = 1
                 continue
         be = VllmBackend(shape, act, "cuda" if on_gpu else "cpu")
+        warm = None
+        if pools.get(dtype) is not None:
+            jobs, failed, secs = prewarm(pools[dtype], kernels, be, ms, table_cfgs, dtype,
+                                         a.prewarm_s)  # fmt: skip
+            pools[dtype].shutdown(wait=False, cancel_futures=True)
+            warm = {"jobs": jobs, "failed": failed[:5], "n_failed": len(failed),
+                    "wall_s": round(secs, 1)}  # fmt: skip
+            print(f"{dtype}: prewarm {warm}", flush=True)
         # the dtypes share what is left of the budget
         now = time.perf_counter()
         deadline = now + (a.budget_s - (now - t0)) / (len(dtypes) - i)
@@ -267,7 +351,7 @@ def main() -> int:
         ordered = sorted(ms_all)
         txt = table(dtype, ordered, sbs, left_out)
         stem = out / f"builtin_vs_vllm_h200_{dtype}"
-        result = {"meta": {**meta, "shape": shape.to_dict(), "act_dtype": act},
+        result = {"meta": {**meta, "shape": shape.to_dict(), "act_dtype": act, "prewarm": warm},
                   "side_by_side": {str(k): v for k, v in sorted(sbs.items())},
                   "not_timed": left_out}  # fmt: skip
         from cellbench import atomicio

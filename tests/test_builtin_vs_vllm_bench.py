@@ -42,7 +42,7 @@ def test_smoke_times_every_variant_beside_vllm(tmp_path) -> None:
     d = json.loads((tmp_path / "builtin_vs_vllm_h200_bf16.json").read_text())
     sbs = d["side_by_side"]
     assert set(sbs) == {"1", "8"} and d["not_timed"] == []
-    want = {"1": {"vllm", "new", "old", "decode"}, "8": {"vllm", "new", "old"}}
+    want = {"1": {"vllm", "new", "old", "decode", "swap"}, "8": {"vllm", "new", "old", "swap"}}
     for m, names in want.items():
         assert set(sbs[m]) - {"config", "default_path", "default_choices", "wall_s"} == names
         for name in names:
@@ -57,3 +57,37 @@ def test_smoke_times_every_variant_beside_vllm(tmp_path) -> None:
     assert sbs["1"]["default_path"] == "grouped"
     txt = (tmp_path / "builtin_vs_vllm_h200_bf16.txt").read_text()
     assert "builtin kernel / vLLM 0.34 kernel" in txt and "default (new) whole call" in txt
+
+
+_WARM = """
+import sys
+sys.path[:0] = ["benchmarks", "workflow"]
+import builtin_vs_vllm_h200 as b
+from cellbench.shapes import MoEShape
+shape = MoEShape(128, 768, 2048, 8, "fp8_w8a8", (128, 128))
+pool = b.start_workers(1, shape, "bf16")
+cfg = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 1,
+       "num_warps": 4, "num_stages": 3}
+opts = b.OLD if sys.argv[1] == "old" else {}
+ok, msg = pool.submit(b._warm_variant, opts, 1, cfg, {"capability": [9, 0], "sm_count": 132}
+                      ).result(timeout=300)
+pool.shutdown()
+print(ok, msg)
+"""
+
+
+@pytest.mark.parametrize("variant", ["new", "old"])
+def test_workers_compile_the_variants_for_hopper(tmp_path, variant: str) -> None:
+    """The benchmark's compile-only workers (the tuner's, told an H200's facts, no GPU opened)
+    compile a variant's fp8 kernels at M=1 for sm90 with the shipped M=1 config: the new
+    default (operand swap) puts the GEMMs on Hopper's warp-group MMA (wgmma), the old one on
+    the warp-level mma.sync that a 16-row tile gets without the swap."""
+    pytest.importorskip("triton.backends.nvidia.compiler", reason="Triton without CUDA backend")
+    env = {**os.environ, "TRITON_CACHE_DIR": str(tmp_path), "TRITON_INTERPRET": "0"}
+    p = subprocess.run([sys.executable, "-c", _WARM, variant], capture_output=True, text=True,
+                       env=env, timeout=600, cwd=ROOT)  # fmt: skip
+    assert p.returncode == 0 and p.stdout.strip() == "True", p.stdout[-2000:] + p.stderr[-3000:]
+    ptx = [f.read_text() for f in tmp_path.rglob("_moe_gemm_kernel.ptx")]
+    assert len(ptx) == 2, "GEMM 1 and GEMM 2"
+    wgmma = [t.count("wgmma.mma_async") > 0 for t in ptx]
+    assert wgmma == ([True, True] if variant == "new" else [False, False])

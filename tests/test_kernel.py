@@ -796,6 +796,8 @@ def test_naive_assignment_matches_reference(naive: bool, m: int, config: dict, m
     seed = fresh_seed()
     p = make_problem(TINY, m, "fp32", DEVICE, seed)
     _check_fused(p, config, seed)
+    with fm.kernel_options(SWAP_AB_UNQUANTISED=True):  # the unquantised swap (BM 16/32 < 64)
+        _check_fused(p, dict(config, BLOCK_SIZE_N=64), seed)
     c3 = run_gemms(p, config)
     (prep,) = p._prepared.values()
     assert prep["naive"] is naive
@@ -864,8 +866,11 @@ def test_swap_rule_and_kernel_options() -> None:
     assert fm._swap_ab(small, None, p.w1) is False
     with fm.kernel_options(FP8_SWAP_AB=True, NAIVE_ASSIGNMENT=False):
         assert fm._swap_ab(big, p.quant, p.w1) and not fm._naive(1, 128)
-        assert fm._swap_ab(big, None, p.w1) is False  # never unquantised
+        assert fm._swap_ab(big, None, p.w1) is False  # unquantised: its own switch
+    with fm.kernel_options(SWAP_AB_UNQUANTISED=True):
+        assert fm._swap_ab(small, None, p.w1) and not fm._swap_ab(big, None, p.w1)
     assert fm.FP8_SWAP_AB is None and fm.NAIVE_ASSIGNMENT is None
+    assert fm.SWAP_AB_UNQUANTISED is False
     with pytest.raises(ValueError, match="unknown kernel option"):
         with fm.kernel_options(FAST=True):
             pass

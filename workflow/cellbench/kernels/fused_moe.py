@@ -904,13 +904,17 @@ def _naive(pairs: int, num_experts: int) -> bool:
 # it, while BLOCK_SIZE_N (64 or more) fills it. None = the rule of `_swap_ab`; True/False =
 # always/never (quantised calls only).
 FP8_SWAP_AB: bool | None = None
+# The same swap for unquantised weights where BLOCK_SIZE_M < 64 <= BLOCK_SIZE_N: not measured,
+# so off (a switch for side-by-side timing: bf16 at BLOCK_SIZE_M 16 also runs on the older
+# warp-level MMA, but those GEMMs are memory-bound and already at vLLM's time or below).
+SWAP_AB_UNQUANTISED = False
 
 
 def _swap_ab(config: dict[str, Any], quant: QuantArgs | None, w: torch.Tensor) -> bool:
     """Operand swap for this GEMM: fp8 weights, BLOCK_SIZE_M < 64 <= BLOCK_SIZE_N, on a
     capability 9.0 GPU (vLLM 0.34's rule, `enable_swap_ab`)."""
     if quant is None:
-        return False
+        return SWAP_AB_UNQUANTISED and config["BLOCK_SIZE_M"] < 64 <= config["BLOCK_SIZE_N"]
     if FP8_SWAP_AB is not None:
         return bool(FP8_SWAP_AB)
     return (
@@ -1252,6 +1256,7 @@ OPTION_NAMES = (
     "FP8_SWAP_AB",
     "NAIVE_ASSIGNMENT",
     "PERSISTENT_QUANTISED",
+    "SWAP_AB_UNQUANTISED",
 )
 
 

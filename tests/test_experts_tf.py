@@ -109,6 +109,42 @@ def test_launch_config_follows_the_tuned_file_per_m(tmp_path, monkeypatch, capsy
     assert ev["source"] == "tuned" and ev["paths"] == [str(tmp_path / name)]
 
 
+def test_few_token_path_only_where_the_tuner_measured_it_faster(tmp_path, monkeypatch):
+    """The tuner's `.paths.json` beside the tuned file decides the path per entry: "decode"
+    where it measured the few-token path faster with that entry's config (here M=1, and M=2,
+    whose nearest entry is 1), the grouped path elsewhere and for any call past the few-token
+    limit; without the sidecar nothing is assumed. The output matches eager on both paths."""
+    from cellbench.tuner.artifacts import write_path_choices
+
+    ex, cfg = _experts()
+    monkeypatch.setenv(cl.ENV_FOLDER, str(tmp_path))
+    name = cl.config_file_name(8, 32, "float32")
+    table = {"1": {**SMALL, "num_warps": 4, "num_stages": 2}, "4": SMALL, "16": BIG}
+    (tmp_path / name).write_text(json.dumps(table))
+    assert [experts_tf.launch_path(ex, m, torch.float32) for m in (1, 2, 4)] == ["auto"] * 3
+    cl.clear_cache()
+    write_path_choices(
+        tmp_path,
+        name,
+        {
+            1: {"config": table["1"], "path": "decode", "grouped_us": 9.0, "decode_us": 7.0},
+            4: {"config": table["4"], "path": "grouped", "grouped_us": 9.0, "decode_us": 11.0},
+        },
+    )
+    got = {m: experts_tf.launch_path(ex, m, torch.float32) for m in (1, 2, 3, 4, 9)}
+    assert got == {1: "decode", 2: "decode", 3: "auto", 4: "auto", 9: "auto"}
+    for m in (1, 4):
+        x = torch.randn(m, cfg.hidden_size, generator=torch.Generator().manual_seed(m))
+        idx, w = _routing(m, cfg)
+        with torch.no_grad():
+            torch.testing.assert_close(
+                experts_tf.experts_forward(ex, x, idx, w),
+                _eager(ex, x, idx, w),
+                rtol=1e-5,
+                atol=1e-5,
+            )
+
+
 def test_expert_parallel_sentinels_contribute_nothing():
     ex, cfg = _experts()
     x = torch.randn(6, cfg.hidden_size)

@@ -97,9 +97,12 @@ def test_progress_one_kept_line_per_batch_size(tuned_run) -> None:
 
 
 def test_vllm_json_format(tuned: Path) -> None:
-    files = list((tuned / "configs").iterdir())
-    assert [f.name for f in files] == ["E=8,N=32,device_name=CPU_TRITON_INTERPRET.json"]
-    got = json.loads(files[0].read_text())
+    name = "E=8,N=32,device_name=CPU_TRITON_INTERPRET.json"
+    files = sorted(f.name for f in (tuned / "configs").iterdir())
+    # vLLM's file, and beside it the builtin kernel's measured path choices (a name vLLM
+    # never opens): M=1 and 4 are few-token calls, where both paths were timed.
+    assert files == [name, artifacts.path_choices_file_name(name)]
+    got = json.loads((tuned / "configs" / name).read_text())
     ref = json.loads((REF / "E=128,N=768,device_name=NVIDIA_H200.json").read_text())
     assert isinstance(got.pop("triton_version"), str)
     assert list(got) == ["1", "4", "16"]
@@ -108,6 +111,23 @@ def test_vllm_json_format(tuned: Path) -> None:
     for v in got.values():
         assert set(v) == VALUE_KEYS
         assert all(type(x) is int for x in v.values())
+
+
+def test_few_token_path_chosen_by_measurement_with_the_kept_config(tuned: Path) -> None:
+    """Issue 23 item 3: at M <= DECODE_RULE_MAX_TOKENS the tuner timed the kept config on both
+    paths side by side; the faster is recorded in the summary and the sidecar, which the
+    transformers experts follow (experts_tf.launch_path); above it nothing is recorded."""
+    fm = importlib.import_module("cellbench.kernels.fused_moe")
+    summary = json.loads((tuned / "summary.json").read_text())
+    name = summary["config_file"]
+    side = json.loads((tuned / "configs" / artifacts.path_choices_file_name(name)).read_text())
+    assert sorted(side, key=int) == ["1", "4"]
+    for m in ("1", "4"):
+        choice = summary["entries"][m]["path_choice"]
+        faster = "decode" if choice["decode_us"] < choice["grouped_us"] else "grouped"
+        assert choice["path"] == faster == side[m]["path"]
+        assert side[m]["config"] == summary["entries"][m]["config"]
+    assert "path_choice" not in summary["entries"]["16"] and fm.DECODE_RULE_MAX_TOKENS < 16
 
 
 def test_csv_summary_and_log(tuned: Path) -> None:

@@ -19,11 +19,13 @@ triton, so import this module before anything else imports triton).
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 
 from . import kernels  # noqa: F401 - first: decides TRITON_INTERPRET before triton loads
 from .kernels import config_lookup
-from .kernels.fused_moe import fused_moe
+from .kernels.fused_moe import DECODE_RULE_MAX_TOKENS, fused_moe
 
 __all__ = ["NAME", "experts_forward", "launch_config", "register", "unsupported_reason"]
 
@@ -76,6 +78,32 @@ def launch_config(experts: torch.nn.Module, m: int, act_dtype: torch.dtype) -> d
     return cfg
 
 
+# Measured path choices per resolved config file (None: it has none), read once per
+# resolution: config_lookup's cache holds the key, so clearing that cache drops the entry.
+_PATH_TABLES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def launch_path(experts: torch.nn.Module, m: int, act_dtype: torch.dtype) -> str:
+    """The kernel path for a call of ``m`` tokens: "decode" where the tuner measured the
+    few-token path faster with the config this call takes (the tuned file's nearest entry,
+    recorded in its ``.paths.json``), else "auto" (the grouped path; nothing is assumed)."""
+    e, _, _ = experts.gate_up_proj.shape
+    n = experts.down_proj.shape[2]
+    res = config_lookup.resolve(e, n, _dtype_part(act_dtype), None)
+    if res.table is None or res.path is None:
+        return "auto"
+    if res not in _PATH_TABLES:
+        _PATH_TABLES[res] = config_lookup.path_choices(res)
+    table = _PATH_TABLES[res]
+    if not table:
+        return "auto"
+    nearest = min(res.table, key=lambda key: abs(key - m))  # vLLM's rule: first of a tie
+    choice = table.get(str(nearest))
+    if choice and choice.get("path") == "decode" and m <= DECODE_RULE_MAX_TOKENS:
+        return "decode"
+    return "auto"
+
+
 def experts_forward(
     self: torch.nn.Module,
     hidden_states: torch.Tensor,
@@ -103,8 +131,11 @@ def experts_forward(
         ids = ids.masked_fill(foreign, 0)
         weights = weights.masked_fill(foreign, 0.0)
     cfg = launch_config(self, m, x.dtype)
+    path = launch_path(self, m, x.dtype)
     with torch.no_grad():
-        out = fused_moe(x, w1.detach(), w2.detach(), weights.contiguous(), ids.contiguous(), cfg)
+        out = fused_moe(
+            x, w1.detach(), w2.detach(), weights.contiguous(), ids.contiguous(), cfg, path=path
+        )
     return out.to(hidden_states.dtype)
 
 

@@ -1583,7 +1583,8 @@ def fused_moe(
     fp8 with `quant`; topk_weights (M, topk) float; topk_ids (M, topk) int32/int64 in [0, E).
     path: "auto" takes the few-token path (GEMMs and activation in one launch, configured by
     BLOCK_SIZE_N, BLOCK_SIZE_K, num_warps and num_stages) for unquantised calls of few
-    tokens (DECODE_MAX_TOKENS, or its rule: M <= 4 on CUDA GPUs), else the grouped GEMMs;
+    tokens where a recorded measurement chose it for this config (``record_path_choice``,
+    ``load_path_choices``) or DECODE_MAX_TOKENS forces it, else the grouped GEMMs;
     "grouped" or "decode" forces one.
     """
     _check_inputs(hidden_states, w1, w2, topk_weights, topk_ids, quant)

@@ -490,6 +490,14 @@ def _run_device(plan: Plan, batch_sizes: list[int], device_index: int) -> dict[s
             )  # fmt: skip
             details[m]["baseline"] = base
             details[m]["improvement_pct"] = gain
+            # The builtin kernel's few-token path is taken only where this measures it faster
+            # with the kept config (written beside vLLM's JSON; see run()).
+            if hasattr(backend, "measure_paths"):
+                choice = backend.measure_paths(
+                    m, e.config, plan.on_gpu, seed=plan.seed, repeats=20 if plan.on_gpu else 3
+                )
+                if choice is not None:
+                    details[m]["path_choice"] = choice
             print(kept_line(m, e.timed, details[m]), file=sys.stderr, flush=True)
     finally:
         if pool is not None:
@@ -727,7 +735,13 @@ def run(plan: Plan) -> dict[str, Any]:
     import torch
     import triton
 
-    from .artifacts import atomic_write_json, write_tuned_csv, write_vllm_config
+    from .artifacts import (
+        atomic_write_json,
+        path_choices_file_name,
+        write_path_choices,
+        write_tuned_csv,
+        write_vllm_config,
+    )
 
     t0 = time.perf_counter()
     plan.out.mkdir(parents=True, exist_ok=True)
@@ -742,6 +756,17 @@ def run(plan: Plan) -> dict[str, Any]:
         triton.__version__,
         plan.platform == "rocm",
     )
+    choices = {
+        int(m): {**e["path_choice"], "config": e["config"]}
+        for m, e in entries.items()
+        if e.get("path_choice")
+    }
+    paths_file = plan.out / "configs" / path_choices_file_name(config_file)
+    if choices:
+        write_path_choices(plan.out / "configs", config_file, choices)
+    else:  # a rerun that measured none must not leave an older run's choices in force
+        paths_file.unlink(missing_ok=True)
+        paths_file.with_name(paths_file.name + ".sha256").unlink(missing_ok=True)
     cu = None
     if plan.on_gpu:
         cu = torch.cuda.get_device_properties(0).multi_processor_count

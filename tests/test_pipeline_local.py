@@ -74,7 +74,13 @@ def test_every_stage_wrote_its_outputs(finished_run):
     for cell in CELLS:
         tune = json.loads((res / cell / "tune/summary.json").read_text())
         configs = list((res / cell / "tune/configs").glob("*.json"))
-        assert [c.name for c in configs] == [tune["config_file"]]
+        # vLLM's file, and the builtin kernel's measured path choices at M <= 4 beside it
+        paths_name = tune["config_file"].removesuffix(".json") + ".paths.json"
+        assert sorted(c.name for c in configs) == sorted([tune["config_file"], paths_name])
+        configs = [c for c in configs if c.name == tune["config_file"]]
+        paths = json.loads((res / cell / "tune/configs" / paths_name).read_text())
+        assert sorted(paths, key=int) == ["1", "4"]
+        assert all(paths[m]["path"] == tune["entries"][m]["path_choice"]["path"] for m in paths)
         assert "device_name=CPU_TRITON_INTERPRET" in tune["config_file"]
         vllm_json = json.loads(configs[0].read_text())
         assert sorted(int(k) for k in vllm_json if k != "triton_version") == [1, 4, 16]

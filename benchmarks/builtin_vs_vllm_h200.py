@@ -29,7 +29,6 @@ import json
 import os
 import sys
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -267,15 +266,10 @@ def main() -> int:
         print(f"--batch-sizes={a.batch_sizes!r}: batch sizes must be >= 1", file=sys.stderr)
         return 2
     ms = sorted(ms_all, key=lambda m: (ORDER.index(m) if m in ORDER else len(ORDER), m))
-    if a.smoke:  # the interpreter must be chosen before triton decorates any kernel
-        os.environ.setdefault("TRITON_INTERPRET", "1")
-    from cellbench.tuner.vllm_source import SOURCE_ENV, check_source_dir
-
-    bad = check_source_dir(a.vllm_source)
-    if bad is not None:
-        print(f"--vllm-source: {bad}", file=sys.stderr)
+    refusal = tv.prepare_run(a.vllm_source, a.smoke)
+    if refusal:
+        print(refusal, file=sys.stderr)
         return 2
-    os.environ[SOURCE_ENV] = str(Path(a.vllm_source).resolve())
     import torch
     import triton
     from cellbench import kernels
@@ -283,9 +277,6 @@ def main() -> int:
     from cellbench.tuner.backends import VllmBackend
 
     on_gpu = torch.cuda.is_available()
-    if not on_gpu and not a.smoke:
-        print("no GPU: run with --smoke for the CPU check", file=sys.stderr)
-        return 2
     status = 0
     shapes = {}
     for dtype in dtypes:
@@ -296,14 +287,9 @@ def main() -> int:
     pools = {d: start_workers(a.compile_workers if on_gpu else 0, *shapes[d]) for d in dtypes}
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    rec = Path(a.vllm_source) / "SOURCE.json"
     meta = {
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "device": torch.cuda.get_device_name(0) if on_gpu else "CPU (interpreter smoke)",
-        "torch": torch.__version__,
-        "triton": triton.__version__,
-        "python": sys.version.split()[0],
-        "vllm_source": json.loads(rec.read_text()) if rec.is_file() else a.vllm_source,
+        **th.run_meta(torch, triton, on_gpu),
+        "vllm_source": tv.source_record(a.vllm_source),
         "smoke": a.smoke,
         "batch_sizes": ms_all,
         "budget_s": a.budget_s,

@@ -107,6 +107,17 @@ def run_mode(
     return s
 
 
+def run_meta(torch, triton, on_gpu: bool) -> dict:
+    """What every benchmark output starts with: when, on what, with which versions."""
+    return {
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "device": torch.cuda.get_device_name(0) if on_gpu else "CPU (interpreter smoke)",
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "python": sys.version.split()[0],
+    }
+
+
 def shipped_configs(config_file: str) -> dict[int, dict] | None:
     p = REF_DIR / config_file
     if not config_file or not p.is_file():
@@ -302,11 +313,7 @@ def main() -> int:
         ship_name = "E=128,N=768,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128,128].json"
     seed_file = None if a.no_seed else REF_DIR / ship_name
     meta = {
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "device": torch.cuda.get_device_name(0) if on_gpu else "CPU (interpreter smoke)",
-        "torch": torch.__version__,
-        "triton": triton.__version__,
-        "python": sys.version.split()[0],
+        **run_meta(torch, triton, on_gpu),
         "cpus": os.cpu_count(),
         "smoke": a.smoke,
         "batch_sizes": ms,

@@ -46,7 +46,6 @@ import os
 import sys
 import tempfile
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -146,6 +145,31 @@ def walls(d: dict, e: dict, ems, timings: dict[int, int]) -> dict:
         "default_run_s": d["seconds"]["wall"],
         "ratio_all_estimated": d["seconds"]["wall"] / est,
     }
+
+
+def prepare_run(folder: str, smoke: bool) -> str | None:
+    """Point the vLLM backend at the wheel's Python sources in ``folder`` (for --smoke, the
+    interpreter first: it must be chosen before Triton decorates any kernel) and check there
+    is a GPU unless smoking. Returns the refusal to print, or None when the run can start."""
+    if smoke:
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    from cellbench.tuner.vllm_source import SOURCE_ENV, check_source_dir
+
+    bad = check_source_dir(folder)
+    if bad is not None:
+        return f"--vllm-source: {bad}"
+    os.environ[SOURCE_ENV] = str(Path(folder).resolve())
+    import torch
+
+    if not smoke and not torch.cuda.is_available():
+        return "no GPU: run with --smoke for the CPU check"
+    return None
+
+
+def source_record(folder: str) -> dict | str:
+    """What vllm-kernel-src.sh recorded about the sources (wheel, sha256, files), or the path."""
+    rec = Path(folder) / "SOURCE.json"
+    return json.loads(rec.read_text()) if rec.is_file() else folder
 
 
 def _calls(be, kernels, problems, cfg, kernel: str, path: str, gemms: bool):
@@ -497,15 +521,10 @@ def main() -> int:
         return 2
     if a.count_only:
         return count_only(dtypes, ms, Path(a.estimate_from))
-    if a.smoke:  # the interpreter must be chosen before triton decorates any kernel
-        os.environ.setdefault("TRITON_INTERPRET", "1")
-    from cellbench.tuner.vllm_source import SOURCE_ENV, check_source_dir
-
-    bad = check_source_dir(a.vllm_source)
-    if bad is not None:
-        print(f"--vllm-source: {bad}", file=sys.stderr)
+    refusal = prepare_run(a.vllm_source, a.smoke)
+    if refusal:
+        print(refusal, file=sys.stderr)
         return 2
-    os.environ[SOURCE_ENV] = str(Path(a.vllm_source).resolve())
     import torch
     import triton
     from cellbench.shapes import MoEShape
@@ -513,27 +532,16 @@ def main() -> int:
     from cellbench.tuner.spaces import HardwareLimits
 
     on_gpu = torch.cuda.is_available()
-    if not on_gpu and not a.smoke:
-        print("no GPU: run with --smoke for the CPU check", file=sys.stderr)
-        return 2
     limits = HardwareLimits.detect()
     out = Path(a.out)  # made only once the input is known good
     out.mkdir(parents=True, exist_ok=True)
-    meta_src = {}
-    rec = Path(a.vllm_source) / "SOURCE.json"
-    if rec.is_file():
-        meta_src = json.loads(rec.read_text())
     work = Path(tempfile.mkdtemp(prefix="tuner-vllm-bench-"))
     model_cfg = work / "config.json"
     model_cfg.write_text(json.dumps(th.TINY if a.smoke else th.QWEN3_30B))
     meta = {
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "device": torch.cuda.get_device_name(0) if on_gpu else "CPU (interpreter smoke)",
-        "torch": torch.__version__,
-        "triton": triton.__version__,
-        "python": sys.version.split()[0],
+        **th.run_meta(torch, triton, on_gpu),
         "cpus": os.cpu_count(),
-        "vllm_source": meta_src or a.vllm_source,
+        "vllm_source": source_record(a.vllm_source),
         "smoke": a.smoke,
         "batch_sizes": ms,
         "exhaustive_batch_sizes": "auto" if auto_ems else ems,

@@ -793,6 +793,9 @@ B_OPERAND_TMA: bool | None = None
 # bf16 weights TMA was 0.1-1.6% faster from 128 (token, expert) pairs up (M >= 16 at top-8)
 # and up to 4% slower at 32 and fewer; 64-127 pairs (M=8) were not measured and take TMA.
 # fp8: within 1.6% either way. fp32 tiles can exceed shared memory with TMA's buffering.
+# fp8 weights take TMA at every pair count: with the operand swap and naive assignment, the
+# whole call at M=1/2/4 (8-32 pairs) took 0.849/0.898/0.933 of vLLM's time with TMA against
+# 0.924/0.919/0.947 without (results/builtin_vs_vllm_h200_2026-12-04, `tma` variant).
 TMA_MIN_PAIRS = 64
 
 
@@ -831,7 +834,12 @@ def _use_b_descriptor(w: torch.Tensor, config: dict[str, Any], pairs: int) -> bo
     """Whether this GEMM's weight tiles can and should come through a tensor descriptor."""
     want = B_OPERAND_TMA
     if want is None:
-        want = _tma_pairs(pairs) and w.element_size() <= 2 and w.is_cuda and _cuda_sm90(w.device)
+        want = (
+            _tma_pairs(pairs, w.element_size() == 1)
+            and w.element_size() <= 2
+            and w.is_cuda
+            and _cuda_sm90(w.device)
+        )
     if not want:
         return False
     e, n, k = w.shape
@@ -858,9 +866,10 @@ CHAIN_KERNELS: bool | None = None
 CHAIN_MAX_PAIRS = 128
 
 
-def _tma_pairs(pairs: int) -> bool:
-    """The TMA rule's pair-count part (one place for it and `m_dependent_choices`)."""
-    return pairs >= TMA_MIN_PAIRS
+def _tma_pairs(pairs: int, quantised: bool = False) -> bool:
+    """The TMA rule's pair-count part (one place for it and `m_dependent_choices`): fp8
+    weights at any count, others from TMA_MIN_PAIRS up."""
+    return quantised or pairs >= TMA_MIN_PAIRS
 
 
 def _chain_pairs(pairs: int) -> bool:
@@ -1307,7 +1316,7 @@ def m_dependent_choices(
     pairs = m * topk
     q = quant is not None
     persistent = (_persistent(1, pairs, q), _persistent(2, pairs, q))
-    out: tuple[Any, ...] = (kernel_path(m, quant), _tma_pairs(pairs), _chain_pairs(pairs),
+    out: tuple[Any, ...] = (kernel_path(m, quant), _tma_pairs(pairs, q), _chain_pairs(pairs),
                             persistent)  # fmt: skip
     if num_experts is not None:
         out += (_naive(pairs, num_experts),)

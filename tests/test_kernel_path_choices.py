@@ -64,7 +64,8 @@ def test_measured_choice_travels_from_tuner_to_kernel(tmp_path, monkeypatch, cle
     assert set(json.loads((tmp_path / name).read_text())["1"]) == set(CFG)
     monkeypatch.setenv(config_lookup.ENV_FOLDER, str(tmp_path))
     res = config_lookup.resolve(8, 32, None, None, device="TEST_GPU")
-    table = config_lookup.path_choices(res)
+    table = res.path_choices
+    assert table == config_lookup.read_path_choices(tmp_path / name)
     assert fm.load_path_choices(table) == 2
     for m in (1, 2):
         assert kernels.kernel_path(m, None, "auto", CFG) == got[m]["path"]
@@ -76,5 +77,4 @@ def test_bad_path_choices_are_refused(tmp_path) -> None:
     with pytest.raises(ValueError, match="ends in .json"):
         path_choices_file_name("E=8,N=32")
     assert not list(tmp_path.iterdir())
-    res = config_lookup.Resolved("x.json", None, None, [])
-    assert config_lookup.path_choices(res) is None  # no config file, no choices
+    assert config_lookup.read_path_choices(tmp_path / "x.json") is None  # no sidecar

@@ -9,6 +9,7 @@ import importlib
 import io
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,6 +22,7 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+from cellbench import atomicio  # noqa: E402
 from cellbench.tuner import artifacts, cli, spaces  # noqa: E402
 from cellbench.tuner.backends import BuiltinBackend  # noqa: E402
 from cellbench.tuner.timing import time_side_by_side  # noqa: E402
@@ -128,6 +130,22 @@ def test_few_token_path_chosen_by_measurement_with_the_kept_config(tuned: Path) 
         assert choice["path"] == faster == side[m]["path"]
         assert side[m]["config"] == summary["entries"][m]["config"]
     assert "path_choice" not in summary["entries"]["16"] and fm.DECODE_RULE_MAX_TOKENS < 16
+
+
+def test_rerun_without_few_token_sizes_drops_the_old_path_choices(tuned: Path, tmp_path) -> None:
+    """A rerun in the same folder that measures no path choice (no M <= 4) must not leave the
+    earlier run's choices, or their checksum, in force beside the new vLLM file."""
+    out = tmp_path / "again"
+    shutil.copytree(tuned, out)
+    name = json.loads((out / "summary.json").read_text())["config_file"]
+    side = out / "configs" / artifacts.path_choices_file_name(name)
+    assert side.exists() and atomicio.checksum_path(side).exists()
+    model = tmp_path / "config.json"
+    model.write_text(json.dumps(TINY))
+    args = ["--model-config", str(model), "--tp", "1", "--batch-sizes", "16", "--out", str(out)]
+    assert cli.main(args) == 0
+    assert not side.exists() and not atomicio.checksum_path(side).exists()
+    assert (out / "configs" / name).exists()
 
 
 def test_csv_summary_and_log(tuned: Path) -> None:

@@ -19,8 +19,6 @@ triton, so import this module before anything else imports triton).
 
 from __future__ import annotations
 
-import weakref
-
 import torch
 
 from . import kernels  # noqa: F401 - first: decides TRITON_INTERPRET before triton loads
@@ -78,30 +76,19 @@ def launch_config(experts: torch.nn.Module, m: int, act_dtype: torch.dtype) -> d
     return cfg
 
 
-# Measured path choices per resolved config file (None: it has none), read once per
-# resolution: config_lookup's cache holds the key, so clearing that cache drops the entry.
-_PATH_TABLES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
 def launch_path(experts: torch.nn.Module, m: int, act_dtype: torch.dtype) -> str:
     """The kernel path for a call of ``m`` tokens: "decode" where the tuner measured the
     few-token path faster with the config this call takes (the tuned file's nearest entry,
     recorded in its ``.paths.json``), else "auto" (the grouped path; nothing is assumed)."""
+    if m > DECODE_RULE_MAX_TOKENS:
+        return "auto"
     e, _, _ = experts.gate_up_proj.shape
     n = experts.down_proj.shape[2]
     res = config_lookup.resolve(e, n, _dtype_part(act_dtype), None)
-    if res.table is None or res.path is None:
+    if res.table is None or not res.path_choices:
         return "auto"
-    if res not in _PATH_TABLES:
-        _PATH_TABLES[res] = config_lookup.path_choices(res)
-    table = _PATH_TABLES[res]
-    if not table:
-        return "auto"
-    nearest = min(res.table, key=lambda key: abs(key - m))  # vLLM's rule: first of a tie
-    choice = table.get(str(nearest))
-    if choice and choice.get("path") == "decode" and m <= DECODE_RULE_MAX_TOKENS:
-        return "decode"
-    return "auto"
+    choice = res.path_choices.get(str(config_lookup.nearest_key(res.table, m)))
+    return "decode" if choice and choice.get("path") == "decode" else "auto"
 
 
 def experts_forward(

@@ -65,16 +65,18 @@ def gpus_per_server(config: dict, wildcards: Any) -> int:
 
 
 def _gpu_flags(config: dict, wildcards: Any) -> list[str]:
-    """Which GPUs a job gets: vendor and count shape what is measured. A container gets its
-    TP size per server; the local runtime's servers, host processes, all run on the config's
-    ``gpus`` (none: the CPU, and no flags, as before GPUs were leased for them)."""
-    if config["runtime"] == "docker":
-        count = gpus_per_server(config, wildcards)
-    elif config["gpus"] > 0:
-        count = config["gpus"]
-    else:
+    """Which GPUs a containerised job gets: vendor and count shape what is measured."""
+    if config["runtime"] != "docker":
         return []
-    return ["--gpu-vendor", config["gpu_vendor"], "--gpus", str(count)]
+    return ["--gpu-vendor", config["gpu_vendor"], "--gpus", str(gpus_per_server(config, wildcards))]
+
+
+def _server_gpu_flags(config: dict, wildcards: Any) -> list[str]:
+    """The GPUs of a serving job: a container's per server, or on the local runtime the
+    config's ``gpus``, which both arms' host processes share (none: the CPU, no flags)."""
+    if config["runtime"] == "docker" or config["gpus"] == 0:
+        return _gpu_flags(config, wildcards)
+    return ["--gpu-vendor", config["gpu_vendor"], "--gpus", str(config["gpus"])]
 
 
 # --- tune -----------------------------------------------------------------------------------
@@ -86,9 +88,7 @@ def tune_settings(config: dict, pins: Any, wildcards: Any) -> str:
     values = {
         "runtime": config["runtime"],
         "image_digest": pins.digest(wildcards.image),
-        # The local tuner runs wherever torch finds a GPU (the config's gpus lease nothing to
-        # it), so only a container's GPUs are tracked here.
-        "gpus": _gpu_flags(config, wildcards) if config["runtime"] == "docker" else [],
+        "gpus": _gpu_flags(config, wildcards),
         "tuner": tuner_args(config, wildcards),
         "code_version": str(config["tune"]["code_version"]),
     }
@@ -241,7 +241,7 @@ def serve_settings(config: dict, pins: Any, wildcards: Any, arm: str) -> str:
     if config["runtime"] == "docker":
         args += ["--image-ref", pins.ref(wildcards.image)]
     args += ["--image-digest", pins.digest(wildcards.image)]
-    args += _gpu_flags(config, wildcards)
+    args += _server_gpu_flags(config, wildcards)
     return shlex.join(args)
 
 
@@ -303,7 +303,7 @@ def _compare_flags(config: dict, wildcards: Any) -> list[str]:
         "images",
         *_load_flags(config, wildcards),
         "--no-gsm8k",
-        *_gpu_flags(config, wildcards),
+        *_server_gpu_flags(config, wildcards),
     ]
 
 

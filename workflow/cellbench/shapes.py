@@ -406,3 +406,11 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def path_choices_file_name(config_file_name: str) -> str:
+    """The builtin kernel's path-choices file beside a vLLM config file: the same name with
+    `.paths.json` for `.json` (vLLM opens only its exact file name, so it never reads this)."""
+    if not config_file_name.endswith(".json"):
+        raise ValueError(f"{config_file_name!r}: a vLLM config file name ends in .json")
+    return config_file_name[: -len(".json")] + ".paths.json"

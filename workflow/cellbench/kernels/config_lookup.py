@@ -39,7 +39,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from ..shapes import MoEShape, device_name
+from ..shapes import MoEShape, device_name, path_choices_file_name
 
 __all__ = [
     "ENV_FOLDER",
@@ -50,7 +50,8 @@ __all__ = [
     "default_config",
     "lookup",
     "nearest_entry",
-    "path_choices",
+    "nearest_key",
+    "read_path_choices",
     "read_table",
     "resolve",
     "search_paths",
@@ -193,8 +194,8 @@ def read_table(path: str | os.PathLike[str]) -> dict[int, dict[str, Any]]:
     return table
 
 
-def nearest_entry(table: dict[int, dict[str, Any]], m: int) -> dict[str, Any]:
-    """The entry whose key is nearest to ``m``; a tie goes to the key met first in ``table``'s
+def nearest_key(table: dict[int, Any], m: int) -> int:
+    """The batch-size key nearest to ``m``; a tie goes to the key met first in ``table``'s
     order (vLLM's ``min`` over the file's keys does the same)."""
     best = None
     for key in table:
@@ -202,7 +203,12 @@ def nearest_entry(table: dict[int, dict[str, Any]], m: int) -> dict[str, Any]:
             best = key
     if best is None:
         raise ValueError("empty config table")
-    return table[best]
+    return best
+
+
+def nearest_entry(table: dict[int, dict[str, Any]], m: int) -> dict[str, Any]:
+    """The entry of the key nearest to ``m`` (``nearest_key``)."""
+    return table[nearest_key(table, m)]
 
 
 def default_config(
@@ -256,12 +262,19 @@ class Resolved:
     """Where one layer shape's configs come from: a file's table, or vLLM's default rule."""
 
     def __init__(
-        self, name: str, path: str | None, table: dict[int, dict[str, Any]] | None, searched
+        self,
+        name: str,
+        path: str | None,
+        table: dict[int, dict[str, Any]] | None,
+        searched,
+        path_choices: dict[str, Any] | None = None,
     ) -> None:
         self.name = name
         self.path = path
         self.table = table
         self.searched = list(searched)
+        # The builtin kernel's measured path choices beside the file (read_path_choices).
+        self.path_choices = path_choices
 
     @property
     def source(self) -> str:
@@ -295,21 +308,28 @@ def resolve(
     if res is None:
         searched = search_paths(name)
         found = next((p for p in searched if os.path.exists(p)), None)
-        res = Resolved(name, found, read_table(found) if found else None, searched)
+        res = Resolved(
+            name,
+            found,
+            read_table(found) if found else None,
+            searched,
+            read_path_choices(found) if found else None,
+        )
         with _lock:
             res = _resolved.setdefault(name, res)
     _say_once(logging.INFO if res.path else logging.WARNING, res.line())
     return res
 
 
-def path_choices(res: Resolved) -> dict[str, Any] | None:
-    """The builtin kernel's measured path choices beside the resolved config file (the
-    tuner's `<name>.paths.json`, see ``tuner.artifacts.write_path_choices``), as read from
-    the file, for ``kernels.load_path_choices``; None when there is none (or no file)."""
-    if res.path is None or not res.path.endswith(".json"):
+def read_path_choices(config_path: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The builtin kernel's measured path choices beside a config file (the tuner's
+    `<name>.paths.json`, see ``tuner.artifacts.write_path_choices``), as read from the file,
+    for ``kernels.load_path_choices``; None when there is none."""
+    path = Path(config_path)
+    if path.suffix != ".json":
         return None
-    side = res.path[: -len(".json")] + ".paths.json"
-    if not os.path.exists(side):
+    side = path.with_name(path_choices_file_name(path.name))
+    if not side.exists():
         return None
     raw = json.loads(Path(side).read_text(encoding="utf-8"))
     if not isinstance(raw, dict):

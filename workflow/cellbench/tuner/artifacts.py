@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from cellbench import atomicio
-from cellbench.shapes import ROCM_CONFIG_KEYS, VLLM_CONFIG_KEYS
+from cellbench.shapes import ROCM_CONFIG_KEYS, VLLM_CONFIG_KEYS, path_choices_file_name
 
 __all__ = [
     "atomic_write_text",
@@ -165,14 +165,6 @@ def write_vllm_config(
     path = Path(folder) / file_name
     atomic_write_text(path, vllm_config_json(entries, triton_version, rocm), checksum=True)
     return path
-
-
-def path_choices_file_name(config_file_name: str) -> str:
-    """The builtin kernel's path-choices file beside a vLLM config file: the same name with
-    `.paths.json` for `.json` (vLLM opens only its exact file name, so it never reads this)."""
-    if not config_file_name.endswith(".json"):
-        raise ValueError(f"{config_file_name!r}: a vLLM config file name ends in .json")
-    return config_file_name[: -len(".json")] + ".paths.json"
 
 
 def write_path_choices(

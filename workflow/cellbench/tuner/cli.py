@@ -735,6 +735,7 @@ def run(plan: Plan) -> dict[str, Any]:
     import torch
     import triton
 
+    from ..atomicio import checksum_path
     from .artifacts import (
         atomic_write_json,
         path_choices_file_name,
@@ -766,7 +767,7 @@ def run(plan: Plan) -> dict[str, Any]:
         write_path_choices(plan.out / "configs", config_file, choices)
     else:  # a rerun that measured none must not leave an older run's choices in force
         paths_file.unlink(missing_ok=True)
-        paths_file.with_name(paths_file.name + ".sha256").unlink(missing_ok=True)
+        checksum_path(paths_file).unlink(missing_ok=True)
     cu = None
     if plan.on_gpu:
         cu = torch.cuda.get_device_properties(0).multi_processor_count

@@ -159,13 +159,6 @@ PROBES: list[Probe] = [
         edit=_set("gpu_vendor", "none"),
     ),
     Probe(
-        "build-on-docker",
-        "config",
-        "a `build:` model with `runtime: docker`",
-        "locally built models exist only for runtime: local",
-        edit=_set("models", Q30, {"build": "tiny-qwen3-moe"}),
-    ),
-    Probe(
         "hf-id-and-build",
         "config",
         "a model with both `hf_id` and `build`",

@@ -607,21 +607,18 @@ def _check_semantics(config: dict[str, Any]) -> None:
         _check_compare_images(config)
     for cell in cells(config):  # two groups that disagree on a cell's variable
         cell_env(config, cell.image, cell.model, cell.tp, cell.ep)
-    for name, model in models.items():
-        if model.get("build") and runtime == "docker":
-            raise ConfigError(
-                f"config error: models.{name}.build = {model['build']!r}: locally "
-                "built models exist only for runtime: local"
-            )
     for name, image in images.items():
         if runtime == "docker" and "rocm_version" not in image and config["gpu_vendor"] == "amd":
             raise ConfigError(
                 f"config error: images.{name}: rocm_version is required for AMD "
                 "images (it is checked against the image when pinning)"
             )
-    if runtime == "docker" and config["gpu_vendor"] == "none":
+    if runtime == "docker" and config["gpu_vendor"] == "none" and config["gpus"] > 0:
+        # gpu_vendor none is a CPU image (the rehearsal's vLLM CPU build): it gets no GPUs.
         raise ConfigError(
-            'config error: gpu_vendor = "none" with runtime: docker: the vLLM image needs GPUs'
+            f'config error: gpu_vendor = "none" with runtime: docker and gpus = '
+            f'{config["gpus"]}: a CPU-only image is given no GPUs; set gpu_vendor to amd or '
+            "nvidia, or gpus: 0"
         )
 
 

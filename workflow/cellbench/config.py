@@ -590,12 +590,14 @@ def _check_semantics(config: dict[str, Any]) -> None:
                 f"{tp} cell's tuned configs (its per-rank shapes) would never be read; use "
                 "tp: 1, or serve.server: vllm"
             )
-        if runtime == "docker" and tp > config["gpus"]:
+        # A CPU-only image (gpu_vendor none) runs its ranks as processes, not on GPUs.
+        on_gpus = runtime == "docker" and config["gpu_vendor"] != "none"
+        if on_gpus and tp > config["gpus"]:
             raise ConfigError(
                 f"config error: {where}.tp = {tp}: exceeds the {config['gpus']} "
                 f"GPUs configured (gpus)"
             )
-        if runtime == "docker" and config["serve"]["interleave_arms"] and 2 * tp > config["gpus"]:
+        if on_gpus and config["serve"]["interleave_arms"] and 2 * tp > config["gpus"]:
             raise ConfigError(
                 f"config error: {where}.tp = {tp}: serve.interleave_arms runs both arms' servers "
                 f"at once and needs 2 x tp = {2 * tp} GPUs, but gpus = {config['gpus']} "

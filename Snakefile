@@ -22,3 +22,10 @@ rule all:
     default_target: True
     input:
         all_targets(),
+
+
+onstart:
+    # Before any job: every pinned image must be on this host or in its registry.
+    problems = PINS.missing()
+    if problems:
+        raise WorkflowError("cannot start: " + "; ".join(problems))

@@ -126,6 +126,21 @@ def measured_packages(results: Path, cells: list[str]) -> dict[str, dict[str, st
     return out
 
 
+def server_versions(results: Path, cell: str) -> dict[str, str | None]:
+    """Per arm of ``cell``, the version its running server gave for itself (``GET /version``,
+    recorded in bench.json's ``server.version``); null where the server had no such endpoint
+    or the file predates the record."""
+    out: dict[str, str | None] = {}
+    for bench in sorted((Path(results) / cell / "serve").glob("*/bench.json")):
+        try:
+            data = json.loads(bench.read_text())
+        except (OSError, ValueError):
+            continue
+        seen = (data.get("server") or {}).get("version") or {}
+        out[str(data.get("arm", bench.parent.name))] = seen.get("version")
+    return out
+
+
 def stage_results(cell_dir: Path) -> list[Path]:
     """A cell's stage results: what the archive checks and its report reads."""
     return sorted(
@@ -350,6 +365,8 @@ def build_run(
             # Where the numbers were measured (the image on docker), read there: torch,
             # Triton (the tuner's), vLLM.
             "measured_packages": measured_packages(results, cells),
+            # What each arm's server said it was while it ran (GET /version), per cell.
+            "server_versions": {cell: server_versions(results, cell) for cell in cells},
             "files": files,
         }
         atomicio.write_json(staging / MANIFEST_NAME, manifest)
@@ -592,6 +609,19 @@ def previous_run(archive_root: Path, results: Path, cell: str) -> Run | None:
     return None
 
 
+def _served_line(before: dict[str, str | None], now: dict[str, str | None]) -> str:
+    """Which vLLM served each arm before and now, as the servers answered GET /version."""
+
+    def said(versions: dict[str, str | None]) -> str:
+        found = sorted({v for v in versions.values() if v})
+        return "vLLM " + " / ".join(found) if found else "a server that named no version"
+
+    return (
+        f"Served by {said(before)} (previous) and {said(now)} (now), as each arm's running "
+        "server answered `GET /version`."
+    )
+
+
 def previous_run_sections(
     archive_root: Path, current_results_dir: Path, cells: Iterable[str], **options
 ) -> list[str]:
@@ -629,6 +659,8 @@ def previous_run_sections(
             "",
             f"{what.capitalize()}: A is the run archived as `{run.ref}` "
             f"(created {manifest.get('created', '?')}), B the results in this report.",
+            "",
+            _served_line(server_versions(run.path, cell), server_versions(current, cell)),
             "",
         ]
         lines += compare_cell(run.path, current, cell, "previous", "now", **options)
@@ -680,6 +712,10 @@ def format_manifest(run: Run, m: dict) -> str:
         pk = (m.get("measured_packages") or {}).get(cell, {})
         versions = ", ".join(f"{k} {v}" for k, v in pk.items() if k != "read_from" and v)
         lines.append(f"  {cell}: {versions or 'no versions recorded'}")
+        served = (m.get("server_versions") or {}).get(cell) or {}
+        if served:
+            said = ", ".join(f"{arm} {v or 'n/a'}" for arm, v in sorted(served.items()))
+            lines.append(f"    servers said (GET /version): {said}")
     env = m.get("environment") or {}
     lines += [
         f"host:       {env.get('platform')} ({env.get('machine')}), Python {env.get('python')}"

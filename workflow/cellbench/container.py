@@ -265,6 +265,9 @@ def _create(
     return client.containers.create(
         image_ref,
         command=list(command),
+        # The command is whole: an image's own entrypoint (upstream's vllm/vllm-openai has
+        # `vllm serve`) would otherwise be put in front of it.
+        entrypoint=[],
         environment=full_env,
         volumes={
             m.source: {"bind": m.target, "mode": "ro" if m.read_only else "rw"} for m in mounts

@@ -55,3 +55,35 @@ class Pins:
 
     def unpinned(self) -> list[str]:
         return sorted(name for name, ref in self.refs.items() if not ref)
+
+    def missing(self, client: Any = None) -> list[str]:
+        """One line per pinned image that no job could start: its digest is neither on this
+        host nor served by its registry (deleted there, or the registry cannot be reached while
+        the host has no copy). Checked when a run starts, before any job, so a cell's results
+        are not cleared for a job that cannot run. Empty on the local runtime."""
+        if self.runtime != "docker":
+            return []
+        from cellbench import images
+
+        problems = []
+        for name, ref in sorted(self.refs.items()):
+            if not ref:
+                continue
+            try:
+                client = client or images.docker_client(timeout=60)
+                client.images.get(ref)
+                continue
+            except images.ImageError as exc:
+                return [str(exc)]
+            except Exception:  # not on this host: the registry must serve it
+                pass
+            try:
+                images.resolve_digest(client, ref)
+            except images.ImageError as exc:
+                registry = images.ImageRef.parse(ref).repository.split("/", 1)[0]
+                problems.append(
+                    f"image {name}: its pinned digest is not on this host and registry "
+                    f"{registry} does not serve it ({exc}); restore that image, or move the "
+                    f"pin with `cellbench images bump {name}` (its cells then rerun)"
+                )
+        return problems

@@ -116,6 +116,7 @@ from cellbench.server import (
     ServerError,
     ServerSpec,
     log_tail,
+    observe_version,
     serve,
 )
 
@@ -618,6 +619,9 @@ def _measure(cfg: StageConfig, sides: list[Side], point_tag: str | None = None) 
             server = side_stacks[side.name].enter_context(serve(spec))
             ready_s = time.monotonic() - t0
             _log(f"{side.name} server ready in {ready_s:.1f} s as model id {server.model_id!r}")
+            server.describe["version"] = observe_version(server.base_url)
+            if server.describe["version"]["version"]:
+                _log(f"{side.name} server says it is vLLM {server.describe['version']['version']}")
             ignore_eos = cfg.ignore_eos and loadgen.probe_ignore_eos(
                 server.base_url, server.model_id
             )
@@ -715,6 +719,8 @@ def _measure(cfg: StageConfig, sides: list[Side], point_tag: str | None = None) 
                 "ready_s": run.ready_s,
                 "command": [str(a) for a in run.server.describe["command"]],
                 "env": server_env(cfg, run),
+                # Asked of the running server (GET /version), not read from any other process.
+                "version": run.server.describe.get("version"),
             }
             for name, run in runs.items()
         }

@@ -257,6 +257,30 @@ def _wait_ready(server: RunningServer, timeout_s: float) -> None:
         time.sleep(0.5)
 
 
+def observe_version(base_url: str, timeout_s: float = 10.0) -> dict[str, Any]:
+    """What the running server says it is: vLLM's OpenAI server answers ``GET /version`` with
+    ``{"version": "0.32.0"}``. Recorded as seen, so a report names the vLLM that served, not
+    the one some other process imported; a server without the endpoint (transformers serve)
+    gives ``version`` null and the status it answered."""
+    out: dict[str, Any] = {"observed_from": "GET /version", "version": None}
+    try:
+        r = requests.get(f"{base_url}/version", timeout=timeout_s)
+    except requests.RequestException as e:
+        out["error"] = f"{type(e).__name__}: {e}"[:200]
+        return out
+    out["http_status"] = r.status_code
+    if r.ok:
+        try:
+            version = r.json().get("version")
+        except (ValueError, AttributeError):
+            version = None
+        if isinstance(version, str) and version:
+            out["version"] = version
+        else:
+            out["error"] = f"no version in the answer: {r.text[:120]!r}"
+    return out
+
+
 @contextlib.contextmanager
 def _local(spec: ServerSpec) -> Iterator[RunningServer]:
     cmd = local_command(spec)

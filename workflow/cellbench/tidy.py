@@ -203,16 +203,19 @@ def tidy_frame(
 
 def cells_in(root: Path) -> list[str]:
     """The cells under a results folder or an archived run folder (image/model/tpN-epM
-    folders holding a tuning summary); an archived run's manifest lists them."""
+    folders holding any stage's folder: tune, serve or gsm8k); an archived run's manifest
+    lists them."""
     manifest = _manifest(root)
     if manifest is not None:
         return list(manifest.get("cells", []))
-    found = []
-    for summary in sorted(root.glob("*/*/*/tune/summary.json")):
-        cell_dir = summary.parent.parent
-        if CELL_LAYOUT.match(cell_dir.name):
-            found.append(str(cell_dir.relative_to(root)))
-    return found
+    found = set()
+    for stage in ("tune", "serve", "gsm8k"):
+        for stage_dir in root.glob(f"*/*/*/{stage}"):
+            cell_dir = stage_dir.parent
+            # results/logs/IMAGE/MODEL/tpN-epM holds log files, never stage folders
+            if CELL_LAYOUT.match(cell_dir.name) and stage_dir.is_dir():
+                found.add(str(cell_dir.relative_to(root)))
+    return sorted(found)
 
 
 def _manifest(root: Path) -> dict | None:
@@ -221,20 +224,27 @@ def _manifest(root: Path) -> dict | None:
         return None
     try:
         return json.loads(path.read_text())
+    except OSError as exc:
+        raise ResultError(path, "(file)", exc.strerror or str(exc), "a readable archive "
+                          "manifest", "nothing: fix the file's permissions") from None  # fmt: skip
     except ValueError as exc:
         raise ResultError(path, "(file)", "(not JSON)", f"an archive manifest: {exc}",
                           "nothing: the archived run is damaged") from exc  # fmt: skip
 
 
 def stage_files(root: Path, cells: Iterable[str]) -> list[Path]:
-    """The cells' stage results under ``root`` (tuning summary, serve and GSM8K results)."""
-    files: list[Path] = []
-    for cell in cells:
-        cell_dir = root / cell
-        files += [cell_dir / "tune" / "summary.json"]
-        files += sorted(cell_dir.glob("serve/*/bench.json"))
-        files += sorted(cell_dir.glob("gsm8k/*.json"))
-    return [f for f in files if f.is_file()]
+    """The cells' stage results under ``root`` (tuning summary, serve and GSM8K results), all
+    of them: ``IncompleteResults`` names any that is missing (a short table would read as a
+    smaller experiment)."""
+    cells = list(cells)
+    manifest = _manifest(root)
+    if manifest is None:
+        rebuild = results_mod.LIVE_REBUILD
+    else:
+        ref = f"{manifest.get('label', '?')}/{manifest.get('run', root.name)}"
+        rebuild = f"nothing rebuilds an archived run; check it: cellbench archive verify {ref}"
+    results_mod.check_whole(root, cells, rebuild)
+    return [root / cell / rel for cell in cells for rel in results_mod.CELL_STAGE_FILES]
 
 
 def tidy(path: str | Path) -> pd.DataFrame:
@@ -289,8 +299,20 @@ def main(argv: list[str] | None = None) -> int:
     except (ResultError, FileNotFoundError) as exc:
         print(f"cellbench tidy: error: {exc}", file=sys.stderr)
         return 1
+    except OSError as exc:  # an unreadable folder: a user's fault, not a traceback
+        print(f"cellbench tidy: error: cannot read {exc.filename or args.path}: "
+              f"{exc.strerror or exc}", file=sys.stderr)  # fmt: skip
+        return 1
     if args.out_dir:
-        for path in write_tidy(frame, args.out_dir):
+        try:
+            written = write_tidy(frame, args.out_dir)
+        except OSError as exc:
+            where = exc.filename or args.out_dir
+            reason = exc.strerror or exc
+            print(f"cellbench tidy: error: cannot write --out-dir {args.out_dir}: {reason} "
+                  f"({where})", file=sys.stderr)  # fmt: skip
+            return 1
+        for path in written:
             print(f"written: {path}")
     else:
         print(frame.groupby(["run", "cell", "stage"]).size().to_string())

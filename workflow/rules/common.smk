@@ -88,15 +88,78 @@ def all_targets():
     image comparisons, with serve.compare_images). The report's INDEX.json and each archive's
     receipt ARCHIVED.json are written last, so a failure leaves the report.md and the archived
     run folders users read in place.
+    Every stage result the plan needs is asked for by name, not only the aggregates: Snakemake
+    does not rebuild a missing file whose readers' outputs are present, so a deleted result
+    would otherwise stay missing behind a "Nothing to be done".
     """
     return (
-        ["results/report/INDEX.json"]
+        every_stage_result()
+        + ["results/report/INDEX.json"]
         + [f"results/archive/{label}/ARCHIVED.json" for label in archive_labels()]
         + [f"results/configs/{label}/INDEX.json" for label in archive_labels()]
         + compare_targets()
         # Last: fails the run on a failed GSM8K gate, after the report and archives exist.
         + [GATES_SUMMARY]
     )
+
+
+def every_stage_result():
+    """Each job's declared outputs below the aggregates: the built models and question set,
+    per cell its tuned configs, both arms' lm-eval folders and results, its gate verdict and
+    figures, and the report's files."""
+    out = []
+    for model in sorted({c.model for c in CELLS}):
+        if config["models"][model].get("build"):
+            out.append(local_model_dir(model))
+    if config["gsm8k"]["local_questions"]:
+        out.append("results/assets/gsm8k")
+    for c in CELLS:
+        out += c.targets() + [f"{c.path}/tune/configs", f"{c.path}/gate.json"]
+        out += [f"{c.path}/serve/{arm}/lm_eval" for arm in ARMS]
+    out += cell_plot_files(CELLS)
+    out += [os.path.join(PLOT_DIR.format(**c.__dict__), "bump") for c in CELLS]
+    out += [f"results/report/{name}" for name in REPORT_FILES]
+    out += [
+        f"results/report/pr/{model}.md" for model in sorted({c.model for c in CELLS})
+    ]
+    if compare_targets():
+        out.append("results/report/compare.csv")
+    return out
+
+
+REPORT_FILES = (
+    "report.md",
+    "serve.csv",
+    "gsm8k.csv",
+    "tune.csv",
+    "tidy.csv",
+    "tidy.parquet",
+)
+
+
+class _Whole:
+    """A params value for a stage result found whole (or not there yet). Snakemake leaves
+    values of types it cannot serialise out of its params rerun trigger, so a run recorded
+    before this check existed, and every whole result, compares as unchanged."""
+
+    def __str__(self):
+        return ""
+
+
+def result_problem(*paths):
+    """A tracked params value of the job that writes ``paths``: nothing while each is whole or
+    absent, else the loader's one-line refusal. A string among the recorded params is a
+    change, so Snakemake plans the job again (and, through its newer outputs, every reader):
+    an unreadable, truncated or tampered result is rebuilt like a missing one."""
+    from cellbench import results as results_mod
+
+    for path in paths:
+        if os.path.lexists(path):
+            try:
+                results_mod.load(path, "results")
+            except results_mod.ResultError as exc:
+                return f"result refused: {exc}"
+    return _Whole()
 
 
 def compare_targets():

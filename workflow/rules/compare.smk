@@ -24,6 +24,9 @@ rule compare_images:
         # Tracked: both pins and the load grid. The full command line names input folders,
         # so it is built untracked (compare_args) from the same values.
         settings=compare_settings,
+        check=lambda wildcards: result_problem(
+            f"results/compare/{COMPARE_ID.format(**wildcards)}/bench.json"
+        ),
         args=compare_args,
         out=lambda wildcards, output: str(Path(output.bench).parent),
     shell:

@@ -23,6 +23,9 @@ rule gate:
             model_entry(wildcards).get("gsm8k_gate"), sort_keys=True
         ),
         cell=lambda wildcards: CELL_DIR.format(**wildcards).removeprefix("results/"),
+        check=lambda wildcards: result_problem(
+            f"{CELL_DIR.format(**wildcards)}/gate.json"
+        ),
     shell:
         logged(
             "python -m cellbench.gates evaluate --cell {params.cell} --model {wildcards.model} "

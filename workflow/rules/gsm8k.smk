@@ -14,6 +14,9 @@ rule gsm8k:
     conda:
         HOST_ENV
     params:
+        check=lambda wildcards: result_problem(
+            f"{CELL_DIR.format(**wildcards)}/gsm8k/{wildcards.arm}.json"
+        ),
         cell=lambda wildcards: f"{wildcards.image}/{wildcards.model}/tp{wildcards.tp}-ep{wildcards.ep}",
     shell:
         logged(

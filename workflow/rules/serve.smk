@@ -33,6 +33,13 @@ if config["serve"]["interleave_arms"]:
             gpu=lambda wildcards: 2 * gpus_for(wildcards),
         params:
             settings=lambda wildcards: serve_settings(wildcards, "pair"),
+            # Either arm's bench.json found unreadable or tampered reruns the pair.
+            check=lambda wildcards: result_problem(
+                *[
+                    f"{CELL_DIR.format(**wildcards)}/serve/{arm}/bench.json"
+                    for arm in ARMS
+                ]
+            ),
             host=serve_host_args,
             out=lambda wildcards: os.path.join(CELL_DIR.format(**wildcards), "serve"),
         shell:
@@ -57,6 +64,9 @@ else:
             gpu=gpus_for,
         params:
             settings=lambda wildcards: serve_settings(wildcards, wildcards.arm),
+            check=lambda wildcards: result_problem(
+                f"{CELL_DIR.format(**wildcards)}/serve/{wildcards.arm}/bench.json"
+            ),
             host=serve_host_args,
             out=lambda wildcards, output: str(Path(output.bench).parent),
         shell:

@@ -19,6 +19,10 @@ rule tune:
     params:
         # Tracked (a rerun trigger): pinned digest, GPUs, the tuner's flags, code version.
         settings=tune_settings,
+        # A summary or tuned file found unreadable, truncated or tampered reruns this job.
+        check=lambda wildcards: result_problem(
+            f"{CELL_DIR.format(**wildcards)}/tune/summary.json"
+        ),
         tuner=tuner_args,
         # Untracked host details: interpreter, leases, mounts, the host's GPU count.
         python=lambda wildcards, input: in_cell_python(wildcards),

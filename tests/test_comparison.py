@@ -2,8 +2,10 @@
 
 Expected figures are worked out here from the definitions (binomial sums with math.comb, the
 Welch formulas, the two-proportion z formula), not read back from the code under test. The
-calibration tests simulate correlated GSM8K runs with a fixed seed, and measure a known TPOT
-change with real timed servers run by the real serve stage.
+GSM8K calibration tests simulate correlated runs with a fixed seed; the serving verdicts'
+calibration on noise fitted to real runs is tests/test_calibration.py's. The timed-server test
+at the end checks the wiring (the serve stage measures a configured change and the report's
+comparison reads it), not the verdicts' error rates: its server has almost no noise.
 """
 
 from __future__ import annotations
@@ -251,21 +253,25 @@ def _serve(values: dict[str, list[float]], isl: int = 8, osl: int = 4) -> pd.Dat
 
 
 def test_render_has_the_table_the_spread_line_and_the_gsm8k_table():
-    a_tpot, b_tpot = _tight(20.0, 5)
+    a_tpot, b_tpot = _tight(20.0, 10)
     a_ttft = [50.0, 52.0, 51.0]
     serve_a = _serve({"mean_tpot_ms": a_tpot, "mean_ttft_ms": a_ttft})
     serve_b = _serve({"mean_tpot_ms": b_tpot, "mean_ttft_ms": a_ttft})
     a = [True] * 80 + [False] * 20
-    lines = comparison.render("## X (A) vs Y (B)", serve_a, serve_b, _gsm(a), _gsm(a), note="N.")
+    lines = comparison.render(
+        "## X (A) vs Y (B)", serve_a, serve_b, _gsm(a), _gsm(a), note="N.", min_change_pct=2
+    )
     text = "\n".join(lines)
     assert lines[:4] == ["## X (A) vs Y (B)", "", "N.", ""]
     header = next(line for line in lines if line.startswith("| ISL-OSL"))
     assert [c.strip() for c in header.strip("|").split("|")] == [
         "ISL-OSL", "metric", "median A", "median B", "change %", "CI of change", "runs A/B",
-        "p (Holm)", "verdict",
+        "test", "p (Holm)", "invalid A/B", "verdict",
     ]  # fmt: skip
     tpot = next(line for line in lines if "mean_tpot_ms" in line)
-    assert "+5.0%" in tpot and tpot.rstrip("| ").endswith("worse") and "3/3" in tpot
+    assert "+10.0%" in tpot and tpot.rstrip("| ").endswith("worse") and "3/3" in tpot
+    # Without repeat numbers the sides cannot be paired: Welch's test, and its spread line.
+    assert "| welch " in tpot
     assert "a 5% change needs" in text and "1% needs" in text and "2% floor" in text
     assert "GSM8K, paired by `doc_key` on 100 questions" in text
     gsm_header = next(line for line in lines if line.startswith("| metric "))
@@ -273,7 +279,9 @@ def test_render_has_the_table_the_spread_line_and_the_gsm8k_table():
         assert column in gsm_header
 
 
-# --- a known effect, measured by the real serve stage on real timed servers (issue 19 item 4) ---
+# --- wiring: the real serve stage on real timed servers measures a configured change ---
+# (issue 19 item 4 called this a calibration; its server has almost no noise, so it shows the
+# wiring only. The verdicts' error rates and power are tests/test_calibration.py's.)
 
 CELL = "host-cpu/timed/tp1-ep1"
 ITL_MS = 20.0
@@ -310,12 +318,17 @@ def _measure_pair(tmp_path: Path, slower_pct: float) -> pd.DataFrame:
     return serve
 
 
-@pytest.mark.parametrize(("slower_pct", "called"), [(5.0, True), (1.0, False)])
-def test_a_known_tpot_change_is_called_only_when_it_is_real(tmp_path, slower_pct, called):
+@pytest.mark.parametrize(("slower_pct", "called"), [(10.0, True), (1.0, False)])
+def test_the_serve_stage_measures_a_configured_tpot_change(tmp_path, slower_pct, called):
     serve = _measure_pair(tmp_path, slower_pct)
-    rows = comparison.compare_serve(serve[serve.arm == "untuned"], serve[serve.arm == "tuned"])
+    # A 2% floor: this server has no restart noise to speak of (the default floor is the H200's)
+    rows = comparison.compare_serve(
+        serve[serve.arm == "untuned"], serve[serve.arm == "tuned"], min_change_pct=2.0
+    )
     tpot = next(r for r in rows if r["metric"] == "mean_tpot_ms")
     assert (tpot["n_a"], tpot["n_b"]) == (3, 3)
+    # the two arms' repeats were interleaved pairs, and the comparison paired them
+    assert tpot["test"] == stats.PAIRED and (tpot["invalid_a"], tpot["invalid_b"]) == (0, 0)
     # The servers did what they were told: the measured change is near the configured one.
     assert tpot["change_pct"] == pytest.approx(slower_pct, abs=1.0), tpot
     if called:

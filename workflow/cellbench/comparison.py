@@ -34,14 +34,19 @@ GSM8K_METRICS = (
 GSM8K_FIELD = {label: field for label, _, field in GSM8K_METRICS}
 
 VERDICT_RULE = (
-    "Serving verdicts: per grid point and metric, Welch's t-test over the repeats, Holm-adjusted "
-    "within each table; *better*/*worse* only when the adjusted p < {alpha} and the change of "
-    "the medians is at least {floor}% (separate server starts differ by more than the repeats "
-    "of one run, so smaller changes are not called); otherwise *within noise*. The interval is "
-    "Welch's 95% t-interval of the change of the means. GSM8K verdicts: McNemar's mid-p on the "
-    "questions paired by document (p < {alpha}), with a 95% paired bootstrap interval of the "
-    "accuracy difference."
+    "Serving verdicts: per grid point and metric, the t-test of the log-ratios of the "
+    "interleaved pairs of repeats (test *paired*; Welch's t-test over the repeats where the "
+    "repeats do not pair up), with the spread between two server starts ({floor}%, which the "
+    "repeats of one run cannot see) added to its variance; Holm-adjusted within each table; "
+    "*better*/*worse* only when the adjusted p < {alpha} and the change is at least {floor}%; "
+    "otherwise *within noise*. The interval is the test's 95% interval of the change. Repeats "
+    "that failed or were invalid are left out of the test and counted in *invalid A/B*. "
+    "GSM8K verdicts: McNemar's mid-p on the questions paired by document (p < {alpha}), with a "
+    "95% paired bootstrap interval of the accuracy difference."
 )
+# A point with a larger failed share of its requests is an invalid repeat (the default of
+# serve.max_failed_share, past which the serve stage fails the job today).
+MAX_FAILED_SHARE = 0.05
 
 
 def _keys(frame: pd.DataFrame) -> list[str]:
@@ -51,17 +56,59 @@ def _keys(frame: pd.DataFrame) -> list[str]:
     return [*keys, "load"] if "load" in frame else keys
 
 
+def invalid_reason(row: Mapping, metric: str, max_failed_share: float = MAX_FAILED_SHARE):
+    """Why one repeat (a row of the serve frame) cannot count for ``metric``, or None: the
+    point's own ``invalid`` field (a reason the serve stage recorded: a server restart, the
+    wrong MoE config seen), a failed share of requests above ``max_failed_share``, or no
+    finite positive value."""
+    reason = row.get("invalid")
+    if isinstance(reason, str) and reason:
+        return reason
+    failed, prompts = row.get("failed"), row.get("num_prompts")
+    if _number(failed) and _number(prompts) and prompts and failed / prompts > max_failed_share:
+        return f"{int(failed)} of {int(prompts)} requests failed"
+    value = row.get(metric)
+    if not _number(value) or value <= 0:
+        return f"no {metric}"
+    return None
+
+
+def _number(x: object) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _split_valid(rows: pd.DataFrame, metric: str, max_failed_share: float):
+    """(valid rows, reasons of the invalid ones) of one side at one point."""
+    reasons = [invalid_reason(r, metric, max_failed_share) for r in rows.to_dict("records")]
+    keep = [r is None for r in reasons]
+    return rows[keep], [r for r in reasons if r is not None]
+
+
+def _pairable(va: pd.DataFrame, vb: pd.DataFrame) -> bool:
+    """Both sides' valid repeats carry the same repeat numbers, each once: pair k of A and B."""
+    if "repeat" not in va or "repeat" not in vb or len(va) < 2:
+        return False
+    ra, rb = va["repeat"].tolist(), vb["repeat"].tolist()
+    return len(set(ra)) == len(ra) and sorted(ra) == sorted(rb)
+
+
 def compare_serve(
     a: pd.DataFrame,
     b: pd.DataFrame,
     *,
     min_change_pct: float = stats.DEFAULT_MIN_CHANGE_PCT,
     alpha: float = stats.ALPHA,
+    max_failed_share: float = MAX_FAILED_SHARE,
 ) -> list[dict]:
     """Per grid point both sides have and per metric: ``stats.compare_metric`` over the
-    repeats, then ``stats.verdicts`` over the whole list (one Holm family). Each row also
-    carries ``isl``, ``osl``, ``max_concurrency`` (None when the frame has none) and
-    ``metric``."""
+    repeats (paired by ``repeat`` where both sides' valid repeats carry the same repeat
+    numbers, Welch otherwise; ``restart_pct`` = the floor), then ``stats.verdicts`` over the
+    whole list (one Holm family). Each row also carries ``isl``, ``osl``, ``max_concurrency``
+    (None when the frame has none), ``metric``, and ``invalid_a``/``invalid_b`` with
+    ``invalid_reasons``: the repeats left out of the test and why (``invalid_reason``); a
+    pair whose other side is invalid is left out too and counted in ``unpaired``. A point
+    with fewer than two usable repeats a side keeps a row with an "n/a" verdict, so nothing
+    measured disappears from the table."""
     if not len(a) or not len(b):
         return []
     keys = _keys(a)
@@ -79,12 +126,44 @@ def compare_serve(
         for metric, higher in METRICS.items():
             if metric not in pa or metric not in pb:
                 continue
-            va, vb = pa[metric].dropna().tolist(), pb[metric].dropna().tolist()
+            ok_a, why_a = _split_valid(pa, metric, max_failed_share)
+            ok_b, why_b = _split_valid(pb, metric, max_failed_share)
+            counts = {
+                "invalid_a": len(why_a),
+                "invalid_b": len(why_b),
+                "invalid_reasons": sorted(set(why_a) | set(why_b)),
+                "unpaired": 0,
+            }
+            if "repeat" in ok_a and "repeat" in ok_b and len(ok_a) and len(ok_b):
+                common = set(ok_a["repeat"]) & set(ok_b["repeat"])
+                pa_, pb_ = ok_a[ok_a["repeat"].isin(common)], ok_b[ok_b["repeat"].isin(common)]
+                if _pairable(pa_, pb_) and (len(why_a) or len(why_b)):
+                    # an invalid repeat takes its partner out of the paired test with it
+                    counts["unpaired"] = len(ok_a) + len(ok_b) - len(pa_) - len(pb_)
+                    ok_a, ok_b = pa_, pb_
+            paired = _pairable(ok_a, ok_b)
+            if paired:
+                ok_a, ok_b = ok_a.sort_values("repeat"), ok_b.sort_values("repeat")
+            va, vb = ok_a[metric].tolist(), ok_b[metric].tolist()
+            base = {"max_concurrency": None, **where, "metric": metric, **counts}
             if not va or not vb:
+                rows.append({**base, **_untested(len(va), len(vb), higher)})
                 continue
-            result = stats.compare_metric(va, vb, higher_is_better=higher)
-            rows.append({"max_concurrency": None, **where, "metric": metric, **result})
+            result = stats.compare_metric(
+                va, vb, higher_is_better=higher, paired=paired, restart_pct=min_change_pct
+            )
+            rows.append({**base, **result})
     return stats.verdicts(rows, min_change_pct=min_change_pct, alpha=alpha)
+
+
+def _untested(n_a: int, n_b: int, higher: bool) -> dict:
+    nan = math.nan
+    return {
+        "median_a": nan, "median_b": nan, "change_pct": nan, "mean_change_pct": nan,
+        "ci_low": nan, "ci_high": nan, "p": nan, "n_a": n_a, "n_b": n_b, "cv_a": nan,
+        "cv_b": nan, "higher_is_better": higher, "test": None,
+        "verdict": "n/a (no valid repeat on a side)",
+    }  # fmt: skip
 
 
 def _samples(side: Mapping) -> list[dict]:
@@ -153,8 +232,14 @@ def _md(rows: list[dict]) -> list[str]:
 
 
 def spread_line(rows: list[dict], min_change_pct: float) -> str:
-    """How many repeats a side a 5% and a 1% change need, from the spread measured in
-    ``rows`` (the median over the table of each side's coefficient of variation)."""
+    """How many repeats a 5% and a 1% change need, from the spread measured in ``rows``:
+    for paired rows the median spread of a pair's log-ratio, with the floor as restart noise
+    (``stats.pairs_needed``), else the median over the table of each side's coefficient of
+    variation (``stats.repeats_needed``)."""
+    pair_cvs = [r["cv_pair"] for r in rows if r.get("test") == stats.PAIRED]
+    pair_cvs = [c for c in pair_cvs if not math.isnan(c)]
+    if pair_cvs:
+        return _pairs_line(float(pd.Series(pair_cvs).median()), min_change_pct)
     cvs = [r[k] for r in rows for k in ("cv_a", "cv_b") if not math.isnan(r.get(k, math.nan))]
     if not cvs:
         return "Spread not measured: one run a side, so no change can be told from noise."
@@ -168,6 +253,19 @@ def spread_line(rows: list[dict], min_change_pct: float) -> str:
     if min_change_pct > 1.0:
         text += f", but changes below the {min_change_pct:g}% floor are never called"
     return text + "."
+
+
+def _pairs_line(cv: float, floor: float) -> str:
+    def need(change: float) -> str:
+        n = stats.pairs_needed(cv, change, floor)
+        return "no number of pairs in one run (restart noise)" if n is None else f"{n} pairs"
+
+    text = (
+        f"With the spread measured here (median spread of a pair's log-ratio {cv:.2f}%, and "
+        f"{floor:g}% between server starts), a 5% change needs {need(5.0)} to be seen (80% "
+        f"power, p < {stats.ALPHA}, before Holm), 10% needs {need(10.0)}, 30% needs {need(30.0)}"
+    )
+    return text + (f"; changes below the {floor:g}% floor are never called." if floor else ".")
 
 
 def render_serve(
@@ -188,12 +286,23 @@ def render_serve(
                 "n/a" if math.isnan(r["ci_low"]) else f"[{_pct(r['ci_low'])}, {_pct(r['ci_high'])}]"
             ),
             "runs A/B": f"{r['n_a']}/{r['n_b']}",
+            "test": r.get("test") or "n/a",
             "p (Holm)": _f(r["p_holm"], 3),
+            "invalid A/B": _invalid(r),
             "verdict": r["verdict"],
         }
         for r in rows
     ]
-    return [*_md(table), "", spread_line(rows, min_change_pct), ""]
+    lines = [*_md(table), "", spread_line(rows, min_change_pct), ""]
+    reasons = sorted({why for r in rows for why in r.get("invalid_reasons", [])})
+    if reasons:
+        lines += [f"Invalid repeats, left out of the tests above: {'; '.join(reasons)}.", ""]
+    return lines
+
+
+def _invalid(row: dict) -> str:
+    text = f"{row.get('invalid_a', 0)}/{row.get('invalid_b', 0)}"
+    return f"{text} (+{row['unpaired']} unpaired)" if row.get("unpaired") else text
 
 
 def render_gsm8k(gsm_a: Mapping, gsm_b: Mapping) -> list[str]:

@@ -203,11 +203,19 @@ def one_m(be, kernels, m: int, cfg: dict, dtype: str, on_gpu: bool) -> dict:
     return res
 
 
-def table(dtype: str, ms: list[int], sbs: dict, left_out: list[int]) -> str:
+def table(dtype: str, ms: list[int], sbs: dict, left_out: list[int], parts=None,
+          device: str = "") -> str:  # fmt: skip
     f = th.fmt
     names = [n for n in VARIANTS if dtype in VARIANTS[n][3]]
-    lines = [f"== {dtype}: builtin kernel / vLLM 0.34 kernel, vLLM's shipped H200 configs, "
-             f"same inputs (interleaved graph replays; < 1: builtin faster)"]  # fmt: skip
+    lines = [
+        f"== {dtype}: builtin kernel / vLLM 0.34 kernel, vLLM's shipped H200 configs, "
+        f"same inputs (graph replays, interleaved; < 1: builtin faster), {device}"
+    ]
+    # whose op each part of the vLLM column is (vLLM's compiled op, or the project's and why)
+    lines.append("vllm column: GEMMs, launcher, few-token rule: vLLM 0.34 (wheel's Python)")
+    for part, who in (parts or {}).items():
+        lines.append(f"vllm column: {part}: {who}")
+    lines.append("builtin columns: every op the project's")
     lines.append("whole call: " + ", ".join(f"{n}" for n in names) + " | GEMMs alone: same")
     head = f"{'M':>5} {'vllm us':>8} | " + " ".join(f"{n:>10}" for n in names)
     lines.append(head + " | " + " ".join(f"{n:>10}" for n in names) + " | spread | default")
@@ -335,9 +343,11 @@ def main() -> int:
             if on_gpu:
                 torch.cuda.empty_cache()
         ordered = sorted(ms_all)
-        txt = table(dtype, ordered, sbs, left_out)
+        parts = be.kernel_record().get("parts")
+        txt = table(dtype, ordered, sbs, left_out, parts, meta["device"])
         stem = out / f"builtin_vs_vllm_h200_{dtype}"
-        result = {"meta": {**meta, "shape": shape.to_dict(), "act_dtype": act, "prewarm": warm},
+        result = {"meta": {**meta, "shape": shape.to_dict(), "act_dtype": act, "prewarm": warm,
+                           "vllm_kernel": be.kernel_record()},
                   "side_by_side": {str(k): v for k, v in sorted(sbs.items())},
                   "not_timed": left_out}  # fmt: skip
         from cellbench import atomicio

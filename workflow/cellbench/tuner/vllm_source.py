@@ -12,9 +12,14 @@ that has no vLLM: the named function definitions are taken from the file with `a
 executed, compiled under the file's own path and line numbers (so Triton reads their source
 from the file itself), in a namespace that holds triton, tl and torch plus small stand-ins for
 the vLLM helpers they call (platform queries, a logger, the Triton allocator). The alignment,
-activation and sum are the project's own kernels (cellbench.kernels).
+activation and sum are the project's own kernels (cellbench.kernels), unless vLLM's compiled
+ops are given too (`load_vllm_ops`: a folder that benchmarks/vllm_ops_pack.py unpacked, named
+by CELLBENCH_VLLM_OPS): then each op that loads and passes its correctness check on the GPU
+is vLLM's own (`_moe_C` alignment and top-k sum, `_C` SiLU-and-mul and per-token-group fp8
+quantisation, called through vLLM's Python wrappers where vLLM has one), and `record()` names,
+per part, whose op ran and why.
 
-Nothing of vLLM is copied into this repository: the code runs from the extracted file.
+Nothing of vLLM is copied into this repository: the code runs from the extracted files.
 """
 
 from __future__ import annotations
@@ -29,15 +34,20 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "OPS_ENV",
     "SOURCE_ENV",
+    "VllmOps",
     "VllmSourceError",
     "VllmKernelSource",
     "check_source_dir",
+    "load_vllm_ops",
     "load_vllm_source",
+    "ops_from_env",
     "source_from_env",
 ]
 
 SOURCE_ENV = "CELLBENCH_VLLM_SOURCE"
+OPS_ENV = "CELLBENCH_VLLM_OPS"
 
 _FUSED_MOE = "vllm/model_executor/layers/fused_moe/fused_moe.py"
 _UTILS = "vllm/model_executor/layers/fused_moe/utils.py"
@@ -180,6 +190,206 @@ def _version(root: Path) -> str:
     return "unknown"
 
 
+# vLLM's compiled ops: which library holds each part of the call, and the wrappers vLLM calls
+# them through (from the wheel's Python files, run as they are).
+_OPS_LIBS = {"_moe_C": "_moe_C_stable_libtorch.abi3.so", "_C": "_C_stable_libtorch.abi3.so"}
+_OPS_PART_LIB = {
+    "moe_align_block_size": "_moe_C",
+    "moe_sum": "_moe_C",
+    "silu_and_mul": "_C",
+    "activation_quant": "_C",
+}
+_CUSTOM_OPS = "vllm/_custom_ops.py"
+_ALIGN_PY = "vllm/model_executor/layers/fused_moe/moe_align_block_size.py"
+# fp8 e4m3fn range and the eps vLLM's per_token_group_quant_fp8 passes on CUDA
+_FP8_MAX = 448.0
+_GROUP_QUANT_EPS = 1e-10
+
+
+@dataclass
+class VllmOps:
+    """vLLM's compiled ops that loaded and passed their check (`used`), and why any other part
+    stays the project's (`project`: part -> reason)."""
+
+    folder: Path
+    source: dict[str, Any]
+    used: dict[str, str] = field(default_factory=dict)
+    project: dict[str, str] = field(default_factory=dict)
+    checks: dict[str, Any] = field(default_factory=dict)
+    align: Any = None  # vLLM's moe_align_block_size (Python wrapper over _moe_C)
+    moe_sum: Any = None
+
+    def has(self, part: str) -> bool:
+        return part in self.used
+
+    def silu_and_mul(self, c1: Any) -> Any:
+        import torch
+
+        pairs, n2 = c1.shape
+        out = torch.empty((pairs, n2 // 2), dtype=c1.dtype, device=c1.device)
+        torch.ops._C.silu_and_mul(out, c1)
+        return out
+
+    def group_quant(self, x: Any, group: int) -> tuple[Any, Any]:
+        """vLLM's per_token_group_quant_fp8 on CUDA: row-major float32 scales, no UE8M0."""
+        import torch
+
+        xq = torch.empty(x.shape, dtype=torch.float8_e4m3fn, device=x.device)
+        xs = torch.empty((*x.shape[:-1], x.shape[-1] // group), dtype=torch.float32,
+                         device=x.device)  # fmt: skip
+        torch.ops._C.per_token_group_fp8_quant(
+            x, xq, xs, group, _GROUP_QUANT_EPS, -_FP8_MAX, _FP8_MAX, False, False, False
+        )
+        return xq, xs
+
+    def topk_sum(self, c3: Any) -> Any:
+        import torch
+
+        m, _topk, k = c3.shape
+        out = torch.empty((m, k), dtype=c3.dtype, device=c3.device)
+        self.moe_sum(c3, out)
+        return out
+
+
+def _check_align(ops: VllmOps, device: Any) -> str | None:
+    """vLLM's alignment against the project's on the same routing: the same padded length
+    and, per expert, the same pairs (order inside an expert may differ)."""
+    import torch
+
+    from ..kernels.align import moe_align_block_size
+
+    g = torch.Generator(device="cpu").manual_seed(5)
+    for m, topk, e, bm in ((1, 8, 128, 16), (37, 8, 128, 16), (300, 8, 128, 64)):
+        ids = torch.stack([torch.randperm(e, generator=g)[:topk] for _ in range(m)])
+        ids = ids.to(torch.int32).to(device)
+        s_v, e_v, n_v = ops.align(ids, bm, e)
+        s_p, e_p, n_p = moe_align_block_size(ids, bm, e)
+        nv, np_ = int(n_v.item()), int(n_p.item())
+        if nv != np_:
+            return f"M={m} block {bm}: padded length {nv}, the project's {np_}"
+        for sv, ev, sp, ep in ((s_v, e_v, s_p, e_p),):
+            blocks = nv // bm
+            got, want = {}, {}
+            for b in range(blocks):
+                for tgt, s, ex in ((got, sv, ev), (want, sp, ep)):
+                    rows = s[b * bm : (b + 1) * bm].tolist()
+                    tgt.setdefault(int(ex[b]), []).extend(r for r in rows if r < m * topk)
+            if {k: sorted(v) for k, v in got.items() if v} != {
+                k: sorted(v) for k, v in want.items() if v
+            }:
+                return f"M={m} block {bm}: pairs grouped differently from the project's"
+    return None
+
+
+def _check_sum(ops: VllmOps, device: Any) -> str | None:
+    import torch
+
+    x = torch.randn(33, 8, 2048, device=device, dtype=torch.bfloat16)
+    got = ops.topk_sum(x).float()
+    want = x.float().sum(1)
+    err = float((got - want).abs().max() / want.abs().max())
+    return None if err < 2e-2 else f"relative error {err:.3g} against a float sum"
+
+
+def _check_silu(ops: VllmOps, device: Any) -> str | None:
+    import torch
+
+    x = torch.randn(40, 2 * 768, device=device, dtype=torch.bfloat16)
+    got = ops.silu_and_mul(x).float()
+    g, u = x.float()[:, :768], x.float()[:, 768:]
+    want = torch.nn.functional.silu(g) * u
+    err = float((got - want).abs().max() / want.abs().max())
+    return None if err < 2e-2 else f"relative error {err:.3g} against silu(gate) * up"
+
+
+def _check_quant(ops: VllmOps, device: Any) -> str | None:
+    import torch
+
+    x = torch.randn(40, 2048, device=device, dtype=torch.bfloat16) * 3
+    q, s = ops.group_quant(x, 128)
+    if tuple(s.shape) != (40, 16):
+        return f"scales of shape {tuple(s.shape)}, expected (40, 16)"
+    want_s = x.float().view(40, 16, 128).abs().amax(-1) / _FP8_MAX
+    if not torch.allclose(s, want_s, rtol=1e-3, atol=1e-12):
+        return "scales differ from max|group| / 448"
+    back = (q.float().view(40, 16, 128) * s[..., None]).view(40, 2048)
+    err = float((back - x.float()).abs().max() / x.float().abs().max())
+    return None if err < 0.07 else f"dequantised relative error {err:.3g}"
+
+
+_CHECKS = {
+    "moe_align_block_size": _check_align,
+    "moe_sum": _check_sum,
+    "silu_and_mul": _check_silu,
+    "activation_quant": _check_quant,
+}
+
+
+def load_vllm_ops(folder: str | os.PathLike[str], device: Any = "cuda") -> VllmOps:
+    """vLLM's compiled MoE ops from `folder` (benchmarks/vllm_ops_pack.py --unpack wrote it),
+    each checked on `device` before it is used. A library that does not load, or an op whose
+    check fails, leaves its parts to the project's kernels, with the reason recorded; only a
+    folder that is not such a folder at all raises VllmSourceError."""
+    import torch
+
+    base = Path(folder)
+    rec_file = base / "SOURCE.json"
+    if not rec_file.is_file():
+        raise VllmSourceError(
+            f"vLLM ops folder {base} has no SOURCE.json; expected the folder "
+            f"benchmarks/vllm_ops_pack.py --unpack writes"
+        )
+    source = json.loads(rec_file.read_text())
+    ops = VllmOps(base.resolve(), source)
+    loaded: dict[str, str | None] = {}
+    for ns, lib in _OPS_LIBS.items():
+        path = base / lib
+        if not path.is_file():
+            loaded[ns] = f"{lib} is not in {base}"
+            continue
+        try:
+            torch.ops.load_library(str(path))
+            loaded[ns] = None
+        except Exception as e:  # noqa: BLE001 - recorded: the part falls back to the project's
+            loaded[ns] = f"{lib} does not load here ({type(e).__name__}: {str(e)[:200]})"
+    if loaded["_moe_C"] is None:
+        platform = _Platform()
+        cust: dict[str, Any] = {"torch": torch, "current_platform": platform}
+        try:
+            _exec_from_file(base / _CUSTOM_OPS, ("moe_align_block_size", "moe_sum"), cust)
+            import triton
+
+            wrap: dict[str, Any] = {
+                "torch": torch, "triton": triton, "Literal": Any, "overload": lambda f: f,
+                "ops": type("ops", (), {"moe_align_block_size":
+                                        staticmethod(cust["moe_align_block_size"])}),
+                "round_up": lambda x, y: ((x + y - 1) // y) * y,
+            }  # fmt: skip
+            _exec_from_file(base / _ALIGN_PY, ("moe_align_block_size",), wrap)
+            ops.align, ops.moe_sum = wrap["moe_align_block_size"], cust["moe_sum"]
+        except (VllmSourceError, OSError, NameError) as e:
+            loaded["_moe_C"] = f"vLLM's Python wrappers do not load ({e})"
+    for part, ns in _OPS_PART_LIB.items():
+        why = loaded[ns]
+        if why is None:
+            try:
+                why = _CHECKS[part](ops, device)
+            except Exception as e:  # noqa: BLE001 - an op that raises is not used
+                why = f"raised {type(e).__name__}: {str(e)[:200]}"
+            ops.checks[part] = "passed" if why is None else f"failed: {why}"
+        if why is None:
+            ops.used[part] = f"vLLM {source.get('version', '?')} {ns} (compiled, {_OPS_LIBS[ns]})"
+        else:
+            ops.project[part] = why
+    return ops
+
+
+def ops_from_env() -> str | None:
+    """The ops folder named by CELLBENCH_VLLM_OPS, or None (unset or empty)."""
+    v = os.environ.get(OPS_ENV, "").strip()
+    return v or None
+
+
 @dataclass
 class VllmKernelSource:
     """vLLM's kernel and launcher, loaded from `root`; `record()` says what ran."""
@@ -188,6 +398,8 @@ class VllmKernelSource:
     version: str
     wheel: str | None
     namespace: dict[str, Any] = field(repr=False)
+    ops: VllmOps | None = None
+    ops_error: str | None = None  # why CELLBENCH_VLLM_OPS's folder was not used at all
 
     @property
     def invoke(self):
@@ -208,7 +420,12 @@ class VllmKernelSource:
         p, q = problem, problem.quant
         m, topk = p.topk_ids.shape
         block = list(q.block_shape) if q is not None and q.block_shape else None
-        a1, a1_scale = (p.hidden_states, None) if q is None else _quantise_rows(p.hidden_states, q)
+        if q is None:
+            a1, a1_scale = p.hidden_states, None
+        elif block and self._vllm("activation_quant"):
+            a1, a1_scale = self.ops.group_quant(p.hidden_states, block[1])
+        else:
+            a1, a1_scale = _quantise_rows(p.hidden_states, q)
         sorted_ids, expert_ids, post_padded = self.prepare_assignment(
             p.topk_ids, config, m, topk, p.w1.shape[0], None,
             block_shape=block, ignore_invalid_experts=True,
@@ -246,14 +463,28 @@ class VllmKernelSource:
         )  # fmt: skip
         return c
 
-    def activation(self, problem: Any, prep: dict[str, Any]) -> None:
-        """SiLU-and-mul of GEMM 1's output (fp8 per group when quantised): the project's."""
-        from ..kernels.fused_moe import _silu_mul
+    def _vllm(self, part: str) -> bool:
+        return self.ops is not None and self.ops.has(part)
 
-        c1 = prep["c1"]
-        prep["c2"], prep["c2_scale"] = _silu_mul(
-            c1.view(-1, c1.shape[-1]), problem.hidden_states.dtype, problem.quant
-        )
+    def activation(self, problem: Any, prep: dict[str, Any]) -> None:
+        """SiLU-and-mul of GEMM 1's output, then fp8 per group when quantised: vLLM's ops
+        (two launches, as vLLM's fused_experts makes them) where they passed their check,
+        else the project's (one launch that also quantises)."""
+        from ..kernels.fused_moe import _quantise_rows, _silu_mul
+
+        c1 = prep["c1"].view(-1, prep["c1"].shape[-1])
+        q = problem.quant
+        block = list(q.block_shape) if q is not None and q.block_shape else None
+        if not self._vllm("silu_and_mul"):
+            prep["c2"], prep["c2_scale"] = _silu_mul(c1, problem.hidden_states.dtype, q)
+            return
+        c2 = self.ops.silu_and_mul(c1)
+        if q is None:
+            prep["c2"], prep["c2_scale"] = c2, None
+        elif block and self._vllm("activation_quant"):
+            prep["c2"], prep["c2_scale"] = self.ops.group_quant(c2, block[1])
+        else:
+            prep["c2"], prep["c2_scale"] = _quantise_rows(c2, q)
 
     def fused_experts(self, problem: Any, config: dict[str, Any]) -> Any:
         """The whole fused-MoE call, vLLM's order of work: quantise, assign, GEMM 1, SiLU-and-
@@ -264,18 +495,40 @@ class VllmKernelSource:
         self.gemm(problem, prep, config, second=False)
         self.activation(problem, prep)
         c3 = self.gemm(problem, prep, config, second=True)
+        if self._vllm("moe_sum"):
+            return self.ops.topk_sum(c3)
         m, topk, k = c3.shape
         return _sum_topk(c3.view(m * topk, k), m, topk, problem.hidden_states.dtype)
 
+    def parts(self) -> dict[str, str]:
+        """Whose op runs each part of the call around vLLM's GEMMs, and why when the
+        project's: the per-column note of every side-by-side table."""
+        out = {}
+        for part in PROJECT_PARTS:
+            if self._vllm(part):
+                out[part] = self.ops.used[part]
+            elif self.ops is not None:
+                out[part] = f"project's ({self.ops.project.get(part, 'not loaded')})"
+            else:
+                out[part] = f"project's ({self.ops_error or f'no {OPS_ENV} folder given'})"
+        return out
+
     def record(self) -> dict[str, Any]:
         """What the tuning summary says about the kernel that was timed."""
-        return {
+        used = [p for p in PROJECT_PARTS if self._vllm(p)]
+        rec = {
             "source": f"wheel vllm-{self.version}" + (f" ({self.wheel})" if self.wheel else ""),
             "source_dir": str(self.root),
             "vllm_version": self.version,
-            "vllm_parts": list(_FROM_FUSED_MOE) + list(_FROM_UTILS),
-            "project_parts": list(PROJECT_PARTS),
+            "vllm_parts": list(_FROM_FUSED_MOE) + list(_FROM_UTILS) + used,
+            "project_parts": [p for p in PROJECT_PARTS if p not in used],
+            "parts": self.parts(),
         }
+        if self.ops is not None:
+            rec["ops_dir"] = str(self.ops.folder)
+            rec["ops_checks"] = dict(self.ops.checks)
+            rec["ops_source"] = self.ops.source
+        return rec
 
 
 def check_source_dir(root: str | os.PathLike[str]) -> str | None:
@@ -296,13 +549,16 @@ def check_source_dir(root: str | os.PathLike[str]) -> str | None:
 
 
 def load_vllm_source(
-    root: str | os.PathLike[str] | None, capability: tuple[int, int] | None = None
+    root: str | os.PathLike[str] | None,
+    capability: tuple[int, int] | None = None,
+    ops: str | os.PathLike[str] | None = None,
 ) -> VllmKernelSource:
     """Load vLLM's fused-MoE kernel and launcher from a folder of vLLM's Python sources.
 
     `root` holds vllm/model_executor/layers/fused_moe/{fused_moe,utils}.py (what
     workflow/scripts/vllm-kernel-src.sh extracts). `capability` stands in for the GPU's
-    compute capability (tests under the interpreter); None asks torch.
+    compute capability (tests under the interpreter); None asks torch. `ops` (default
+    CELLBENCH_VLLM_OPS) is a folder of vLLM's compiled ops (`load_vllm_ops`), used on a GPU.
     """
     import torch
     import triton
@@ -352,7 +608,19 @@ def load_vllm_source(
             wheel = json.loads(rec.read_text()).get("wheel")
         except ValueError:
             wheel = None
-    return VllmKernelSource(base.resolve(), _version(base), wheel, namespace)
+    src = VllmKernelSource(base.resolve(), _version(base), wheel, namespace)
+    ops = ops if ops is not None else ops_from_env()
+    if ops is not None:
+        if not torch.cuda.is_available():
+            src.ops_error = f"vLLM's compiled ops need a CUDA GPU ({ops} not loaded)"
+        else:
+            try:
+                src.ops = load_vllm_ops(ops, torch.device("cuda", torch.cuda.current_device()))
+            except VllmSourceError as e:
+                src.ops_error = str(e)
+        if src.ops is not None and src.ops.has("moe_align_block_size"):
+            namespace["moe_align_block_size"] = src.ops.align  # vLLM's, for its own rule
+    return src
 
 
 def source_from_env() -> str | None:

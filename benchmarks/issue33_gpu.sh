@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Issue 33's GPU runs, items 1 and 2, on one Hopper GPU (H100 or H200) of the device tool.
+#
+#   command:   bash benchmarks/issue33_gpu.sh STEP...
+#   carry:     [".vllm-src/vllm-0.34.0", ".vllm-src/vllm-0.34.0-ops"]
+#   timeout_s: 600
+#
+# Made here first: workflow/scripts/vllm-kernel-src.sh (vLLM's kernel sources) and
+# benchmarks/vllm_ops_pack.py (vLLM's compiled MoE ops, trimmed to sm_90 and compressed).
+# Always first: unpack the ops, check each on the GPU in a process of its own
+# (vllm_ops_check.py); the parts that pass run as vLLM's in every step after, the others stay
+# the project's and every table says which.
+# STEP:
+#   sbs               builtin_vs_vllm_h200.py, bf16 and fp8, vLLM's 18 batch sizes (SBS_BUDGET_S)
+#   tuner:DTYPE:MS    tuner_vllm_kernel_h200.py, default and exhaustive both at exactly the
+#                     batch sizes MS (comma list), each mode one tuner process (TUNER_BUDGET_S)
+# Everything lands in $OUT/results.tar.gz (tables, JSON, tuning logs, console), the console in
+# $OUT/console.log and the tables in $OUT/*.txt (the device tool returns 8 files at most).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-benchmarks/results/tmp}"
+mkdir -p "$OUT"
+RUN=/tmp/issue33-run
+rm -rf "$RUN" && mkdir -p "$RUN"
+SRC="${CELLBENCH_VLLM_SOURCE:-.vllm-src/vllm-0.34.0}"
+OPS_PACK="${OPS_PACK:-.vllm-src/vllm-0.34.0-ops}"
+export PYTHONPATH="$PWD/workflow${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+start=$(date +%s)
+say() { printf '[issue33_gpu +%ss] %s\n' "$(($(date +%s) - start))" "$*" | tee -a "$RUN/console.log"; }
+
+finish() {
+  say "packing"
+  tar -czf "$OUT/results.tar.gz" -C "$RUN" . 2>/dev/null
+  cp "$RUN/console.log" "$OUT/console.log"
+  find "$RUN" -name '*.txt' | sort | head -6 | while read -r f; do cp "$f" "$OUT/"; done
+  ls -la "$OUT"
+}
+trap finish EXIT
+
+if [[ ! -f "$SRC/SOURCE.json" ]]; then
+  say "no vLLM sources at $SRC: run workflow/scripts/vllm-kernel-src.sh and carry them"
+  exit 2
+fi
+{
+  date -u
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit,memory.total \
+    --format=csv
+  python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'
+} >"$RUN/device.txt" 2>&1
+cat "$RUN/device.txt" | tee -a "$RUN/console.log"
+
+if [[ -f "$OPS_PACK/SOURCE.json" ]]; then
+  python3 benchmarks/vllm_ops_pack.py --dest "$OPS_PACK" --unpack /tmp/vllm-ops 2>&1 |
+    tee -a "$RUN/console.log"
+  timeout -s INT -k 10 120 python3 benchmarks/vllm_ops_check.py /tmp/vllm-ops \
+    --out "$RUN/vllm_ops_check.json" 2>&1 | tee -a "$RUN/console.log"
+  rc=${PIPESTATUS[0]}
+  say "vllm_ops_check exit $rc (0: every part vLLM's; 1: some the project's)"
+  if [[ $rc == 0 || $rc == 1 ]]; then
+    export CELLBENCH_VLLM_OPS=/tmp/vllm-ops
+  fi
+else
+  say "no packed ops at $OPS_PACK: the vLLM side keeps the project's align/SiLU/quant/sum"
+fi
+
+status=0
+for step in "$@"; do
+  case "$step" in
+    sbs)
+      b="${SBS_BUDGET_S:-180}"
+      say "step sbs (budget $b s)"
+      mkdir -p "$RUN/sbs"
+      timeout -s INT -k 10 "$((b + 40))" python3 benchmarks/builtin_vs_vllm_h200.py \
+        --out "$RUN/sbs" --budget-s "$b" --vllm-source "$SRC" 2>&1 | tee -a "$RUN/console.log"
+      s=${PIPESTATUS[0]}
+      ;;
+    tuner:*)
+      IFS=: read -r _ dtype ms <<<"$step"
+      b="${TUNER_BUDGET_S:-400}"
+      d="$RUN/tuner_${dtype}_${ms//,/-}"
+      say "step tuner $dtype M=$ms (budget $b s)"
+      mkdir -p "$d"
+      timeout -s INT -k 10 "$((b + 40))" python3 benchmarks/tuner_vllm_kernel_h200.py \
+        --out "$d" --budget-s "$b" --default-budget-s 150 --dtypes "$dtype" \
+        --batch-sizes "$ms" --exhaustive-ms "$ms" --vllm-source "$SRC" 2>&1 |
+        tee -a "$RUN/console.log"
+      s=${PIPESTATUS[0]}
+      ;;
+    *)
+      say "unknown step '$step' (expected sbs or tuner:DTYPE:MS)"
+      s=2
+      ;;
+  esac
+  say "step $step exit $s"
+  [[ $s == 0 ]] || status=$s
+done
+exit "$status"

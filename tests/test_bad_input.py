@@ -68,6 +68,29 @@ def _set(*path_and_value):
     return edit
 
 
+def _rename_image(new: str):
+    """Rename the local config's image to ``new`` everywhere it is named."""
+
+    def edit(cfg):
+        cfg["images"] = {new: cfg["images"].pop("host-cpu")}
+        for group in cfg["cells"]:
+            group["images"] = [new]
+
+    return edit
+
+
+def _with_model_config(name: str, path: str, **cells0):
+    """Production config: model ``name`` reads ``path`` at plan time; cells[0] edited."""
+
+    def edit(cfg):
+        cfg["models"][name]["model_config"] = path
+        cfg["cells"][0].update(cells0)
+
+    return edit
+
+
+ODD = str(ROOT / "tests/data/model_configs/odd-shapes-moe.json")
+
 DELETE = object()
 Q30 = "qwen3-30b-a3b-fp8"
 SMALL = "runtime: local\nimages:\n  host-cpu:\n    ref: local/host-cpu:none\n"
@@ -206,14 +229,14 @@ PROBES: list[Probe] = [
         "serve-args-port",
         "config",
         "`serve_args: [--port, '9000']`",
-        "serve_args holds '--port': the pipeline sets it",
+        "serve_args holds '--port' (as --port): the pipeline sets it",
         edit=_set("models", Q30, "serve_args", ["--port", "9000"]),
     ),
     Probe(
         "serve-args-tp",
         "config",
         "`serve_args: [--tensor-parallel-size=4]`",
-        "serve_args holds '--tensor-parallel-size'",
+        "serve_args holds '--tensor-parallel-size=4' (as --tensor-parallel-size)",
         edit=_set("models", Q30, "serve_args", ["--tensor-parallel-size=4"]),
     ),
     Probe(
@@ -468,6 +491,225 @@ PROBES: list[Probe] = [
         "both apply to cell rocm7.0/qwen3-30b-a3b-fp8/tp2-ep2",
         edit=lambda c: c["cells"].append({**c["cells"][0], "env": {"VLLM_ROCM_USE_AITER": "1"}}),
     ),
+    # --- issue 30: names that collide with the results layout ---
+    *[
+        Probe(
+            f"image-named-{name}",
+            "config",
+            f"an image named `{name}` (results/{name}/ is the pipeline's own folder)",
+            f"images.{name}: the name {name!r} is taken by results/{name}/",
+            base="local",
+            edit=_rename_image(name),
+        )
+        for name in ("report", "archive", "logs", "configs", "gates", "Compare")
+    ],
+    # --- issue 30: integer settings written as floats (JSON Schema alone calls 3.0 an int) ---
+    *[
+        Probe(
+            f"float-{key.replace('.', '-').replace('[', '').replace(']', '')}",
+            "config",
+            f"`{key}: {shown}`",
+            f"{key} = {shown}: must be an integer, written without a decimal point ({whole})",
+            base=base,
+            edit=edit,
+        )
+        for key, shown, whole, base, edit in (
+            ("serve.repeats", "3.0", "3", "config", _set("serve", "repeats", 3.0)),
+            ("cells[0].tp", "2.0", "2", "config", _set("cells", 0, "tp", 2.0)),
+            ("gpus", "8.0", "8", "config", _set("gpus", 8.0)),
+            ("tune.batch_sizes[1]", "16.0", "16", "local", _set("tune", "batch_sizes", [1, 16.0])),
+            ("serve.concurrency[0]", "16.0", "16", "config", _set("serve", "concurrency", [16.0])),
+            ("gsm8k.num_fewshot", "5.0", "5", "config", _set("gsm8k", "num_fewshot", 5.0)),
+            ("gsm8k.limit", "10.0", "10", "local", _set("gsm8k", "limit", 10.0)),
+            ("tune.max_configs", "6.0", "6", "local", _set("tune", "max_configs", 6.0)),
+            (
+                "serve.grid[0].isl",
+                "512.0",
+                "512",
+                "config",
+                lambda c: c["serve"]["grid"][0].update(isl=512.0),
+            ),
+            (
+                "serve.prompts_per_concurrency",
+                "10.0",
+                "10",
+                "config",
+                _set("serve", "prompts_per_concurrency", 10.0),
+            ),
+        )
+    ],
+    # --- issue 30: reserved server options in the spellings vLLM's parser also takes ---
+    *[
+        Probe(
+            f"serve-args-{i}",
+            "config",
+            f"`serve_args: {args}`",
+            f"models.{Q30}.serve_args holds {shown!r} (as {option}): the pipeline sets it",
+            edit=_set("models", Q30, "serve_args", args),
+        )
+        for i, (args, shown, option) in enumerate(
+            (
+                (
+                    ["--tensor_parallel_size", "4"],
+                    "--tensor_parallel_size",
+                    "--tensor-parallel-size",
+                ),
+                (
+                    ["--tensor_parallel_size=4"],
+                    "--tensor_parallel_size=4",
+                    "--tensor-parallel-size",
+                ),
+                (
+                    ["--enable_expert_parallel"],
+                    "--enable_expert_parallel",
+                    "--enable-expert-parallel",
+                ),
+                (
+                    ["--no-enable-expert-parallel"],
+                    "--no-enable-expert-parallel",
+                    "--no-enable-expert-parallel",
+                ),
+                (["--served_model_name", "x"], "--served_model_name", "--served-model-name"),
+                (["--port=8001"], "--port=8001", "--port"),
+                (["-tp=4"], "-tp=4", "-tp"),
+                (["-tp4"], "-tp4", "-tp"),
+                (["--tensor-parallel", "4"], "--tensor-parallel", "--tensor-parallel-size"),
+                (["--model=other/model"], "--model=other/model", "--model"),
+            )
+        )
+    ],
+    # --- issue 30: secret-looking variable names beyond *_TOKEN / *_KEY ---
+    *[
+        Probe(
+            f"env-secret-{name.lower().replace('_', '-')}",
+            "config",
+            f'`cells[0].env: {{{name}: "..."}}`',
+            f"cells[0].env.{name}: looks like a secret, refused in favour of the pass-through list",
+            edit=_set("cells", 0, "env", {name: "x"}),
+        )
+        for name in (
+            "GITHUB_PAT",
+            "AWS_ACCESS_KEY_ID",
+            "AWS_SECRET_ACCESS_KEY",
+            "AWS_SESSION_TOKEN",
+            "AZURE_CLIENT_SECRET",
+            "GOOGLE_APPLICATION_CREDENTIALS",
+            "DB_PASS",
+            "WANDB_API_KEY",
+            "NPM_AUTHTOKEN",
+            "DOCKER_AUTH_CONFIG",
+            "PIP_PASSPHRASE",
+            "ssh_private_key_file",
+        )
+    ],
+    # --- issue 30: shapes `cellbench shapes` refuses, now refused by the config ---
+    Probe(
+        "shape-ep-experts",
+        "config",
+        "60 experts (`model_config`) with `tp: 8, ep: true` (EP size does not divide them)",
+        f"cells[0]: model {Q30!r} at tp = 8, ep = true: num_experts=60 is not divisible by the "
+        "expert-parallel size 8",
+        edit=lambda c: (_with_model_config(Q30, ODD, tp=8)(c), c.update(gpus=16)),
+    ),
+    Probe(
+        "shape-block-n",
+        "config",
+        "block `[128, 128]` with per-rank N 125 (`tp: 8`, no EP)",
+        f"cells[0]: model {Q30!r} at tp = 8: block_shape n=128 does not divide per-rank N=125",
+        edit=lambda c: (_with_model_config(Q30, ODD, tp=8, ep=False)(c), c.update(gpus=16)),
+    ),
+    Probe(
+        "shape-n-over-tp",
+        "config",
+        "intermediate size 1000 with `tp: 16`",
+        f"cells[0]: model {Q30!r} at tp = 16: moe_intermediate_size=1000 is not divisible by tp=16",
+        edit=lambda c: (_with_model_config(Q30, ODD, tp=16, ep=False)(c), c.update(gpus=32)),
+    ),
+    Probe(
+        "shape-block-k",
+        "config",
+        "block `[128, 96]` on Qwen3-30B-A3B (K 2048 is not a multiple of 96)",
+        f"cells[0]: model {Q30!r} at tp = 2, ep = true: block_shape k=96 does not divide "
+        "hidden_size K=2048",
+        edit=lambda c: (
+            _with_model_config(Q30, f"{MOE}/qwen3-30b-a3b-fp8.json")(c),
+            c["models"][Q30].update(block_shape=[128, 96]),
+        ),
+    ),
+    Probe(
+        "model-config-folder-without-json",
+        "config",
+        "`model_config:` a folder without config.json",
+        f"models.{Q30}.model_config = '{MOE}': a folder without config.json",
+        edit=_set("models", Q30, "model_config", MOE),
+    ),
+    Probe(
+        "model-config-not-json-config",
+        "config",
+        "`model_config:` a file that is not JSON (pyproject.toml)",
+        f"models.{Q30}.model_config = '{ROOT}/pyproject.toml': model config {ROOT}/pyproject.toml"
+        " is not valid JSON",
+        edit=_set("models", Q30, "model_config", str(ROOT / "pyproject.toml")),
+    ),
+    Probe(
+        "model-config-dense",
+        "config",
+        "`model_config:` a dense model's config.json",
+        f"cells[0]: model {Q30!r} at tp = 2, ep = true: model config has no expert-count field",
+        edit=_set("models", Q30, "model_config", f"{MOE}/qwen3-dense.json"),
+    ),
+    # --- issue 30: ISL + OSL beyond the model's context ---
+    Probe(
+        "context-built-model",
+        "config",
+        "`serve.grid: [{isl: 4000, osl: 200}]` for the built tiny models (context 4096)",
+        "serve.grid[0] = {isl: 4000, osl: 200}: isl + osl = 4200 exceeds model "
+        "'tiny-qwen3-moe''s context of 4096 tokens (max_position_embeddings = 4096 in "
+        "models.tiny-qwen3-moe.build 'tiny-qwen3-moe'); expected isl + osl <= 4096",
+        base="local",
+        edit=_set("serve", "grid", [{"isl": 4000, "osl": 200}]),
+    ),
+    Probe(
+        "context-max-model-len",
+        "config",
+        "`serve_args: [--max-model-len, '8192']` with the default grid (8192 + 1024)",
+        "serve.grid[4] = {isl: 8192, osl: 1024}: isl + osl = 9216 exceeds model "
+        f"'{Q30}''s context of 8192 tokens (models.{Q30}.serve_args --max-model-len 8192)",
+        edit=_set("models", Q30, "serve_args", ["--max-model-len", "8192"]),
+    ),
+    Probe(
+        "context-max-model-len-underscore",
+        "config",
+        "`serve_args: [--max_model_len=4096]` with the default grid",
+        "serve.grid[3] = {isl: 4096, osl: 4096}: isl + osl = 8192 exceeds model",
+        edit=_set("models", Q30, "serve_args", ["--max_model_len=4096"]),
+    ),
+    Probe(
+        "context-model-config",
+        "config",
+        "a `model_config` whose context is 8192, with the default grid",
+        "isl + osl = 9216 exceeds model 'qwen3.5-35b-a3b-fp8''s context of 8192 tokens "
+        "(max_position_embeddings = 8192 in models.qwen3.5-35b-a3b-fp8.model_config",
+        edit=lambda c: c["models"]["qwen3.5-35b-a3b-fp8"].update(
+            model_config=ODD, serve_args=[], block_shape=None, dtype="bf16"
+        ),
+    ),
+    # --- issue 33 item 6: a one-of key missing names every alternative ---
+    Probe(
+        "model-neither-hf-id-nor-build",
+        "config",
+        "a model with neither `hf_id` nor `build` (local)",
+        "models.tiny-qwen3-moe: give one of hf_id or build (none is set)",
+        base="local",
+        edit=_set("models", "tiny-qwen3-moe", "build", DELETE),
+    ),
+    Probe(
+        "model-neither-production",
+        "config",
+        f"`models.{Q30}` without `hf_id` (production)",
+        f"models.{Q30}: give one of hf_id or build (none is set)",
+        edit=_set("models", Q30, "hf_id", DELETE),
+    ),
     # --- the file itself ---
     Probe(
         "file-missing", "yaml", "`--configfile` names no file", "does not exist", text="<missing>"
@@ -666,6 +908,22 @@ PROBES: list[Probe] = [
         edit=lambda c: c["serve"]["grid"][1].update(isl=-1024),
     ),
     Probe(
+        "snakemake-image-named-report",
+        "snakemake",
+        "`snakemake -n` with the image named `report`",
+        "images.report: the name 'report' is taken by results/report/",
+        base="local",
+        edit=_rename_image("report"),
+    ),
+    Probe(
+        "snakemake-repeats-float",
+        "snakemake",
+        "`snakemake -n` with `serve.repeats: 3.0`",
+        "serve.repeats = 3.0: must be an integer, written without a decimal point (3)",
+        base="local",
+        edit=_set("serve", "repeats", 3.0),
+    ),
+    Probe(
         "snakemake-yaml-syntax",
         "snakemake",
         "`snakemake -n` on a file that is not YAML (Snakemake reads it before cellbench: "
@@ -771,7 +1029,7 @@ def _doc_table() -> str:
 
 
 def test_catalogue_size_and_ids():
-    assert len(PROBES) >= 40
+    assert len(PROBES) >= 100
     assert len({p.id for p in PROBES}) == len(PROBES)
 
 
@@ -795,6 +1053,35 @@ def test_probe_is_refused_by_name(probe, tmp_path, capsys, monkeypatch):
         assert "\n" not in message.strip(), message
         if re.search(r"\bline \d|top level", probe.expected):  # a fault of the file itself
             assert str(tmp_path / f"{probe.id}.yaml") in message, message
+
+
+@pytest.mark.parametrize(
+    "name", ["TOKENIZERS_PARALLELISM", "VLLM_ROCM_USE_AITER", "KEYBOARD_LAYOUT", "PASSES", "PATH_X"]
+)
+def test_near_miss_variable_names_are_not_taken_for_secrets(name, tmp_path):
+    """The secret rule works on whole words: these hold no credential and stay allowed."""
+    cfg = copy.deepcopy(_base("local"))
+    cfg["cells"][0]["env"] = {name: "1"}
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    assert cbconfig.load(path)["cells"][0]["env"] == {name: "1"}
+
+
+def test_shipped_configs_pass_the_new_checks():
+    """The layout, integer, serve_args, shape and context checks refuse none of the shipped
+    configs (the production models' --max-model-len 65536 holds the default grid)."""
+    for name in ("config", "local", "gpu-local", "local-vllm"):
+        if (ROOT / f"config/{name}.yaml").is_file() and name != "local-vllm":
+            cbconfig.load(ROOT / f"config/{name}.yaml")
+
+
+def test_values_of_a_serve_arg_are_not_options():
+    """Negative numbers and plain values after an option are not read as reserved options."""
+    assert cbconfig.reserved_serve_option("-1") is None
+    assert cbconfig.reserved_serve_option("0.95") is None
+    assert cbconfig.reserved_serve_option("--max-model-len") is None
+    assert cbconfig.reserved_serve_option("--model-impl") is None
+    assert cbconfig.reserved_serve_option("--tensor_parallel_size") == "--tensor-parallel-size"
 
 
 @pytest.mark.slow

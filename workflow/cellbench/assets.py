@@ -79,6 +79,10 @@ SMALL_MODEL_SHAPE = {
     "head_dim": 128,
 }
 
+# Context length of every built model (its config's max_position_embeddings); the config
+# check refuses grid points longer than this before any job.
+MAX_POSITION_EMBEDDINGS = 4096
+
 # Model kinds the workflow can build (config key ``models.<name>.build``): shape, the dense
 # MLP width (unused: every layer is sparse) and the dtype the weights are saved in.
 MODEL_RECIPES = {
@@ -325,7 +329,7 @@ def make_model(
     cfg = Qwen3MoeConfig(
         vocab_size=len(tok),
         intermediate_size=dense_width,
-        max_position_embeddings=4096,
+        max_position_embeddings=MAX_POSITION_EMBEDDINGS,
         decoder_sparse_step=1,
         norm_topk_prob=True,
         tie_word_embeddings=False,

@@ -197,6 +197,17 @@ def _schema_message(error: jsonschema.ValidationError) -> str:
             "/".join(alt.get("required", [])) or json.dumps(alt) for alt in error.validator_value
         )
         return f"{key}: give exactly one of {alternatives}, not more"
+    if error.validator == "oneOf" and all(
+        set(alt) == {"required"} for alt in error.validator_value
+    ):
+        # Each alternative is one required key (a model's hf_id or build): none was given.
+        alternatives = " or ".join("/".join(alt["required"]) for alt in error.validator_value)
+        return f"{key}: give one of {alternatives} (none is set)"
+    if error.validator == "type" and _integral_float(error.instance):
+        return (
+            f"{key} = {value}: must be an integer, written without a decimal point "
+            f"({int(error.instance)}); YAML reads {value} as a float"
+        )
     if error.validator == "oneOf" and error.context:
         # Report the alternative that came closest rather than "not valid under any".
         best = jsonschema.exceptions.best_match(error.context)
@@ -204,8 +215,19 @@ def _schema_message(error: jsonschema.ValidationError) -> str:
     return f"{key} = {value}: {error.message}"
 
 
+def _integral_float(value: Any) -> bool:
+    return isinstance(value, float) and math.isfinite(value) and value == int(value)
+
+
+def _is_integer(_checker, instance: Any) -> bool:
+    # JSON Schema counts 3.0 as an integer; the stages do not (argparse refuses '3.0', range()
+    # a float), so a whole number written as a float is refused here, before any job.
+    return isinstance(instance, int) and not isinstance(instance, bool)
+
+
 def _validator() -> type[jsonschema.protocols.Validator]:
-    """A validator that also fills schema defaults, as snakemake.utils.validate does."""
+    """A validator that also fills schema defaults, as snakemake.utils.validate does, and
+    takes "integer" to mean an int (not 3.0)."""
     base = jsonschema.Draft202012Validator
 
     def set_defaults(validator, properties, instance, schema):
@@ -215,7 +237,8 @@ def _validator() -> type[jsonschema.protocols.Validator]:
                     instance[name] = json.loads(json.dumps(sub["default"]))
         yield from base.VALIDATORS["properties"](validator, properties, instance, schema)
 
-    return jsonschema.validators.extend(base, {"properties": set_defaults})
+    checker = base.TYPE_CHECKER.redefine("integer", _is_integer)
+    return jsonschema.validators.extend(base, {"properties": set_defaults}, type_checker=checker)
 
 
 def load_schema() -> dict:
@@ -276,12 +299,30 @@ RESERVED_ENV = {
 }
 
 
+# Words of a variable's name (split at '_') that say it holds a credential: tokens, keys,
+# secrets, passwords, personal access tokens (GITHUB_PAT), credentials and cloud access keys
+# (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AZURE_CLIENT_SECRET, AWS_SESSION_TOKEN,
+# GOOGLE_APPLICATION_CREDENTIALS), auth headers and cookies. Whole words, so TOKENIZERS_PARALLELISM
+# stays allowed; a word that ends in one of SECRET_SUFFIXES (HFTOKEN, OPENAIAPIKEY) counts too.
+SECRET_WORDS = frozenset(
+    {
+        "TOKEN", "TOKENS", "KEY", "KEYS", "APIKEY", "SECRET", "SECRETS", "PASSWORD",
+        "PASSWORDS", "PASSWD", "PASS", "PASSPHRASE", "PAT", "CREDENTIAL", "CREDENTIALS",
+        "CRED", "CREDS", "AUTH", "AUTHORIZATION", "COOKIE", "COOKIES", "NETRC", "PRIVATE",
+    }
+)  # fmt: skip
+SECRET_SUFFIXES = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "APIKEY", "ACCESSKEY")
+SECRET_RULE = (
+    "names with a word (between '_') TOKEN, KEY, APIKEY, SECRET, PASSWORD, PASSWD, PASS, "
+    "PASSPHRASE, PAT, CREDENTIAL(S), CRED(S), AUTH, AUTHORIZATION, COOKIE, NETRC or PRIVATE, "
+    f"or a word ending in {', '.join(SECRET_SUFFIXES)}"
+)
+
+
 def env_name_is_secret(name: str) -> bool:
-    """Whether a variable's name says it holds a credential (HF_TOKEN, *_KEY, *PASSWORD*...)."""
-    upper = name.upper()
-    return upper.endswith(("TOKEN", "_KEY", "SECRET")) or any(
-        word in upper for word in ("PASSWORD", "PASSWD", "SECRET_", "CREDENTIAL")
-    )
+    """Whether a variable's name says it holds a credential (SECRET_WORDS, SECRET_SUFFIXES)."""
+    words = [w for w in name.upper().split("_") if w]
+    return any(w in SECRET_WORDS or w.endswith(SECRET_SUFFIXES) for w in words)
 
 
 def _secret_refusal(key: str) -> str:
@@ -293,7 +334,7 @@ def _secret_refusal(key: str) -> str:
         "list: a config's variables travel on job command lines and into Snakemake's records "
         "and logs. Export it on the host instead; the pipeline passes through the names of "
         f"cellbench.container.SECRET_ENV ({', '.join(SECRET_ENV)}) and writes their values in "
-        "no log"
+        f"no log (secret-looking: {SECRET_RULE})"
     )
 
 
@@ -396,15 +437,62 @@ def _check_plain_values(config: dict[str, Any]) -> None:
             )
 
 
-# Options the pipeline sets itself on every server; a model's serve_args may not repeat them.
+# Options the pipeline sets itself on every server; a model's serve_args may not repeat them,
+# in any spelling vLLM's parser takes (underscores for dashes, '--opt=value', a unique prefix,
+# the --no- form of a flag, a short form with its value attached).
 RESERVED_SERVE_ARGS = (
     "--host",
     "--port",
     "--tensor-parallel-size",
     "-tp",
     "--enable-expert-parallel",
+    "--no-enable-expert-parallel",
     "--served-model-name",
+    "--model",
 )
+# Names results/ uses for its own folders: an image so named would put its cells among them
+# (results/report/..., which the report job swaps out whole).
+RESULTS_LAYOUT_NAMES = (
+    "archive",
+    "assets",
+    "benchmarks",
+    "compare",
+    "configs",
+    "gates",
+    "logs",
+    "report",
+)
+
+
+def serve_arg_option(arg: str) -> str | None:
+    """The option a serve_args word names as vLLM's parser reads it (None for a value):
+    '--tensor_parallel_size=4' -> '--tensor-parallel-size'."""
+    if not arg.startswith("-") or arg == "-" or arg[1:2].isdigit() or arg[1:2] == ".":
+        return None  # a value (negative numbers included)
+    name = arg.split("=", 1)[0]
+    if name.startswith("--"):
+        # vLLM's FlexibleArgumentParser turns '_' into '-' in long option names.
+        return "--" + name[2:].replace("_", "-")
+    return name
+
+
+def reserved_serve_option(arg: str) -> str | None:
+    """The reserved option a serve_args word would set, however it is spelled, else None."""
+    option = serve_arg_option(arg)
+    if option is None:
+        return None
+    if option in RESERVED_SERVE_ARGS:
+        return option
+    if option.startswith("--") and len(option) > 3:
+        # argparse takes a unique prefix of a long option as the option itself.
+        hits = [r for r in RESERVED_SERVE_ARGS if r.startswith("--") and r.startswith(option)]
+        if len(hits) == 1:
+            return hits[0]
+    if not option.startswith("--") and option.startswith("-tp"):  # '-tp4' is '-tp 4'
+        return "-tp"
+    return None
+
+
 # Docker's reference grammar: lower-case path components, a tag of word characters.
 _REF_PATH = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
 _REF_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
@@ -429,6 +517,12 @@ def _check_image_ref(name: str, ref: str) -> None:
 
 def _check_names_and_strings(config: dict[str, Any]) -> None:
     for name, image in config["images"].items():
+        if name.lower() in RESULTS_LAYOUT_NAMES:
+            raise ConfigError(
+                f"config error: images.{name}: the name {name!r} is taken by results/{name}/ "
+                f"(results/ keeps its own {', '.join(RESULTS_LAYOUT_NAMES)} folders there); "
+                "rename the image"
+            )
         _check_image_ref(name, image["ref"])
     for key in ("image_lock", "hf_cache", "run_label"):
         if not config[key].strip():
@@ -443,11 +537,12 @@ def _check_names_and_strings(config: dict[str, Any]) -> None:
                 "id (ORG/NAME of letters, digits, '_', '.', '-')"
             )
         for arg in model["serve_args"]:
-            option = arg.split("=", 1)[0]
-            if option in RESERVED_SERVE_ARGS:
+            option = reserved_serve_option(arg)
+            if option is not None:
                 raise ConfigError(
-                    f"config error: {where}.serve_args holds {option!r}: the pipeline sets it "
-                    "for every server (from the cell's tp/ep and the leased port); remove it"
+                    f"config error: {where}.serve_args holds {arg!r} (as {option}): the pipeline "
+                    "sets it for every server (from the cell's tp/ep, its model and the leased "
+                    "port); remove it"
                 )
         block = model["block_shape"]
         if isinstance(block, list) and model["dtype"] not in ("fp8_w8a8", "auto"):
@@ -455,12 +550,19 @@ def _check_names_and_strings(config: dict[str, Any]) -> None:
                 f"config error: {where}.block_shape = {block}: a block shape applies only to "
                 f"dtype fp8_w8a8 (or auto), not dtype = {model['dtype']!r}"
             )
-        if "model_config" in model and not Path(model["model_config"]).expanduser().exists():
-            raise ConfigError(
-                f"config error: {where}.model_config = {model['model_config']!r}: no such "
-                "file (give the model's config.json, or leave the key out to read it from "
-                "the Hugging Face cache)"
-            )
+        if "model_config" in model:
+            path = Path(model["model_config"]).expanduser()
+            if not path.exists():
+                raise ConfigError(
+                    f"config error: {where}.model_config = {model['model_config']!r}: no such "
+                    "file (give the model's config.json, or leave the key out to read it from "
+                    "the Hugging Face cache)"
+                )
+            if path.is_dir() and not (path / "config.json").is_file():
+                raise ConfigError(
+                    f"config error: {where}.model_config = {model['model_config']!r}: a folder "
+                    "without config.json (give the model's config.json, or a folder holding it)"
+                )
 
 
 def _check_stage_settings(config: dict[str, Any]) -> None:
@@ -607,6 +709,7 @@ def _check_semantics(config: dict[str, Any]) -> None:
             raise ConfigError(f"config error: {where}.ep = true with tp = 1: {EP_NEEDS_TP}")
     if config["serve"]["compare_images"]:
         _check_compare_images(config)
+    _check_model_shapes(config)
     for cell in cells(config):  # two groups that disagree on a cell's variable
         cell_env(config, cell.image, cell.model, cell.tp, cell.ep)
     for name, image in images.items():
@@ -619,9 +722,125 @@ def _check_semantics(config: dict[str, Any]) -> None:
         # gpu_vendor none is a CPU image (the rehearsal's vLLM CPU build): it gets no GPUs.
         raise ConfigError(
             f'config error: gpu_vendor = "none" with runtime: docker and gpus = '
-            f'{config["gpus"]}: a CPU-only image is given no GPUs; set gpu_vendor to amd or '
+            f"{config['gpus']}: a CPU-only image is given no GPUs; set gpu_vendor to amd or "
             "nvidia, or gpus: 0"
         )
+
+
+# --- what a model's config.json says, where it is known at plan time ---------------------------
+
+
+def model_config_at_plan_time(config: dict[str, Any], name: str) -> tuple[dict, str] | None:
+    """(the model's config.json as a dict, where it came from), when known without a download:
+    ``model_config``, a built model's recipe, or the Hugging Face cache (hf_cache); else None."""
+    from cellbench.shapes import ShapeError, read_model_config
+
+    model = config["models"][name]
+    where = f"models.{name}"
+    if "model_config" in model:
+        path = Path(model["model_config"]).expanduser()
+        try:
+            return read_model_config(path), f"{where}.model_config {str(path)!r}"
+        except (ShapeError, OSError) as exc:
+            raise ConfigError(
+                f"config error: {where}.model_config = {model['model_config']!r}: {exc} "
+                "(expected a model's config.json, JSON object)"
+            ) from None
+    if model.get("build"):
+        from cellbench.assets import MAX_POSITION_EMBEDDINGS, MODEL_RECIPES
+
+        shape = MODEL_RECIPES[model["build"]][0]
+        cfg = {**shape, "max_position_embeddings": MAX_POSITION_EMBEDDINGS}
+        return cfg, f"{where}.build {model['build']!r}"
+    found = _cached_hub_file(Path(config["hf_cache"]).expanduser(), model["hf_id"])
+    if found is None:
+        return None
+    try:
+        return read_model_config(found), f"the Hugging Face cache's {found}"
+    except (ShapeError, OSError):
+        return None  # the tune job reads it again and says what is wrong
+
+
+def _cached_hub_file(hf_cache: Path, repo_id: str, name: str = "config.json") -> str | None:
+    """``name`` of the hub's main revision of ``repo_id`` as huggingface_hub caches it
+    (hub/models--ORG--NAME/refs/main -> snapshots/REV/NAME), or None. Read by hand: importing
+    huggingface_hub here would fix its offline switch before a caller sets it."""
+    repo = hf_cache / "hub" / ("models--" + repo_id.replace("/", "--"))
+    try:
+        revision = (repo / "refs" / "main").read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    path = repo / "snapshots" / revision / name
+    return str(path) if revision and path.is_file() else None
+
+
+def _serve_arg_value(args: list[str], option: str) -> str | None:
+    """The value serve_args give ``option`` (either spelling), the last one winning."""
+    value = None
+    for i, arg in enumerate(args):
+        if serve_arg_option(arg) != option:
+            continue
+        if "=" in arg:
+            value = arg.split("=", 1)[1]
+        elif i + 1 < len(args):
+            value = args[i + 1]
+    return value
+
+
+def _check_model_shapes(config: dict[str, Any]) -> None:
+    """The checks `cellbench shapes` makes (experts over the EP ranks, N over TP, block shape
+    tiles), and the grid against the model's context, for each model whose config is known."""
+    from cellbench.shapes import ShapeError, moe_shape
+
+    known: dict[str, tuple[dict, str] | None] = {}
+    for i, group in enumerate(config["cells"]):
+        for name in group["models"]:
+            if name not in known:
+                known[name] = model_config_at_plan_time(config, name)
+            if known[name] is None:
+                continue
+            cfg, source = known[name]
+            model, tp = config["models"][name], group["tp"]
+            dtype = {"auto": "auto", "fp8_w8a8": "fp8_w8a8"}.get(model["dtype"])
+            try:
+                moe_shape(cfg, tp, bool(group["ep"]), dtype, model["block_shape"])
+            except ShapeError as exc:
+                layout = f"tp = {tp}" + (", ep = true" if group["ep"] else "")
+                raise ConfigError(
+                    f"config error: cells[{i}]: model {name!r} at {layout}: {exc} (read from "
+                    f"{source}); expected a layout `cellbench shapes` accepts for this model"
+                ) from None
+    for name, found in known.items():
+        _check_context(config, name, found)
+
+
+def _check_context(config: dict[str, Any], name: str, found: tuple[dict, str] | None) -> None:
+    """ISL + OSL of every grid point within the model's context: serve_args' --max-model-len
+    when given (vLLM's limit then), else the config's max_position_embeddings when known."""
+    args = config["models"][name]["serve_args"]
+    given = _serve_arg_value(args, "--max-model-len")
+    if given is not None:
+        try:
+            limit, what = int(given), f"models.{name}.serve_args --max-model-len {given}"
+        except ValueError:
+            return  # vLLM's own suffixes (32k); the server says what it makes of them
+    elif found is None:
+        return
+    else:
+        cfg, source = found
+        text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
+        limit = text.get("max_position_embeddings")
+        if isinstance(limit, bool) or not isinstance(limit, int):
+            return
+        what = f"max_position_embeddings = {limit} in {source}"
+    for i, point in enumerate(config["serve"]["grid"]):
+        total = point["isl"] + point["osl"]
+        if total > limit:
+            raise ConfigError(
+                f"config error: serve.grid[{i}] = {{isl: {point['isl']}, osl: {point['osl']}}}: "
+                f"isl + osl = {total} exceeds model {name!r}'s context of {limit} tokens "
+                f"({what}); expected isl + osl <= {limit}"
+            )
 
 
 def _check_compare_images(config: dict[str, Any]) -> None:

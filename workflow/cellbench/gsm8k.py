@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 import os
 import re
 import subprocess
@@ -302,6 +303,30 @@ def _num(v: Any) -> float | None:
         return None
 
 
+# lm-eval writes its mean as a float; the samples' mean agrees with it to rounding.
+AGGREGATE_TOLERANCE = 1e-9
+
+
+def sample_score(correct: list[bool]) -> tuple[float, float | None]:
+    """Accuracy over per-question results and its standard error (the sample standard
+    deviation over sqrt(n), as lm-eval reports it; None for fewer than two questions)."""
+    n = len(correct)
+    if n == 0:
+        raise ValueError("no per-sample results: a score needs at least one question")
+    mean = sum(correct) / n
+    if n < 2:
+        return mean, None
+    var = sum((float(c) - mean) ** 2 for c in correct) / (n - 1)
+    return mean, math.sqrt(var / n)
+
+
+def _bench_of(run_dir: Path) -> Path:
+    """The bench.json of the serve job whose lm-eval run lies in ``run_dir``
+    (serve/ARM/lm_eval or serve/ARM/lm_eval/instance-K)."""
+    lm_eval = run_dir if run_dir.name == "lm_eval" else run_dir.parent
+    return lm_eval.parent / "bench.json"
+
+
 def _latest(paths: list[Path]) -> Path:
     # lm-eval's file names end with an ISO-like timestamp, so name order is time order.
     return sorted(paths, key=lambda p: p.name)[-1]
@@ -326,7 +351,10 @@ def parse_run(run_dir: Path) -> dict[str, Any]:
     if not results_files:
         raise FileNotFoundError(f"no lm-eval results_*.json under {run_dir}")
     rf = _latest(results_files)
-    res = json.loads(rf.read_text())
+    try:
+        res = json.loads(rf.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{rf}: lm-eval's results file is not whole JSON ({exc})") from None
     tasks = [t for t in res.get("results", {}) if t in (TASK, *OLD_TASKS)]
     if len(tasks) != 1:
         raise ValueError(
@@ -348,7 +376,10 @@ def parse_run(run_dir: Path) -> dict[str, Any]:
         for line in f:
             if not line.strip():
                 continue
-            s = json.loads(line)
+            try:
+                s = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{f.name}: a sample line is not whole JSON ({exc})") from None
             key = {"strict-match": "strict", "flexible-extract": "flexible"}.get(s.get("filter"))
             if key is None:
                 continue
@@ -376,14 +407,30 @@ def parse_run(run_dir: Path) -> dict[str, Any]:
         raise ValueError(f"{rf}: n-samples says {n_samples}, samples file has {len(per_sample)}")
     info_path = run_dir / RUN_INFO
     info = json.loads(info_path.read_text()) if info_path.is_file() else {}
+    # The scores are the samples' own means (a summary cannot then contradict its samples);
+    # lm-eval's aggregate must agree, or its two files describe different runs.
+    scores = {}
+    for field, filt in (("strict", "strict-match"), ("flexible", "flexible-extract")):
+        correct = [row[field] for row in per_sample]
+        mean, stderr = sample_score(correct)
+        reported = _num(r[f"exact_match,{filt}"])
+        if reported is None or abs(reported - mean) > AGGREGATE_TOLERANCE:
+            raise ValueError(
+                f"{rf}: results.{task}.exact_match,{filt} = {r[f'exact_match,{filt}']!r}, but "
+                f"its samples file ({_latest(sample_files).name}) has {sum(correct)} of "
+                f"{len(correct)} correct = {mean!r}; expected lm-eval's two files from one run. "
+                "Rerun lm-eval (the serve job) for this arm: snakemake --cores 2 --forcerun "
+                f"{_bench_of(run_dir)}"
+            )
+        scores[field] = (mean, stderr)
     return {
         "task": task,
         "num_fewshot": int(n_shot) if n_shot is not None else None,
         "n_samples": int(n_samples),
-        "strict_match": float(r["exact_match,strict-match"]),
-        "strict_match_stderr": _num(r.get("exact_match_stderr,strict-match")),
-        "flexible_extract": float(r["exact_match,flexible-extract"]),
-        "flexible_extract_stderr": _num(r.get("exact_match_stderr,flexible-extract")),
+        "strict_match": scores["strict"][0],
+        "strict_match_stderr": scores["strict"][1],
+        "flexible_extract": scores["flexible"][0],
+        "flexible_extract_stderr": scores["flexible"][1],
         "lm_eval_version": res.get("lm_eval_version"),
         # Older runs did not record these; then they stay unknown rather than guessed.
         "lm_eval_model": info.get("lm_eval_model"),
@@ -508,9 +555,19 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--arm", required=True, choices=["untuned", "tuned"])
     s.add_argument("--out", required=True, type=Path)
     a = p.parse_args(argv)
-    summary = parse_results(a.lm_eval_dir, cell=a.cell_id, arm=a.arm)
-    validate(summary)
-    write_json(a.out, summary, checksum=True)
+    try:
+        summary = parse_results(a.lm_eval_dir, cell=a.cell_id, arm=a.arm)
+        validate(summary)
+        write_json(a.out, summary, checksum=True)
+    except (OSError, ValueError) as exc:  # JSON errors are ValueErrors; one line, no traceback
+        print(f"cellbench gsm8k: error: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # the schema's refusal (jsonschema.ValidationError)
+        if type(exc).__name__ != "ValidationError":
+            raise
+        where = "/".join(map(str, exc.absolute_path)) or "(top level)"
+        print(f"cellbench gsm8k: error: summary field {where}: {exc.message}", file=sys.stderr)
+        return 1
     print(
         f"{a.cell_id} {a.arm}: strict {summary['strict_match']:.4f} "
         f"flexible {summary['flexible_extract']:.4f} (n={summary['n_samples']})"

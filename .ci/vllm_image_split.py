@@ -27,13 +27,17 @@ def owners(site: Path) -> tuple[dict[str, set[str]], dict[str, bytes]]:
         record = info / "RECORD"
         if not record.is_file():
             continue
-        data = record.read_bytes()
-        records[info.name] = data
-        for line in data.decode("utf-8", "replace").splitlines():
+        kept = []
+        for line in record.read_bytes().decode("utf-8", "replace").splitlines():
             path = line.split(",", 1)[0]
-            top = path.split("/", 1)[0]
-            if top and top != ".." and not path.startswith("/"):
-                owned.setdefault(top, set()).add(info.name)
+            # Files outside site-packages (console scripts, whose shebang names the venv) and
+            # byte code (stamped at install time) differ between two installs of one wheel;
+            # neither is copied into an image.
+            if path.startswith(("../", "/")) or "__pycache__/" in path:
+                continue
+            kept.append(line)
+            owned.setdefault(path.split("/", 1)[0], set()).add(info.name)
+        records[info.name] = "\n".join(sorted(kept)).encode()
         owned.setdefault(info.name, set()).add(info.name)
     return owned, records
 

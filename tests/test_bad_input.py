@@ -51,6 +51,7 @@ class Probe:
     text: str | None = None  # yaml kind: the file's text; "<missing>" for no file
     argv: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
+    rc: int = 2  # cli kind: the exit status (tidy and archive list say 1 for a bad result)
 
 
 def _set(*path_and_value):
@@ -882,6 +883,104 @@ PROBES: list[Probe] = [
         "unknown command 'frobnicate'",
         argv=("frobnicate",),
     ),
+    # --- issue 30: bad CLI values and unusable paths: one line, no traceback ---
+    *[
+        Probe(
+            f"tune-time-budget-{name}",
+            "cli",
+            f"`cellbench tune --time-budget-s {value}`",
+            f"--time-budget-s={shown} must be a number of seconds > 0",
+            argv=(
+                "tune",
+                "--model-config",
+                f"{MOE}/qwen3-30b-a3b.json",
+                "--time-budget-s",
+                value,
+                "--out",
+                "{tmp}/tune-out",
+            ),  # fmt: skip
+        )
+        for name, value, shown in (
+            ("negative", "-1", "-1"),
+            ("zero", "0", "0"),
+            ("nan", "nan", "nan"),
+            ("inf", "inf", "inf"),
+        )  # fmt: skip
+    ],
+    Probe(
+        "tune-compile-workers-negative",
+        "cli",
+        "`cellbench tune --compile-workers -2`",
+        "--compile-workers=-2 must be >= 0",
+        argv=(
+            "tune",
+            "--model-config",
+            f"{MOE}/qwen3-30b-a3b.json",
+            "--compile-workers",
+            "-2",
+            "--out",
+            "{tmp}/tune-out",
+        ),  # fmt: skip
+    ),
+    Probe(
+        "tune-out-under-a-file",
+        "cli",
+        "`cellbench tune --out /dev/null/tune` (a path below a file)",
+        "--out /dev/null/tune: /dev/null is not a folder (expected a folder to write into)",
+        argv=("tune", "--model-config", f"{MOE}/qwen3-30b-a3b.json", "--out", "/dev/null/tune"),
+    ),
+    Probe(
+        "tune-out-is-a-file",
+        "cli",
+        "`cellbench tune --out FILE` (an existing file)",
+        "--out {tmp}/a-file: --out itself is not a folder",
+        argv=("tune", "--model-config", f"{MOE}/qwen3-30b-a3b.json", "--out", "{tmp}/a-file"),
+    ),
+    Probe(
+        "tidy-out-dir-under-a-file",
+        "cli",
+        "`cellbench tidy ARCHIVED_RUN --out-dir /dev/null/t` on a damaged run",
+        "an archive manifest",
+        argv=(
+            "tidy",
+            "{tmp}/archive/embedded-cpu/20261205T000000Z-local",
+            "--out-dir",
+            "/dev/null/t",
+        ),  # fmt: skip
+        rc=1,
+    ),
+    Probe(
+        "tidy-out-dir-unwritable",
+        "cli",
+        "`cellbench tidy results --out-dir /dev/null/t` (a path below a file)",
+        "cellbench tidy: error: cannot write --out-dir /dev/null/t: Not a directory",
+        argv=("tidy", "{tmp}/results", "--out-dir", "/dev/null/t"),
+        rc=1,
+    ),
+    Probe(
+        "tidy-not-a-folder",
+        "cli",
+        "`cellbench tidy FILE`",
+        "{tmp}/a-file: not a folder (expected results/ or an archived run)",
+        argv=("tidy", "{tmp}/a-file"),
+        rc=1,
+    ),
+    Probe(
+        "archive-list-damaged-run",
+        "cli",
+        "`cellbench archive list` with a run whose MANIFEST.json is cut short",
+        "1 run(s) with an unreadable MANIFEST.json: embedded-cpu/20261205T000000Z-local; check "
+        "them: cellbench archive verify RUN",
+        argv=("archive", "list", "--archive-root", "{tmp}/archive"),
+        rc=1,
+    ),
+    Probe(
+        "archive-show-missing-run",
+        "cli",
+        "`cellbench archive show nosuch/run`",
+        "nosuch",
+        argv=("archive", "show", "nosuch/run", "--archive-root", "{tmp}/archive"),
+    ),
     # --- through a real `snakemake -n`: the same messages where the user looks ---
     Probe(
         "snakemake-duplicate-key",
@@ -956,6 +1055,19 @@ def _config_file(probe: Probe, tmp: Path) -> Path:
 
 def _prepare_cli_inputs(tmp: Path) -> None:
     (tmp / "broken.json").write_text("{not json")
+    (tmp / "a-file").write_text("not a folder\n")
+    # An archive whose one run lost its manifest's end (a copy cut short).
+    run = tmp / "archive" / "embedded-cpu" / "20261205T000000Z-local"
+    run.mkdir(parents=True, exist_ok=True)
+    (run / "MANIFEST.json").write_text('{"label": "embedded-cpu", "cel')
+    # One whole cell of live results, for commands that read them.
+    import result_fixtures as fx
+
+    cell = "host-cpu/tiny-qwen3-moe/tp1-ep1"
+    fx.write_tune(tmp / "results", cell)
+    for arm in ("untuned", "tuned"):
+        fx.write_bench(tmp / "results", cell, arm, [fx.point()])
+        fx.write_gsm8k(tmp / "results", cell, arm, [True, False])
     (tmp / "dense.json").write_text(
         json.dumps({"model_type": "llama", "hidden_size": 64, "intermediate_size": 128})
     )
@@ -976,7 +1088,7 @@ def run_probe(probe: Probe, tmp: Path, capsys, monkeypatch) -> str:
         capsys.readouterr()
         rc = cli.main([_fill(a, tmp) for a in probe.argv])
         out = capsys.readouterr()
-        assert rc == 2, (rc, out)
+        assert rc == probe.rc, (rc, out)
         assert not (tmp / "tune-out").exists() and not (tmp / "t").exists()
         return out.err
     assert probe.kind == "snakemake", probe.kind
@@ -1046,7 +1158,8 @@ SLOW = [p for p in PROBES if p.kind == "snakemake"]
 @pytest.mark.parametrize("probe", FAST, ids=[p.id for p in FAST])
 def test_probe_is_refused_by_name(probe, tmp_path, capsys, monkeypatch):
     message = run_probe(probe, tmp_path, capsys, monkeypatch)
-    assert probe.expected in message, f"{probe.expected!r} not in {message!r}"
+    expected = _fill(probe.expected, tmp_path)
+    assert expected in message, f"{expected!r} not in {message!r}"
     assert "Traceback" not in message
     if probe.kind in ("config", "yaml") and probe.text != "<missing>":
         # one line; a file fault names the file

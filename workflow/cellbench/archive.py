@@ -415,9 +415,10 @@ class Run:
 
 def read_manifest(run_dir: Path) -> dict | None:
     try:
-        return json.loads((run_dir / MANIFEST_NAME).read_text())
+        data = json.loads((run_dir / MANIFEST_NAME).read_text())
     except (OSError, ValueError):
         return None
+    return data if isinstance(data, dict) else None
 
 
 def runs(archive_root: Path, label: str | None = None) -> list[Run]:
@@ -681,8 +682,14 @@ def _print_list(archive_root: Path) -> int:
         print(f"no archived run in {archive_root}")
         return 0
     print("label\trun\tcreated\tcells\tdigests\tfiles")
+    unreadable = []
     for run in found:
-        m = read_manifest(run.path) or {}
+        m = read_manifest(run.path)
+        if m is None:
+            # Not a row of question marks: a run whose manifest cannot be read is damaged.
+            print(f"{run.label}\t{run.name}\tUNREADABLE: {_manifest_problem(run.path)}")
+            unreadable.append(run.ref)
+            continue
         digests = ",".join(f"{k}={v}" for k, v in sorted(m.get("images", {}).items()))
         latest = (
             os.readlink(run.path.parent / LATEST)
@@ -694,7 +701,28 @@ def _print_list(archive_root: Path) -> int:
             f"{run.label}\t{run.name}{mark}\t{m.get('created', '?')}\t{len(m.get('cells', []))}"
             f"\t{digests or 'n/a'}\t{len(m.get('files', {}))}"
         )
+    if unreadable:
+        print(
+            f"{len(unreadable)} run(s) with an unreadable {MANIFEST_NAME}: "
+            f"{', '.join(unreadable)}; check them: cellbench archive verify RUN",
+            file=sys.stderr,
+        )
+        return 1
     return 0
+
+
+def _manifest_problem(run_dir: Path) -> str:
+    """Why a run's manifest cannot be read, in a few words."""
+    path = run_dir / MANIFEST_NAME
+    try:
+        json.loads(path.read_text())
+    except FileNotFoundError:
+        return f"{path} is missing"
+    except OSError as exc:
+        return f"{path} cannot be read ({exc.strerror or exc})"
+    except ValueError:
+        return f"{path} is not whole JSON"
+    return f"{path} is not a JSON object"
 
 
 def format_manifest(run: Run, m: dict) -> str:
@@ -849,6 +877,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except ArchiveError as exc:
         print(f"cellbench archive: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # an unreadable run or folder: the user's to fix, one line
+        where = exc.filename or root
+        print(f"cellbench archive: error: cannot read {where}: {exc.strerror or exc}",
+              file=sys.stderr)  # fmt: skip
         return 2
 
 

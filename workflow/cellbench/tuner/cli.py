@@ -186,6 +186,26 @@ def _parse_compile_budget(text: str | None) -> tuple[int, int] | None | str:
     return first, later
 
 
+def _check_out_folder(out: str) -> None:
+    """--out must be a folder, or a path whose nearest existing parent is a writable folder:
+    refused now, before any GPU work, rather than as a traceback when the first file is written."""
+    path = Path(out)
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        if probe.is_symlink():  # a dangling link: mkdir would fail on it
+            raise UsageError(f"--out {out}: {probe} is a link to nothing")
+        probe = probe.parent
+    if not probe.is_dir():
+        what = "--out itself" if probe == path else str(probe)
+        raise UsageError(f"--out {out}: {what} is not a folder (expected a folder to write into)")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise UsageError(f"--out {out}: folder {probe} is not writable")
+
+
+class OutputError(OSError):
+    """The output folder could not be written (exit status 2, one line)."""
+
+
 def _validate(args: argparse.Namespace, argv: list[str]) -> Plan:
     from ..shapes import ShapeError, check_shape_arguments, moe_shape, read_model_config
 
@@ -195,6 +215,15 @@ def _validate(args: argparse.Namespace, argv: list[str]) -> Plan:
         raise UsageError(str(e)) from None
     if args.max_configs is not None and args.max_configs < 1:
         raise UsageError(f"--max-configs={args.max_configs} must be >= 1")
+    budget = args.time_budget_s
+    if budget is not None and not (math.isfinite(budget) and budget > 0):
+        raise UsageError(
+            f"--time-budget-s={budget:g} must be a number of seconds > 0 (leave it out for no "
+            "budget); a run with none left would tune nothing"
+        )
+    if args.compile_workers is not None and args.compile_workers < 0:
+        raise UsageError(f"--compile-workers={args.compile_workers} must be >= 0")
+    _check_out_folder(args.out)
     batch_sizes = parse_batch_sizes(args.batch_sizes)
     compile_budget = _parse_compile_budget(args.compile_budget)
     block = None if args.block_shape.lower() == "none" else args.block_shape
@@ -745,7 +774,10 @@ def run(plan: Plan) -> dict[str, Any]:
     )
 
     t0 = time.perf_counter()
-    plan.out.mkdir(parents=True, exist_ok=True)
+    try:
+        plan.out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # read-only file system, permissions: the user's path, not a bug
+        raise OutputError(f"--out {plan.out}: cannot create it: {exc.strerror or exc}") from None
     (plan.out / SUMMARY_NAME).unlink(missing_ok=True)  # a rerun is not complete until it ends
     res = _run_all(plan)
     entries = res["entries"]
@@ -845,6 +877,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         run(plan)
+    except OutputError as e:
+        print(f"cellbench tune: error: {e}", file=sys.stderr)
+        return 2
     except Exception as e:  # noqa: BLE001 - report and fail the step; the log stays for resume
         print(f"cellbench tune: failed: {type(e).__name__}: {e}", file=sys.stderr)
         import traceback

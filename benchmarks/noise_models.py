@@ -6,8 +6,8 @@ interleaved repeats per point) and writes a summary: per metric the spread of on
 given its pair (own), of what a pair shares (shared), of one server start (start), the drift
 per measurement slot, how own/start depend on concurrency and on the grid point (output
 length), the request-level spread inside one point, an F test of the start part, and the
-verdict floor they imply (the largest per-metric spread of the difference of two server
-starts, sqrt(2) x start).
+verdict floor they imply (the largest spread of the difference of two server starts,
+sqrt(2) x start, over the models and metrics).
 
     .venv/bin/python benchmarks/noise_models.py [--out benchmarks/results/noise_models_DATE]
 
@@ -20,7 +20,6 @@ import argparse
 import datetime as dt
 import hashlib
 import json
-import math
 import sys
 from pathlib import Path
 
@@ -31,12 +30,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "workflow"))
 
 from cellbench import noise  # noqa: E402
-
-
-def floor_pct(model: noise.NoiseModel) -> float:
-    """The verdict floor: the largest per-metric standard deviation of the difference between
-    two server starts, in % of the level, rounded up to 0.1."""
-    return math.ceil(1000 * math.sqrt(2) * float(np.max(model.start))) / 10
 
 
 def models(frame: pd.DataFrame) -> list[noise.NoiseModel]:
@@ -75,8 +68,8 @@ def summary(frame: pd.DataFrame) -> dict:
         "by_concurrency": noise.by_group(frame, ["max_concurrency"]).to_dict("records"),
         "by_point": noise.by_group(frame, ["isl", "osl"]).to_dict("records"),
         "request_cv_pct_by_concurrency": request.reset_index().to_dict("records"),
-        "floor_pct": floor_pct(fitted[0]),
-        "floor_rule": "largest per-metric sqrt(2) x start of h200-all, rounded up to 0.1%",
+        "floor_pct": noise.floor_pct(fitted),
+        "floor_rule": "largest sqrt(2) x start over the models and metrics, rounded up to 0.1%",
     }
 
 

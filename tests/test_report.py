@@ -77,7 +77,11 @@ def test_tables_in_the_seeds_shape(results, tmp_path):
 
 def test_change_and_noise_are_told_apart(results, tmp_path):
     res, files = results
-    text = report.write_report(files, tmp_path / "report", results=res).read_text()
+    # A 2% floor: these hand-made repeats carry no restart noise. At the default (the H200's
+    # measured 10% between server starts) one run's 20% is not called: test_calibration.py.
+    text = report.write_report(
+        files, tmp_path / "report", results=res, min_change_pct=2.0
+    ).read_text()
     table = text.split("#### Untuned (A) vs tuned (B)")[1]
     rows = {
         (line.split("|")[1].strip(), line.split("|")[2].strip()): line

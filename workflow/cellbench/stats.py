@@ -34,9 +34,9 @@ import numpy as np
 from scipy import stats as sps
 
 ALPHA = 0.05
-# sqrt(2) x the largest per-metric server-start spread of the H200 noise model, rounded up:
+# sqrt(2) x the largest server-start spread of the H200 noise models (noise.floor_pct), rounded up:
 # benchmarks/results/noise_models_2026-12-05.md (was 2.0, quoted from an issue, unmeasured).
-DEFAULT_MIN_CHANGE_PCT = 7.1
+DEFAULT_MIN_CHANGE_PCT = 10.0
 ONE_RUN = "n/a (one run a side)"
 BETTER, WORSE, NOISE = "better", "worse", "within noise"
 NAN = float("nan")

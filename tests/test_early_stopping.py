@@ -1,0 +1,63 @@
+"""Percentile claims by MLPerf's early-stopping rule (cellbench.early_stopping, issue 32
+item 5). The counts MLPerf publishes for p99 at 99% confidence (459 queries with none over the
+bound, 662 with one) are derived here from the binomial definition with plain math, then the
+module must give the same."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from cellbench import early_stopping as es
+
+
+def _cdf(k: int, n: int, p: float) -> float:
+    return sum(math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(k + 1))
+
+
+def _first_n(k: int) -> int:
+    n = k + 1
+    while _cdf(k, n, 0.01) > 0.01:
+        n += 1
+    return n
+
+
+def test_mlperfs_published_counts():
+    assert _first_n(0) == 459 and _first_n(1) == 662  # the definition gives MLPerf's figures
+    assert es.queries_needed(0) == 459 and es.queries_needed(1) == 662
+    assert es.queries_needed(2) == _first_n(2)
+    assert not es.bound_met(458, 0) and es.bound_met(459, 0)
+    assert not es.bound_met(661, 1) and es.bound_met(662, 1)
+    assert es.max_over(458) is None and es.max_over(459) == 0 and es.max_over(662) == 1
+
+
+def test_a_claim_from_request_latencies():
+    # 700 requests, 1 slower than the bound, 1 failed: 2 over, which 700 cannot afford
+    values = [50.0] * 698 + [250.0]
+    c = es.claim(values, 200.0, failed=1)
+    assert (c["queries"], c["over"], c["met"]) == (700, 2, False)
+    assert c["queries_needed"] == _first_n(2) and c["max_over"] == 1
+    assert es.claim(values, 300.0, failed=0)["met"] is True  # 699 queries, none over
+    with pytest.raises(ValueError, match="bound_ms"):
+        es.claim(values, 0)
+
+
+def test_request_latencies_from_a_detail_record():
+    record = {
+        "ttfts": [0.1, 0.2, 0.0],
+        "latencies": [1.1, 0.2, 0.0],
+        "output_lens": [11, 1, 0],
+        "errors": ["", "", "timeout"],
+    }
+    got = es.request_latencies_ms(record)
+    assert got["ttft_ms"] == pytest.approx([100.0, 200.0])
+    assert got["tpot_ms"] == pytest.approx([100.0])  # (1.1 - 0.1) s / 10 tokens
+    assert got["failed"] == 1
+
+
+def test_the_plan_warns_when_a_point_cannot_support_its_claim():
+    text = es.plan_warning(160)
+    assert text.startswith("160 prompts cannot support a p99 latency claim at 99% confidence")
+    assert "459" in text
+    assert es.plan_warning(459) is None
+    assert "needs 45" in es.plan_warning(10, percentile=0.95, confidence=0.9)

@@ -8,8 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
-from cellbench import calibration, noise, sequential, stats
+from cellbench import calibration, comparison, noise, sequential, stats
 from scipy import stats as sps
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -121,3 +122,36 @@ def test_the_cap_stops_an_unsettled_point():
     step = sequential.decide({"mean_tpot_ms": (a, b)}, HIGHER, design)
     assert (step["action"], step["reason"], step["pairs"]) == ("stop", sequential.CAP, 3)
     assert step["metrics"]["mean_tpot_ms"]["status"] == sequential.CAP
+
+
+def _frame(values: list[float], cap: int | None) -> pd.DataFrame:
+    return pd.DataFrame(
+        [
+            {"isl": 8, "osl": 4, "max_concurrency": 1, "repeat": k, "num_prompts": 10,
+             "failed": 0, "mean_ttft_ms": v, "mean_tpot_ms": v, "mean_e2el_ms": v,
+             "output_throughput": 1000 / v, **({"repeat_cap": cap} if cap else {})}
+            for k, v in enumerate(values)
+        ]
+    )  # fmt: skip
+
+
+def test_the_report_takes_a_stopped_points_verdict_from_the_rule():
+    """A point the serve stage stopped after 3 of 6 pairs: the report reruns ``decide`` on the
+    same pairs and shows how it stopped, next to the verdict."""
+    a = _frame([100.0, 101.0, 99.0], cap=6)
+    b = _frame([200.0, 203.0, 197.0], cap=6)
+    rows = comparison.compare_serve(a, b, min_change_pct=2.0)
+    tpot = next(r for r in rows if r["metric"] == "mean_tpot_ms")
+    assert tpot["test"] == "sequential" and tpot["verdict"] == stats.WORSE
+    assert tpot["stopped"] == "worse (3 of 6 pairs)"
+    # cut short before the rule settled: shown as unsettled, verdict within noise
+    short = comparison.compare_serve(a[:2], b[:2], min_change_pct=2.0)
+    tpot = next(r for r in short if r["metric"] == "mean_tpot_ms")
+    assert (tpot["stopped"], tpot["verdict"]) == ("unsettled (2 of 6 pairs)", stats.NOISE)
+    lines = comparison.render_serve(a, b, min_change_pct=2.0)
+    header = next(line for line in lines if line.startswith("| ISL-OSL"))
+    assert "| stopped " in header
+    # without a recorded cap the fixed-count rule decides, and no stopped column is drawn
+    lines = comparison.render_serve(_frame([100.0, 101.0], None), _frame([200.0, 203.0], None),
+                                    min_change_pct=2.0)  # fmt: skip
+    assert "stopped" not in next(line for line in lines if line.startswith("| ISL-OSL"))

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 
 import pandas as pd
 
-from cellbench import stats
+from cellbench import sequential, stats
 
 # Each compared serving metric and whether a higher value is better.
 METRICS = {
@@ -108,14 +108,21 @@ def compare_serve(
     ``invalid_reasons``: the repeats left out of the test and why (``invalid_reason``); a
     pair whose other side is invalid is left out too and counted in ``unpaired``. A point
     with fewer than two usable repeats a side keeps a row with an "n/a" verdict, so nothing
-    measured disappears from the table."""
+    measured disappears from the table.
+
+    Points whose repeats were stopped by ``cellbench.sequential`` (both sides' points carry
+    the same ``repeat_cap``) take their verdict from ``sequential.decide`` on the same pairs
+    with the same design (rows: this table's tested rows; the floor), as the serve stage
+    decided while measuring; re-testing them with the fixed-count rule would not keep the
+    error rate the stopping rule keeps. Their rows say ``test`` "sequential" and ``stopped``
+    (how and after how many pairs)."""
     if not len(a) or not len(b):
         return []
     keys = _keys(a)
     missing = [k for k in keys if k not in b]
     if missing:
         raise ValueError(f"compare_serve: side B lacks the grid columns {missing}")
-    rows = []
+    rows, stopped = [], {}
     for point, pa in a.groupby(keys, sort=True):
         pb = b
         for k, v in zip(keys, point, strict=True):
@@ -153,7 +160,44 @@ def compare_serve(
                 va, vb, higher_is_better=higher, paired=paired, restart_pct=min_change_pct
             )
             rows.append({**base, **result})
-    return stats.verdicts(rows, min_change_pct=min_change_pct, alpha=alpha)
+            cap = _repeat_cap(pa, pb)
+            if paired and cap:
+                stopped.setdefault(tuple(where.items()), {"cap": cap, "pairs": {}, "invalid": 0})
+                entry = stopped[tuple(where.items())]
+                entry["pairs"][metric] = (va, vb)
+                entry["invalid"] = max(entry["invalid"], len(why_a), len(why_b))
+    rows = stats.verdicts(rows, min_change_pct=min_change_pct, alpha=alpha)
+    return _sequential_verdicts(rows, stopped, min_change_pct, alpha)
+
+
+def _repeat_cap(pa: pd.DataFrame, pb: pd.DataFrame) -> int | None:
+    """The cap of a point measured with sequential stopping, when both sides record one."""
+    if "repeat_cap" not in pa or "repeat_cap" not in pb:
+        return None
+    caps = set(pa["repeat_cap"].dropna()) | set(pb["repeat_cap"].dropna())
+    return int(caps.pop()) if len(caps) == 1 else None
+
+
+def _sequential_verdicts(rows: list[dict], stopped: dict, floor: float, alpha: float) -> list:
+    tested = sum(1 for r in rows if not r["verdict"].startswith("n/a"))
+    for key, entry in stopped.items():
+        lengths = {len(a) for a, _ in entry["pairs"].values()}
+        if len(lengths) != 1 or lengths.pop() < 2:
+            continue  # metrics with different pairs: the fixed-count verdict stands
+        design = sequential.Design(
+            rows=max(tested, 1), cap=max(entry["cap"], 2), floor_pct=floor, alpha=alpha
+        )
+        step = sequential.decide(entry["pairs"], METRICS, design, invalid=entry["invalid"])
+        where = dict(key)
+        for r in rows:
+            if all(r.get(k) == v for k, v in where.items()) and r["metric"] in step["metrics"]:
+                m = step["metrics"][r["metric"]]
+                r["verdict"], r["test"] = m["verdict"], "sequential"
+                how = step["reason"] if step["reason"] == sequential.INVALID else m["status"]
+                # fewer pairs than the rule asked for (the job was cut short): say so
+                how = "unsettled" if how == sequential.CONTINUE else how
+                r["stopped"] = f"{how} ({m['pairs']} of {entry['cap']} pairs)"
+    return rows
 
 
 def _untested(n_a: int, n_b: int, higher: bool) -> dict:
@@ -289,6 +333,7 @@ def render_serve(
             "test": r.get("test") or "n/a",
             "p (Holm)": _f(r["p_holm"], 3),
             "invalid A/B": _invalid(r),
+            **({"stopped": r.get("stopped", "")} if any("stopped" in x for x in rows) else {}),
             "verdict": r["verdict"],
         }
         for r in rows

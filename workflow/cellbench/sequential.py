@@ -24,8 +24,18 @@ a boundary it is settled, and stays so:
 - **cap reached**: the cap came first; the verdict is "within noise".
 
 A plain t-test re-run after every pair until it is significant is what this is not: on the
-same noise it calls 17-30% of A/A tables changed (``benchmarks/sequential_repeats.py`` measures
-that too).
+H200 noise models it called 28-57% of single no-change rows changed within 10-20 pairs
+(``benchmarks/results/sequential_vs_fixed_repeats_2026-12-05.md``).
+
+The serve stage's call, after each interleaved pair of a point::
+
+    design = Design(rows=points * 4, cap=repeats, floor_pct=report.min_change_pct)
+    step = decide({metric: (a_values, b_values) for metric in comparison.METRICS},
+                  comparison.METRICS, design, invalid=invalid_repeats_of_this_point)
+    if step["action"] == "stop": record step["reason"], step["pairs"]; next point
+
+and each point of bench.json records ``repeat_cap`` (the cap), so the report reruns the same
+rule on the same pairs (``comparison.compare_serve``).
 
 ``decide`` is the pure function the serve stage calls; ``simulate`` is the same rule on arrays
 (a test holds the two equal) for the calibration and the benchmark.

@@ -128,12 +128,12 @@ def test_pairs_needed_against_the_normal_formula():
     # No restart noise, large n: n = (z_.975 + z_.8)^2 (cv / change)^2 on the log scale
     cv, change = 20.0, 2.0
     z = 1.959964 + 0.841621
-    normal = (z * math.log(1.2) / math.log(1.02)) ** 2
+    normal = (z * 0.2 / math.log(1.02)) ** 2
     assert math.ceil(normal) <= stats.pairs_needed(cv, change) <= math.ceil(normal) + 3
     # Restart noise larger than change / (z_.975 + z_.8): no number of pairs is enough
     assert stats.pairs_needed(1.0, 10.0, 10.0) is None
-    # log(1.1) = 0.0953; n = 3: (4.303 + 1.061) * sqrt(0.00995^2 / 3 + 0.0198^2) = 0.111, too
-    # wide; n = 4: (3.182 + 0.978) * sqrt(0.00995^2 / 4 + 0.0198^2) = 0.085, enough
+    # log(1.1) = 0.0953; n = 3: (4.303 + 1.061) * sqrt(0.01^2 / 3 + 0.0198^2) = 0.111, too
+    # wide; n = 4: (3.182 + 0.978) * sqrt(0.01^2 / 4 + 0.0198^2) = 0.085, enough
     assert stats.pairs_needed(1.0, 10.0, 2.0) == 4
 
 

@@ -119,7 +119,7 @@ def promised_pairs(
 ) -> int | None:
     """What ``stats.pairs_needed`` promises for this model's pair spread of ``metric``."""
     j = list(noise.METRICS).index(metric)
-    cv_pair = 100 * float(np.expm1(np.sqrt(2) * model.own[j]))
+    cv_pair = 100 * float(np.sqrt(2) * model.own[j])  # sd of a pair's log-ratio, x 100
     return stats.pairs_needed(cv_pair, effect_pct, floor)
 
 

@@ -487,8 +487,8 @@ def pairs_needed(
 ) -> int | None:
     """Interleaved pairs for the paired test (``compare_metric(paired=True)``) to call a change
     of ``change_pct`` with probability ``power`` at level ``alpha`` (one test, before Holm),
-    when the log-ratio of one pair spreads by ``cv_pair_pct`` (% ; ``cv_pair`` of a result) and
-    two server starts by ``restart_pct``: the smallest n with
+    when the log-ratio of one pair has standard deviation ``cv_pair_pct`` / 100 (``cv_pair`` of
+    a paired result) and two server starts differ by ``restart_pct`` %: the smallest n with
     (t_{1-alpha/2} + t_power) * sqrt(cv^2 / n + r^2) <= |log(1 + change)|, t at n - 1 degrees of
     freedom. None when no n up to ``limit`` does: restart noise alone is then too large for one
     run to tell this change, however many pairs it measures."""
@@ -498,7 +498,7 @@ def pairs_needed(
             f"{cv_pair_pct}, {restart_pct}, {change_pct}"
         )
     target = abs(math.log1p(change_pct / 100))
-    cv2 = math.log1p(cv_pair_pct / 100) ** 2
+    cv2 = (cv_pair_pct / 100) ** 2
     r2 = math.log1p(restart_pct / 100) ** 2
     z = sps.norm.ppf(1 - alpha / 2) + sps.norm.ppf(power)
     if z * math.sqrt(r2) >= target:

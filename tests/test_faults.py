@@ -331,3 +331,54 @@ def test_results_volume_full(tmp_path):
         assert _held_leases_in(tmp_path / "leases") == []
     finally:
         subprocess.run(["umount", str(vol)], check=True)
+
+
+def _whole_cell(res: Path, cell: str) -> None:
+    fx.write_tune(res, cell)
+    for arm in ARMS:
+        fx.write_bench(res, cell, arm, [fx.point(seq=0), fx.point(seq=1, repeat=1)])
+        fx.write_gsm8k(res, cell, arm, [True, False, True, True])
+
+
+@pytest.mark.slow
+def test_a_job_that_refuses_its_input_keeps_its_previous_output(tmp_path):
+    """Real Snakemake, the plots and gate jobs run for real on hand-made results (the jobs that
+    measure are left out: --allowed-rules). A GSM8K result edited after it was written makes
+    both jobs refuse it; their previous figures and gate.json stay as they were (update()
+    outputs, restored by Snakemake), so the report never links a figure a failed job removed."""
+    work = fresh_copy(tmp_path)
+    res = work / "results"
+    for model in MODELS:
+        _whole_cell(res, f"host-cpu/{model}/tp1-ep1")
+    plots_dir = work / "results/report/plots" / CELL.removeprefix("results/")
+    targets = [f"{CELL}/gate.json", str((plots_dir / "latency.png").relative_to(work))]
+
+    def snakemake() -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "snakemake", "--cores", "1", "--allowed-rules", "plots",
+             "gate", "--", *targets],  # fmt: skip
+            cwd=work,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+
+    first = snakemake()
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    before = {p.name: p.read_bytes() for p in plots_dir.glob("*.*")}
+    gate_before = (work / CELL / "gate.json").read_bytes()
+    assert len(before) == 8, sorted(before)
+    tampered = work / CELL / "gsm8k/tuned.json"
+    data = json.loads(tampered.read_text())
+    data["strict_match"] = 1.0  # no longer the mean of its samples, nor its checksum
+    tampered.write_text(json.dumps(data))
+    second = snakemake()
+    terminal = second.stdout + second.stderr
+    assert second.returncode != 0, terminal[-3000:]
+    assert f"bad result file {tampered.relative_to(work)}" in terminal, terminal[-3000:]
+    assert "Restored previous version" in terminal, terminal[-3000:]
+    assert {p.name: p.read_bytes() for p in plots_dir.glob("*.*")} == before
+    assert (work / CELL / "gate.json").read_bytes() == gate_before
+    # The jobs are still due: the next run plans them again (until the result is rebuilt).
+    plan = _dry_run(work, *targets, "--allowed-rules", "plots", "gate")
+    assert "plots" in plan and "gate" in plan, plan[-3000:]

@@ -219,3 +219,18 @@ def test_tidy_of_an_archived_run_missing_a_file_names_it(two_cells, tmp_path, ca
     err = capsys.readouterr().err
     assert str(target) in err and "cellbench archive verify embedded-cpu/" in err
     json.loads((run_dir / "MANIFEST.json").read_text())  # the manifest itself untouched
+
+
+def test_report_names_a_missing_figure_instead_of_linking_it(two_cells, tmp_path):
+    from cellbench import plots
+
+    out = tmp_path / "report"
+    files = [two_cells / c / rel for c in CELLS for rel in results.CELL_STAGE_FILES]
+    plots.main(["--results", str(two_cells), "--cell", A, "--out-dir", str(out / "plots" / A)])
+    (out / "plots" / A / "latency.png").unlink()
+    text = report.write_report(files, out, results=two_cells).read_text()
+    assert "plots/" + A + "/latency.png)" not in text  # no link to nothing
+    assert f"Figure `latency` is missing: rebuild it: `snakemake --cores 2 {out}/plots/{A}/" in text
+    assert f"![gsm8k](plots/{A}/gsm8k.png)" in text
+    # A cell whose plots job never ran gets no figure lines at all.
+    assert f"plots/{CELLS[1]}/" not in text

@@ -357,7 +357,7 @@ def previous_run_plots(
 
 
 def _frames(root: Path, cell: str):
-    files = tidy.stage_files(Path(root), [cell])
+    files = tidy.stage_files(Path(root), [cell], whole=False)
     loaded = report.load_inputs(files, root)
     summary = next((r.data for r in loaded if r.kind == results_mod.TUNE), None)
     return (*report.cell_frames(loaded), summary)

@@ -627,8 +627,14 @@ def figure_lines(figures: list[tuple[str, str]]) -> list[str]:
         return []
     lines = ["#### Figures", ""]
     for name, rel in figures:
-        lines += [f"![{name}]({rel})", ""]
+        if rel.startswith(MISSING):  # said, not linked: a link to nothing breaks --report
+            lines += [f"Figure `{name}` is missing: {rel.removeprefix(MISSING)}", ""]
+        else:
+            lines += [f"![{name}]({rel})", ""]
     return lines
+
+
+MISSING = "missing:"
 
 
 PLOTS_FOLDER = "plots"
@@ -642,9 +648,13 @@ def cell_figures(out_dir: Path, cells: Iterable[str]) -> dict[str, list[tuple[st
 
     found: dict[str, list[tuple[str, str]]] = {}
     for cell in cells:
+        drawn = (out_dir / PLOTS_FOLDER / cell).is_dir()  # its plots job has run
         for name, paths in plots.report_relative(cell).items():
             if (out_dir / paths["png"]).is_file():
                 found.setdefault(cell, []).append((name, str(paths["png"])))
+            elif drawn and name != "bump":  # bump is drawn only for a changed cell
+                rebuild = f"snakemake --cores 2 {out_dir / paths['png']}"
+                found.setdefault(cell, []).append((name, f"{MISSING}rebuild it: `{rebuild}`"))
     return found
 
 

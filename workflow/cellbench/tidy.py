@@ -232,11 +232,15 @@ def _manifest(root: Path) -> dict | None:
                           "nothing: the archived run is damaged") from exc  # fmt: skip
 
 
-def stage_files(root: Path, cells: Iterable[str]) -> list[Path]:
+def stage_files(root: Path, cells: Iterable[str], whole: bool = True) -> list[Path]:
     """The cells' stage results under ``root`` (tuning summary, serve and GSM8K results), all
     of them: ``IncompleteResults`` names any that is missing (a short table would read as a
-    smaller experiment)."""
+    smaller experiment). ``whole=False``: those present (one cell's figures say what is
+    absent in the figure itself)."""
     cells = list(cells)
+    if not whole:
+        every = [root / cell / rel for cell in cells for rel in results_mod.CELL_STAGE_FILES]
+        return [f for f in every if f.is_file()]
     manifest = _manifest(root)
     if manifest is None:
         rebuild = results_mod.LIVE_REBUILD

@@ -319,19 +319,21 @@ ALL_CELLS = "All cells"
 
 
 def plot_outputs():
-    """The plots rule's outputs by name (latency_png, ...), each marked for the report."""
+    """The plots rule's outputs by name (latency_png, ...), each marked for the report.
+    update(): Snakemake keeps them while the job runs and puts them back if it fails (a
+    refused input), so the report never links figures a failed job removed."""
     out = {}
     for name, stage in PLOT_STAGES.items():
         for fmt in ("png", "svg"):
             out[f"{name}_{fmt}"] = report(
-                f"{PLOT_DIR}/{name}.{fmt}",
+                update(f"{PLOT_DIR}/{name}.{fmt}"),
                 caption=f"../report/{name}.rst",
                 category=CELL_CATEGORY,
                 subcategory=stage,
             )
     # Drawn only when the cell has a previous archived run with other results.
     out["bump"] = report(
-        directory(f"{PLOT_DIR}/bump"),
+        update(directory(f"{PLOT_DIR}/bump")),
         patterns=["{plot}.png", "{plot}.svg"],
         caption="../report/bump.rst",
         category=CELL_CATEGORY,

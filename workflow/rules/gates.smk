@@ -10,7 +10,8 @@ rule gate:
         untuned=f"{CELL_DIR}/gsm8k/untuned.json",
         tuned=f"{CELL_DIR}/gsm8k/tuned.json",
     output:
-        f"{CELL_DIR}/gate.json",
+        # update(): a refused input keeps the previous verdict (Snakemake restores it).
+        update(f"{CELL_DIR}/gate.json"),
     log:
         f"{LOG_DIR}/gate.log",
     benchmark:

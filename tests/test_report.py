@@ -61,10 +61,12 @@ def test_tables_in_the_seeds_shape(results, tmp_path):
     text = out.read_text()
     assert "#### TTFT (ms)" in text and "#### TPOT (ms)" in text and "#### E2E Latency (ms)" in text
     assert "| ISL-OSL   | Triton MoE Untuned   | Triton MoE Tuned   |" in text
-    # TTFT means over the three repeats, and the Average row over the grid
-    assert "| 512-512   | 100.00               | 80.00              |" in text
-    assert "| 1024-1024 | 200.00               | 199.67             |" in text
-    assert "| Average   | 150.00               | 139.83             |" in text
+    # TTFT medians over the three repeats ± half their IQR (as the PR files and verdicts), and
+    # the Average row over the grid's medians; the table says which statistic it shows
+    assert report.LATENCY_NOTE in text
+    assert "| 512-512   | 100.00 ± 0.50        | 80.00 ± 0.50       |" in text
+    assert "| 1024-1024 | 200.00 ± 0.50        | 200.00 ± 0.75      |" in text
+    assert "| Average   | 150.00               | 140.00             |" in text
     # GSM8K: percentages with stderr, and the paired table (both right, both wrong, fixed,
     # broken; accuracies; difference) of the untuned-vs-tuned section
     assert "| exact_match, strict-match     | 80.00% ± 1.00        | 83.00% ± 1.00      |" in text

@@ -147,14 +147,50 @@ def server_command(bench: dict) -> str:
     command = server.get("command")
     if not command:
         return "# (this bench.json recorded no server command)"
-    assignments = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in sorted(env.items()))
-    return (assignments + " " if assignments else "") + shlex.join(command)
+    assignments = " ".join(
+        f"{k}={shlex.quote(portable(str(v)))}" for k, v in sorted(env.items())
+    )
+    return (assignments + " " if assignments else "") + shlex.join(map(portable, command))
+
+
+def portable(word: str) -> str:
+    """A command word without this host's paths: an absolute path into the pipeline's results
+    (alone or as the value of ``--opt=``) becomes ``results/...``, as the repository lays it
+    out, and a host interpreter its name; other paths (a container's) stay as they are."""
+    option, eq, value = word.partition("=")
+    if eq and option.startswith("-"):
+        return f"{option}={portable(value)}"
+    if not word.startswith("/"):
+        return word
+    parts = PurePosixPath(word).parts
+    if "results" in parts:  # a pipeline path: from results/ on, as the repository lays it out
+        return "/".join(parts[parts.index("results") :])
+    if "bin" in parts[:-1] and parts[-1].startswith("python"):  # an interpreter
+        return parts[-1]
+    return word
+
+
+_ABSOLUTE = re.compile(r"/[^\s'\"`,;()]+")
+
+
+def portable_text(text: str) -> str:
+    """``portable`` applied to every absolute path inside a line of text (a server's log)."""
+    return _ABSOLUTE.sub(lambda m: portable(m.group(0)), text)
+
+
+def display_title(model: str, model_ids: list[str]) -> str:
+    """The PR file's title: the served models' ids, or, for a model the pipeline built (served
+    from a folder), the config's model name, never a host path."""
+    ids = [m for m in model_ids if not m.startswith(("/", ".", "results/", "~"))]
+    if ids:
+        return ", ".join(ids)
+    return f"{model} (a model built by the pipeline)" if model_ids else model
 
 
 def evidence_lines(bench: dict) -> list[str]:
     """What the arm's server logged about its fused-MoE config (observed, from its log)."""
     moe = bench.get("moe_config") or {}
-    return list(moe.get("log_lines") or [])
+    return [portable_text(line) for line in moe.get("log_lines") or []]
 
 
 def _cell_sections(
@@ -268,7 +304,7 @@ def render_model(
     model_ids = sorted(
         {b["server"].get("model_id") for c in cells for b in benches.get(c, {}).values()} - {None}
     )
-    title = ", ".join(model_ids) or model
+    title = display_title(model, model_ids)
     lines = [f"# {title}", ""]
     if model_ids and model_ids != [model]:
         lines += [f"cellbench model `{model}`; {len(cells)} cell(s).", ""]

@@ -204,31 +204,48 @@ def _md(df: pd.DataFrame) -> str:
     return df.to_markdown(index=False, disable_numparse=True)
 
 
+# One statistic wherever serving latency is shown (these tables, the PR files, the verdicts
+# and the figures): per grid point, the median over the repeats of each repeat's mean, with
+# half the interquartile range of the repeats as its spread.
+LATENCY_NOTE = (
+    "Latency tables: each figure is the median over the repeats of that point's per-repeat "
+    "mean latency, ± half the repeats' interquartile range (no ± with one repeat); the Average "
+    "row averages the medians."
+)
+
+
 def latency_tables(serve: pd.DataFrame, cell: str) -> list[str]:
     """The seeds' three tables for one cell: ISL-OSL rows, arms as columns, an Average row.
-    Repeats are averaged; concurrency levels are kept apart (one row each)."""
-    out = []
+    Per point, the median over repeats ± half their IQR (LATENCY_NOTE); concurrency levels
+    and request rates are kept apart (one row each)."""
+    from cellbench.pr_markdown import median_spread  # pr_markdown imports this module
+
+    out = [LATENCY_NOTE, ""]
     rows = serve[serve.cell == cell]
     # Concurrency and request-rate points side by side, kept apart by their load label.
     level = "load" if "load" in rows else "max_concurrency"
     keys = ["isl", "osl", level] if level in rows else ["isl", "osl"]
     several = rows[level].nunique() > 1 if level in rows else False
+    arms = [a for a in ARM_LABELS if a in set(rows.arm)]
     for title, metric in LATENCY_TABLES:
-        pivot = (
-            rows.groupby([*keys, "arm"])[metric]
-            .mean()
-            .unstack("arm")
-            .reindex(columns=[a for a in ARM_LABELS if a in set(rows.arm)])
-        )
-        pivot = pivot.sort_index()
-        labels = [_point_label(*(tuple(k) + (None,))[:3], several) for k in pivot.index]
+        points = sorted({tuple(k) for k in rows[keys].itertuples(index=False)})
+        labels = [_point_label(*(tuple(k) + (None,))[:3], several) for k in points]
         if level == "load":
-            labels = [f"{i}-{o} @{x}" if several else f"{i}-{o}" for i, o, x in pivot.index]
+            labels = [f"{i}-{o} @{x}" if several else f"{i}-{o}" for i, o, x in points]
         table = pd.DataFrame({"ISL-OSL": labels})
-        for arm in pivot.columns:
-            table[arm_column(rows, arm)] = [_fmt(v) for v in pivot[arm]]
         average = {"ISL-OSL": "Average"}
-        average.update({arm_column(rows, arm): _fmt(pivot[arm].mean()) for arm in pivot.columns})
+        for arm in arms:
+            shown, medians = [], []
+            for key in points:
+                mask = rows.arm == arm
+                for k, v in zip(keys, key, strict=True):
+                    mask &= rows[k] == v
+                median, spread = median_spread(rows[mask][metric].dropna())
+                medians.append(median)
+                shown.append(_fmt(median) + (f" ± {_fmt(spread)}" if spread is not None else ""))
+            table[arm_column(rows, arm)] = shown
+            known = [m for m in medians if not math.isnan(m)]
+            average[arm_column(rows, arm)] = _fmt(sum(known) / len(known) if known else None)
         table = pd.concat([table, pd.DataFrame([average])], ignore_index=True)
         out.append(f"#### {title}\n\n{_md(table)}\n")
     return out
@@ -536,6 +553,7 @@ def render(
     previous: list[str] | None = None,
     gates: dict[str, dict] | None = None,
     figures: dict[str, list[tuple[str, str]]] | None = None,
+    run: list[str] | None = None,
 ) -> str:
     """report.md; ``previous``: sections comparing cells with their previous archived run
     (``archive.previous_run_sections``), placed after the cells' own sections; ``gates``: each
@@ -544,7 +562,7 @@ def render(
     cells = sorted(
         set(serve.get("cell", [])) | set(gsm.get("cell", [])) | set(tune.get("cell", []))
     )
-    lines = ["# cellbench report", ""]
+    lines = ["# cellbench report", "", *(run or [])]
     if runtime == "local" and cells and all(arms_cannot_differ(serve, c) for c in cells):
         lines += [
             "> **Embedded default, served by vLLM on the CPU.** A tiny random-weight "
@@ -619,6 +637,47 @@ def render(
     lines += image_sections(serve, compare, gsm, min_change_pct)
     lines += ["", comparison.footer(min_change_pct), ""]
     return "\n".join(lines)
+
+
+def _values(frame: pd.DataFrame, column: str) -> str:
+    if column not in frame:
+        return "n/a"
+    found = sorted({v for v in frame[column].dropna().tolist()}, key=str)
+    return ", ".join(str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)
+                     for v in found) or "n/a"  # fmt: skip
+
+
+def run_lines(
+    serve: pd.DataFrame,
+    tune: pd.DataFrame,
+    runtime: str,
+    min_change_pct: float,
+    written: str,
+    git: dict,
+) -> list[str]:
+    """What a reader needs to judge the numbers: when the report was written, from which
+    commit, and the settings the measurements ran with (as the result files record them)."""
+    commit = git.get("commit") or "unknown (not a git checkout)"
+    if git.get("dirty"):
+        commit += " (with uncommitted changes)"
+    lines = ["## Run", "", f"- Written {written} UTC from commit `{commit}`; runtime {runtime}."]
+    if len(serve):
+        grid = sorted({(int(i), int(o)) for i, o in zip(serve.isl, serve.osl, strict=True)})
+        repeats = serve.groupby(["cell", "arm", "isl", "osl"])["repeat"].nunique()
+        low, high = int(repeats.min()), int(repeats.max())
+        span = str(low) if low == high else f"{low}-{high}"
+        lines.append(
+            f"- Serving: ISL-OSL {', '.join(f'{i}-{o}' for i, o in grid)}; concurrency "
+            f"{_values(serve, 'max_concurrency')}; {_values(serve, 'num_prompts')} prompts per "
+            f"point; {span} repeats per point and arm."
+        )
+    if len(tune):
+        lines.append(
+            f"- Tuner: backend {_values(tune, 'backend')}, mode {_values(tune, 'mode')}, batch "
+            f"sizes {_values(tune, 'batch_size')}, device {_values(tune, 'device_name')}."
+        )
+    lines += [f"- Verdicts call a change below {min_change_pct:g}% within noise.", ""]
+    return lines
 
 
 def figure_lines(figures: list[tuple[str, str]]) -> list[str]:
@@ -721,7 +780,14 @@ def write_report(
                 archive_root, results, cells, min_change_pct=min_change_pct
             )
         gates = {r.data["cell"]: r.data for r in loaded if r.kind == results_mod.GATE}
-        text = render(serve, gsm, tune, runtime, compare, min_change_pct, previous, gates, figures)
+        from cellbench.archive import git_state  # archive imports this module
+
+        written = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S")
+        git = git_state(Path(__file__).resolve().parents[2])
+        run_info = run_lines(serve, tune, runtime, min_change_pct, written, git)
+        text = render(
+            serve, gsm, tune, runtime, compare, min_change_pct, previous, gates, figures, run_info
+        )
         atomicio.write_text(staging / "report.md", text)
         from cellbench import pr_markdown  # pr_markdown reads this module's frames
 

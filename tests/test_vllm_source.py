@@ -201,3 +201,25 @@ def test_tuner_cli_refuses_a_missing_source_folder(tmp_path, no_vllm_env) -> Non
     assert p.returncode == 2, p.stderr
     assert "absent does not exist" in p.stderr and "vllm-kernel-src.sh" in p.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_ops_folder_without_a_record_is_named(tmp_path) -> None:
+    with pytest.raises(vs.VllmSourceError, match=r"has no SOURCE\.json.*vllm_ops_pack\.py"):
+        vs.load_vllm_ops(tmp_path)
+
+
+@pytest.mark.skipif(DEVICE != "cpu", reason="this check is for machines without a GPU")
+def test_without_a_gpu_every_part_says_it_is_the_projects_and_why(vllm_src, tmp_path) -> None:
+    """vLLM's compiled ops are CUDA libraries: on a CPU none is loaded, each part of the call
+    names the project's op and the reason (the tables print these lines per column), and the
+    call still matches the reference."""
+    (tmp_path / "SOURCE.json").write_text('{"version": "0.34.0", "libraries": {}}')
+    src = vs.load_vllm_source(vllm_src, ops=tmp_path)
+    parts = src.record()["parts"]
+    assert set(parts) == set(vs.PROJECT_PARTS)
+    why = "project's (vLLM's compiled ops need a CUDA GPU"
+    assert all(v.startswith(why) for v in parts.values()), parts
+    assert src.record()["project_parts"] == list(vs.PROJECT_PARTS)
+    p = kernels.make_problem(MoEShape(8, 32, 64, 2), 5, "fp32", DEVICE, seed=3)
+    err = relative_error(src.fused_experts(p, _cfg(16, 32, 32)), reference.torch_moe_reference(p))
+    assert err < reference.problem_error_bound(p)

@@ -498,7 +498,7 @@ PROBES: list[Probe] = [
             f"image-named-{name}",
             "config",
             f"an image named `{name}` (results/{name}/ is the pipeline's own folder)",
-            f"images.{name}: the name {name!r} is taken by results/{name}/",
+            f"images.{name}: results/{name}/ is one of the pipeline's own folders",
             base="local",
             edit=_rename_image(name),
         )
@@ -1010,7 +1010,7 @@ PROBES: list[Probe] = [
         "snakemake-image-named-report",
         "snakemake",
         "`snakemake -n` with the image named `report`",
-        "images.report: the name 'report' is taken by results/report/",
+        "images.report: results/report/ is one of the pipeline's own folders",
         base="local",
         edit=_rename_image("report"),
     ),

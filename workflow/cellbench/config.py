@@ -519,9 +519,9 @@ def _check_names_and_strings(config: dict[str, Any]) -> None:
     for name, image in config["images"].items():
         if name.lower() in RESULTS_LAYOUT_NAMES:
             raise ConfigError(
-                f"config error: images.{name}: the name {name!r} is taken by results/{name}/ "
-                f"(results/ keeps its own {', '.join(RESULTS_LAYOUT_NAMES)} folders there); "
-                "rename the image"
+                f"config error: images.{name}: results/{name}/ is one of the pipeline's own "
+                f"folders ({', '.join(RESULTS_LAYOUT_NAMES)}), so the name {name!r} is taken "
+                "by the results layout; rename the image"
             )
         _check_image_ref(name, image["ref"])
     for key in ("image_lock", "hf_cache", "run_label"):

@@ -60,8 +60,10 @@ def cell_env(config: dict, wildcards: Any, image: str | None = None) -> dict[str
 
 def gpus_per_server(config: dict, wildcards: Any) -> int:
     """GPUs one server (or the tuner) of a cell holds: its TP size in containers, none for
-    host processes."""
-    return int(wildcards.tp) if config["runtime"] == "docker" else 0
+    host processes or a CPU-only image (gpu_vendor none)."""
+    if config["runtime"] != "docker" or config["gpu_vendor"] == "none":
+        return 0
+    return int(wildcards.tp)
 
 
 def _gpu_flags(config: dict, wildcards: Any) -> list[str]:

@@ -37,7 +37,7 @@ IMAGE = "vllm-nightly"
 CELL = f"{IMAGE}/tiny-qwen3-moe/tp1-ep1"
 BUILD_HINT = "bash workflow/scripts/bootstrap.sh --vllm-images builds it"
 
-pytestmark = [pytest.mark.docker, pytest.mark.slow]
+pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.rehearsal]
 
 
 @pytest.fixture(scope="module")
@@ -220,7 +220,10 @@ def _serve_target() -> str:
 
 
 def test_a_server_that_cannot_start_fails_fast_with_vllms_words(rehearsal, tmp_path):
-    workdir = _copy_run(rehearsal, tmp_path, serve_args=["--no-such-option-xyz", "1"])
+    workdir = _copy_run(rehearsal, tmp_path)
+    cfg = yaml.safe_load((workdir / "cfg.yaml").read_text())
+    cfg["models"]["tiny-qwen3-moe"]["serve_args"] = ["--enforce-eager", "--no-such-option-xyz"]
+    (workdir / "cfg.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
     run_id = f"badarg-{uuid.uuid4().hex[:10]}"
     t0 = time.monotonic()
     r = snakemake(workdir, run_id, _serve_target(), timeout=600)

@@ -355,8 +355,18 @@ def test_a_job_that_refuses_its_input_keeps_its_previous_output(tmp_path):
 
     def snakemake() -> subprocess.CompletedProcess:
         return subprocess.run(
-            [sys.executable, "-m", "snakemake", "--cores", "1", "--allowed-rules", "plots",
-             "gate", "--", *targets],  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "snakemake",
+                "--cores",
+                "1",
+                "--allowed-rules",
+                "plots",
+                "gate",
+                "--",
+                *targets,
+            ],  # fmt: skip
             cwd=work,
             capture_output=True,
             text=True,

@@ -28,8 +28,13 @@ def _cell(res: Path) -> list[Path]:
             "model": model_dir,
             "model_id": model_dir,
             "ready_s": 1.0,
-            "command": ["/opt/venv/bin/python", "-m", "cellbench.tf_serve", model_dir,
-                        f"--tuned-folder={host}/{CELL}/tune/configs"],  # fmt: skip
+            "command": [
+                "/opt/venv/bin/python",
+                "-m",
+                "cellbench.tf_serve",
+                model_dir,
+                f"--tuned-folder={host}/{CELL}/tune/configs",
+            ],  # fmt: skip
             "env": {"VLLM_TUNED_CONFIG_FOLDER": f"{host}/{CELL}/tune/configs"},
         }
         line = f"Using default MoE config (looked in {host}/{CELL}/tune/configs)"

@@ -29,10 +29,19 @@ def _entry(gain, base_config=BASE):
         "gemm1_us": 20.0,
         "kernel_path": "decode",
         "path_choice": {"path": "decode"},
-        "roofline": {"fused": {"roofline_fraction": 0.1, "achieved_flops_per_s": 1.0,
-                               "achieved_bytes_per_s": 1.0}},  # fmt: skip
-        "baseline": {"source": "default", "config": dict(base_config), "time_us": 48.0,
-                     "tuned_time_us": 50.0},  # fmt: skip
+        "roofline": {
+            "fused": {
+                "roofline_fraction": 0.1,
+                "achieved_flops_per_s": 1.0,
+                "achieved_bytes_per_s": 1.0,
+            }
+        },  # fmt: skip
+        "baseline": {
+            "source": "default",
+            "config": dict(base_config),
+            "time_us": 48.0,
+            "tuned_time_us": 50.0,
+        },  # fmt: skip
         "improvement_pct": gain,
     }
 

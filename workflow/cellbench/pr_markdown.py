@@ -147,9 +147,7 @@ def server_command(bench: dict) -> str:
     command = server.get("command")
     if not command:
         return "# (this bench.json recorded no server command)"
-    assignments = " ".join(
-        f"{k}={shlex.quote(portable(str(v)))}" for k, v in sorted(env.items())
-    )
+    assignments = " ".join(f"{k}={shlex.quote(portable(str(v)))}" for k, v in sorted(env.items()))
     return (assignments + " " if assignments else "") + shlex.join(map(portable, command))
 
 

@@ -130,13 +130,10 @@ def measured_packages(results: Path, cells: list[str]) -> dict[str, dict[str, st
 def server_versions(results: Path, cell: str) -> dict[str, str | None]:
     """Per arm of ``cell``, the version its running server gave for itself (``GET /version``,
     recorded in bench.json's ``server.version``); null where the server had no such endpoint
-    or the file predates the record."""
+    or the file predates the record. Read through the checked loader, like every result."""
     out: dict[str, str | None] = {}
     for bench in sorted((Path(results) / cell / "serve").glob("*/bench.json")):
-        try:
-            data = json.loads(bench.read_text())
-        except (OSError, ValueError):
-            continue
+        data = load_result(bench, Path(results)).data
         seen = (data.get("server") or {}).get("version") or {}
         out[str(data.get("arm", bench.parent.name))] = seen.get("version")
     return out

@@ -65,16 +65,18 @@ class Pins:
             return []
         from cellbench import images
 
+        pinned = {name: ref for name, ref in sorted(self.refs.items()) if ref}
+        if not pinned:
+            return []
+        try:
+            client = client or images.docker_client(timeout=60)
+        except images.ImageError as exc:
+            return [str(exc)]
         problems = []
-        for name, ref in sorted(self.refs.items()):
-            if not ref:
-                continue
+        for name, ref in pinned.items():
             try:
-                client = client or images.docker_client(timeout=60)
                 client.images.get(ref)
                 continue
-            except images.ImageError as exc:
-                return [str(exc)]
             except Exception:  # not on this host: the registry must serve it
                 pass
             try:

@@ -6,7 +6,7 @@ min_version("9.27")  # pyproject.toml pins 9.27.1
 
 
 include: "workflow/rules/common.smk"
-include: "workflow/rules/interrupts.smk"
+include: "workflow/rules/onstart.smk"
 include: "workflow/rules/assets.smk"
 include: "workflow/rules/tune.smk"
 include: "workflow/rules/serve.smk"
@@ -23,9 +23,3 @@ rule all:
     input:
         all_targets(),
 
-
-onstart:
-    # Before any job: every pinned image must be on this host or in its registry.
-    problems = PINS.missing()
-    if problems:
-        raise WorkflowError("cannot start: " + "; ".join(problems))

@@ -164,6 +164,15 @@ def test_interrupt_mid_benchmark_stops_everything_and_leaves_nothing(
     assert "serve_pair" in plan and "incomplete" not in plan.lower(), plan[-3000:]
 
 
+def test_the_workflow_has_one_onstart_hook():
+    """Snakemake keeps only the last ``onstart`` it reads: a second hook once replaced the one
+    that installs the signal handler, and the interrupt tests above timed out."""
+    root = Path(__file__).resolve().parents[1]
+    files = [root / "Snakefile", *sorted((root / "workflow/rules").glob("*.smk"))]
+    hooks = [f.name for f in files for line in f.read_text().splitlines() if line == "onstart:"]
+    assert hooks == ["onstart.smk"], hooks
+
+
 def test_forwarding_signals_job_commands_but_not_shells_or_other_sessions(tmp_path):
     """``interrupts.stop_jobs`` as Snakemake's handler uses it, on a real process tree: a shell
     running a command, and a process that put itself in a session of its own."""

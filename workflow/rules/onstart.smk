@@ -1,0 +1,14 @@
+# The workflow's only `onstart` hook: Snakemake keeps the last one defined, so a second hook
+# anywhere would silently replace this one (tests/test_faults.py checks there is one).
+
+
+onstart:
+    # Before any job: every pinned image must be on this host or in its registry.
+    problems = PINS.missing()
+    if problems:
+        raise WorkflowError("cannot start: " + "; ".join(problems))
+    # A SIGINT or SIGTERM sent to the Snakemake process alone stops the running jobs within
+    # seconds (cellbench/interrupts.py): Snakemake by itself would let them run to the end.
+    from cellbench import interrupts
+
+    interrupts.install()

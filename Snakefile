@@ -22,4 +22,3 @@ rule all:
     default_target: True
     input:
         all_targets(),
-

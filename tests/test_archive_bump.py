@@ -20,9 +20,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from cellbench.archive import write as archive
-from cellbench.config import loader as cbconfig
-from cellbench.runtime import images
+from cellbench import archive, images
+from cellbench import config as cbconfig
 from docker_env import (  # noqa: F401
     docker_client,
     fresh_tag,

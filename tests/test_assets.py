@@ -8,8 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
-from cellbench.assets import build as assets
-from cellbench.serve import loadgen
+from cellbench import assets, loadgen
 
 
 def _read_jsonl(p: Path) -> list[dict]:

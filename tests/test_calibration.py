@@ -17,8 +17,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from cellbench.stats import calibration, comparison, noise
-from cellbench.stats import core as stats
+from cellbench import calibration, comparison, noise, stats
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 import requests
-from cellbench.runtime.container import (
+from cellbench.container import (
     ContainerFailed,
     GpuSpec,
     Mount,

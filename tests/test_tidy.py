@@ -1,6 +1,5 @@
-"""The tidy table (cellbench.report.tidy): one row per measured number, live results and archived
-runs alike, read through cellbench.results.loaders; written as Parquet and CSV that read back
-equal."""
+"""The tidy table (cellbench.tidy): one row per measured number, live results and archived
+runs alike, read through cellbench.results; written as Parquet and CSV that read back equal."""
 
 from __future__ import annotations
 
@@ -9,9 +8,8 @@ import json
 import pandas as pd
 import pytest
 import t21_cells as cells
-from cellbench.archive import write as archive
-from cellbench.report import tidy
-from cellbench.results.loaders import ResultError
+from cellbench import archive, tidy
+from cellbench.results import ResultError
 
 KEYS = ["run", "image", "digest", "model", "tp", "ep", "arm", "config_source", "isl", "osl",
         "concurrency", "repeat", "metric", "value"]  # fmt: skip
@@ -111,7 +109,7 @@ def test_archived_run_gives_the_same_rows(results, tmp_path):
 
 
 def test_live_report_writes_the_tidy_tables(results, tmp_path):
-    from cellbench.report import build as report
+    from cellbench import report
 
     files = tidy.stage_files(results, [cells.CELL])
     report.write_report(files, results / "report", results=results)

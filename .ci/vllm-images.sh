@@ -28,15 +28,16 @@ NIGHTLY_FIRST=0.31.0
 RECIPE=1
 DOCKER=/usr/bin/docker
 PYTHON=${PYTHON:-python3}
-ROOTFS_TAR="$STATE/bookworm-python3-vllm.tar"
+ROOTFS_TAR="$STATE/bookworm-python3-gxx-vllm.tar"
 
 log() { printf '[vllm-images] %s\n' "$*" >&2; }
 
-# GPU toolchains, headers and tests are dead weight in a CPU image (vLLM's CPU build runs no
-# Triton kernel; the tuner runs vLLM's kernel under TRITON_INTERPRET=1, which needs neither).
+# GPU toolchains and tests are dead weight in a CPU image (vLLM's CPU build runs no Triton
+# kernel; the tuner runs vLLM's kernel under TRITON_INTERPRET=1, which needs neither). torch's
+# headers stay: inductor compiles C++ against them when vLLM's CPU sampler calls torch.compile.
 prune() {
   rm -rf "$1/triton/backends/nvidia/bin" "$1/triton/backends/nvidia/lib" \
-         "$1/triton/backends/amd/lib" "$1/torch/include" "$1/torch/test"
+         "$1/triton/backends/amd/lib" "$1/torch/test"
   find "$1" -name __pycache__ -type d -prune -exec rm -rf {} +
 }
 
@@ -73,9 +74,11 @@ done
 
 # --- 2. the rootfs: bookworm minbase + python3 and the libraries vLLM's CPU build loads ------
 if [ ! -s "$ROOTFS_TAR" ]; then
-  log "debootstrap bookworm (minbase + python3, libnuma1, libgomp1, libstdc++6, curl)"
+  # g++: vLLM's CPU sampler calls torch.compile even under --enforce-eager, and inductor needs a
+  # C++ compiler (upstream's CPU images ship one); without it the engine dies at the first request.
+  log "debootstrap bookworm (minbase + python3, python3-dev, g++, libnuma1, libgomp1, libstdc++6, curl)"
   tmp="$(mktemp -d "$STATE/rootfs-vllm.XXXX")"
-  debootstrap --variant=minbase --include=python3,libnuma1,libgomp1,libstdc++6,curl bookworm "$tmp" \
+  debootstrap --variant=minbase --include=python3,g++,python3-dev,libnuma1,libgomp1,libstdc++6,curl bookworm "$tmp" \
     http://deb.debian.org/debian >"$STATE/debootstrap-vllm.log" 2>&1 \
     || { tail -20 "$STATE/debootstrap-vllm.log"; exit 1; }
   rm -rf "$tmp"/var/cache/apt/archives/*.deb "$tmp"/var/lib/apt/lists/*

@@ -28,7 +28,7 @@ NIGHTLY_FIRST=0.31.0
 RECIPE=1
 DOCKER=/usr/bin/docker
 PYTHON=${PYTHON:-python3}
-ROOTFS_TAR="$STATE/bookworm-python3-gxx-vllm.tar"
+ROOTFS_TAR="$STATE/bookworm-python3-gxx-openssl-vllm.tar"
 
 log() { printf '[vllm-images] %s\n' "$*" >&2; }
 
@@ -76,9 +76,10 @@ done
 if [ ! -s "$ROOTFS_TAR" ]; then
   # g++: vLLM's CPU sampler calls torch.compile even under --enforce-eager, and inductor needs a
   # C++ compiler (upstream's CPU images ship one); without it the engine dies at the first request.
-  log "debootstrap bookworm (minbase + python3, python3-dev, g++, libnuma1, libgomp1, libstdc++6, curl)"
+  # openssl: inductor checksums its preprocessed C++ header by running `openssl sha512`.
+  log "debootstrap bookworm (minbase + python3, python3-dev, g++, openssl, libnuma1, libgomp1, libstdc++6, curl)"
   tmp="$(mktemp -d "$STATE/rootfs-vllm.XXXX")"
-  debootstrap --variant=minbase --include=python3,g++,python3-dev,libnuma1,libgomp1,libstdc++6,curl bookworm "$tmp" \
+  debootstrap --variant=minbase --include=python3,g++,python3-dev,openssl,libnuma1,libgomp1,libstdc++6,curl bookworm "$tmp" \
     http://deb.debian.org/debian >"$STATE/debootstrap-vllm.log" 2>&1 \
     || { tail -20 "$STATE/debootstrap-vllm.log"; exit 1; }
   rm -rf "$tmp"/var/cache/apt/archives/*.deb "$tmp"/var/lib/apt/lists/*

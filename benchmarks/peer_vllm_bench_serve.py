@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from cellbench import container, loadgen
-from cellbench.server import CONTAINER_MODEL_DIR, ServerSpec, serve
+from cellbench.server import CONTAINER_MODEL_DIR, ServerSpec, observe_version, serve
 
 METRICS = ("ttft", "tpot", "itl", "e2el")
 
@@ -128,6 +128,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmups", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--port", type=int, default=8190)
+    ap.add_argument(
+        "--dtype",
+        default="fp16",
+        help="the model dtype served (as the rehearsal's config says; vLLM's CPU bf16 worker "
+        "dies with SIGILL on some AMX hosts)",
+    )
+    ap.add_argument(
+        "--serve-args",
+        default="--enforce-eager",
+        help="extra `vllm serve` arguments, space-separated (as config/rehearsal.yaml's)",
+    )
     ap.add_argument("--out-dir", required=True, type=Path)
     a = ap.parse_args(argv)
     if "@sha256:" not in a.image:
@@ -150,7 +161,9 @@ def main(argv: list[str] | None = None) -> int:
             image_ref=a.image,
             ready_timeout_s=600,
             gpu_vendor="none",
-            serve_args=[],
+            server="vllm",
+            dtype=a.dtype,
+            serve_args=a.serve_args.split(),
         )
         t0 = time.monotonic()
         with serve(spec) as server:
@@ -193,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
                                     conc,
                                     a.osl,
                                     a.warmups,
-                                    tmp / "bench.log",
+                                    a.out_dir / "vllm-bench.log",
                                 )
                             )
                     rows.append(
@@ -209,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
                         f"repeat {rep} c={conc}: ours {got['ours']} vllm {got['vllm']}",
                         file=sys.stderr,
                     )
-            version = server.describe.get("version") or {}
+            version = observe_version(server.base_url)
     meta = {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "image": a.image,

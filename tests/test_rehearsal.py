@@ -156,7 +156,8 @@ def test_every_step_ran_in_a_pinned_vllm_container(rehearsal):
     # The tuner ran inside the image, on that image's own vLLM kernel sources.
     summary = json.loads((workdir / "results" / CELL / "tune" / "summary.json").read_text())
     assert summary["backend"] == "vllm"
-    assert summary["vllm_version"] == OLD, {k: v for k, v in summary.items() if "vllm" in k}
+    # The image's metadata alias says X.Y.Z+cpu, as upstream's CPU builds do.
+    assert summary["vllm_version"].split("+")[0] == OLD, summary["vllm_version"]
     configs = list((workdir / "results" / CELL / "tune" / "configs").glob("E=*.json"))
     assert configs, "no vLLM config file written"
     # GSM8K through lm-eval against each arm's container.
@@ -260,7 +261,7 @@ def _start(workdir: Path, run_id: str, *targets: str) -> subprocess.Popen:
 
 def _measuring(workdir: Path, arm: str):
     """True once the serve job has measured a point on ``arm``'s server."""
-    log = workdir / "results" / CELL / "logs" / "serve_pair.log"
+    log = workdir / "results" / "logs" / CELL / "serve-pair.log"
     return log.exists() and re.search(rf"\b{arm}\b.*isl=\d+", log.read_text())
 
 
@@ -315,14 +316,17 @@ def test_ctrl_c_of_the_whole_run_leaves_no_container_port_or_lease(rehearsal, tm
 
 def test_an_unreachable_registry_names_it_and_leaves_the_lock_alone(rehearsal, tmp_path):
     workdir = _copy_run(rehearsal, tmp_path)
-    # Nothing listens on port 9: a registry that cannot be reached.
-    write_config(workdir, "127.0.0.1:9/vllm-cpu:nightly")
+    # A second image whose registry cannot be reached (nothing listens on port 9), beside the
+    # pinned one: `lock` must pin it and cannot; `status` must report it and cannot.
+    cfg = yaml.safe_load((workdir / "cfg.yaml").read_text())
+    cfg["images"]["offline"] = {"ref": "127.0.0.1:9/vllm-cpu:nightly", "rocm_version": "0.0"}
+    (workdir / "cfg.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
     before = (workdir / "lock.yaml").read_bytes()
     for cmd in ("status", "lock"):
         r = cellbench(workdir, "images", cmd, "--configfile", "cfg.yaml", timeout=300)
         assert r.returncode != 0, r.stdout + r.stderr
         text = r.stdout + r.stderr
-        assert "127.0.0.1:9" in text and "unreachable" in text, text
+        assert "127.0.0.1:9" in text and "registry unreachable" in text, text
         assert "Traceback" not in text
         assert (workdir / "lock.yaml").read_bytes() == before
 

@@ -150,7 +150,8 @@ def test_every_step_ran_in_a_pinned_vllm_container(rehearsal):
         assert bench["moe_config"]["source"] == "none seen", bench["moe_config"]
         assert len(bench["points"]) == 2 * 2  # grid points x repeats
         log = (workdir / "results" / CELL / "serve" / arm / "server.log").read_text()
-        assert "vLLM API server version" in log or "api_server" in log
+        # vLLM's own start-up line (0.31/0.32 print a banner and this, no "API server version").
+        assert "Starting vLLM server on" in log, log[-2000:]
     tuned_env = arms["tuned"]["server"]["env"]
     assert tuned_env.get("VLLM_TUNED_CONFIG_FOLDER"), tuned_env
     # The tuner ran inside the image, on that image's own vLLM kernel sources.
@@ -211,6 +212,10 @@ def _copy_run(rehearsal, tmp_path: Path, **serve_overrides) -> Path:
     workdir = tmp_path / "w"
     workdir.mkdir()
     shutil.copytree(src / "results", workdir / "results", symlinks=True)
+    # Snakemake's record of each output's params, so a changed setting or pin reruns its jobs
+    # here as it would in the original folder. The old job logs stay behind.
+    shutil.copytree(src / ".snakemake" / "metadata", workdir / ".snakemake" / "metadata")
+    shutil.rmtree(workdir / "results" / "logs", ignore_errors=True)
     shutil.copy2(src / "lock.yaml", workdir / "lock.yaml")
     write_config(workdir, rehearsal["tag"], **serve_overrides)
     return workdir
@@ -274,8 +279,12 @@ def test_a_server_container_killed_mid_benchmark_fails_the_job_and_only_it_rerun
     proc = _start(workdir, run_id, "--forcerun", "serve_pair", _serve_target())
     try:
         _wait(lambda: _measuring(workdir, "untuned"), proc, 900, "the first measured point")
-        victims = [c for c in labelled(client, "cellbench.run", run_id)
-                   if c.labels.get("cellbench.arm") == "tuned"]  # fmt: skip
+
+        def tuned_servers():
+            return [c for c in labelled(client, "cellbench.run", run_id)
+                    if c.labels.get("cellbench.arm") == "tuned"]  # fmt: skip
+
+        victims = _wait(tuned_servers, proc, 300, "the tuned server's container")
         assert victims, "no tuned server container to kill"
         victims[0].kill()
         rc = proc.wait(timeout=600)

@@ -231,6 +231,7 @@ def test_every_documented_command_runs_in_dry_run_form(tmp_path):
                 continue
             assert "Traceback" not in out, f"{source}: {cmd!r}: {out}"
             if Path(argv[0]).name == "snakemake":
-                assert "This was a dry-run" in out, out
+                # A checkout whose results are complete plans nothing: also a truthful dry run.
+                assert "This was a dry-run" in out or "Nothing to be done" in out, out
             ran += 1
     assert ran >= 15 and skipped >= 3, (ran, skipped)

@@ -1,4 +1,4 @@
-"""The append-only archive (cellbench.archive): run folders that are never rewritten, the same
+"""The append-only archive (cellbench.archive.write): run folders that are never rewritten, the same
 run archived twice adds nothing, `verify` names every changed, missing and extra file, `list`,
 `show` and `diff` read it back, and the report compares a re-measured cell with its previous
 archived run.
@@ -15,8 +15,10 @@ from pathlib import Path
 
 import pytest
 import result_fixtures as fx
-from cellbench import archive, cli, report
-from cellbench.atomicio import sha256_file
+from cellbench import cli
+from cellbench.archive import write as archive
+from cellbench.common.atomicio import sha256_file
+from cellbench.report import build as report
 
 CELL_A = "rocm7.2/tiny-a/tp1-ep1"
 CELL_B = "rocm7.2/tiny-b/tp1-ep1"

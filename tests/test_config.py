@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from cellbench import config as cbconfig
+from cellbench.config import loader as cbconfig
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -183,7 +183,8 @@ def test_strict_yaml_allows_merge_keys_and_refuses_repeats(tmp_path):
 
 
 def test_cli_version_and_shared_default_config(capsys, monkeypatch):
-    from cellbench import cli, images
+    from cellbench import cli
+    from cellbench.config import images_command
 
     monkeypatch.chdir(ROOT)
     assert cli.main(["--version"]) == 0
@@ -191,5 +192,5 @@ def test_cli_version_and_shared_default_config(capsys, monkeypatch):
     # `cellbench cells` and `cellbench images` read the same file by default (the profile's)
     profile = yaml.safe_load((ROOT / "profiles/default/config.yaml").read_text())
     assert cli.DEFAULT_CONFIGFILE == profile["configfile"] == "config/local.yaml"
-    assert images.main(["status"]) == 2
+    assert images_command.main(["status"]) == 2
     assert "config/local.yaml has runtime: local" in capsys.readouterr().err

@@ -23,9 +23,11 @@ import matplotlib.image as mpimg
 import pandas as pd
 import pytest
 import yaml
-from cellbench import archive, comparison, report
-from cellbench.serve_stage import POINT_PROGRESS
-from cellbench.tuner.cli import KEPT_PROGRESS
+from cellbench.archive import write as archive
+from cellbench.report import build as report
+from cellbench.serve.stage import POINT_PROGRESS
+from cellbench.stats import comparison
+from cellbench.tune.cli import KEPT_PROGRESS
 from test_pr_markdown import assert_seed_shapes
 from test_workflow import fresh_copy
 

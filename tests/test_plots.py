@@ -1,4 +1,4 @@
-"""Figures per cell (cellbench.plots): real matplotlib output from result files written the
+"""Figures per cell (cellbench.report.plots): real matplotlib output from result files written the
 stages' way (tests/t21_cells.py), checked by decoding the PNGs and reading the SVGs' text."""
 
 from __future__ import annotations
@@ -10,8 +10,12 @@ import matplotlib.image as mpimg
 import pytest
 import result_fixtures as fx
 import t21_cells as cells
-from cellbench import archive, atomicio, comparison, plots, report, tidy
-from cellbench.results import ResultError
+from cellbench.archive import write as archive
+from cellbench.common import atomicio
+from cellbench.report import build as report
+from cellbench.report import plots, tidy
+from cellbench.results.loaders import ResultError
+from cellbench.stats import comparison
 
 # (width, height) in inches of each figure, as plots.py draws them.
 SIZES = {"latency": (13, 4.2), "arm_change": (9, 5), "tuner_speedup": (12, 4.2),

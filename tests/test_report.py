@@ -13,7 +13,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import result_fixtures as fx
-from cellbench import archive, report
+from cellbench.archive import write as archive
+from cellbench.report import build as report
 
 CELL = "rocm7.2/qwen3-30b-a3b-fp8/tp2-ep2"
 GRID = [(512, 512), (1024, 1024)]

@@ -1,4 +1,4 @@
-"""Checked result loading (cellbench.results): every bad file is refused by name, field and
+"""Checked result loading (cellbench.results.loaders): every bad file is refused by name, field and
 value, with the job to rerun; a failed report or archive keeps the previous one.
 
 The files are real files on disk, written the way the stages write them (result_fixtures.py);
@@ -15,8 +15,11 @@ from pathlib import Path
 
 import pytest
 import result_fixtures as fx
-from cellbench import archive, atomicio, report, results
-from cellbench.results import ResultError
+from cellbench.archive import write as archive
+from cellbench.common import atomicio
+from cellbench.report import build as report
+from cellbench.results import loaders as results
+from cellbench.results.loaders import ResultError
 from test_workflow import fresh_copy
 
 CELL = "rocm7.2/qwen3-30b-a3b-fp8/tp2-ep2"
@@ -244,7 +247,15 @@ def test_report_cli_refuses_a_bad_file_and_keeps_the_previous_report(tmp_path):
     bad = res / CELL / "serve/tuned/bench.json"
     bad.write_text(bad.read_text()[:100])
     proc = subprocess.run(
-        [sys.executable, "-m", "cellbench.report", "--results", str(res), "--out-dir", str(out)]
+        [
+            sys.executable,
+            "-m",
+            "cellbench.report.build",
+            "--results",
+            str(res),
+            "--out-dir",
+            str(out),
+        ]
         + [str(f) for f in files],
         capture_output=True,
         text=True,

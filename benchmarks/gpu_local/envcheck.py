@@ -49,7 +49,7 @@ IMPORTS = [
     "cellbench",
     "cellbench.config",
     "cellbench.serve_stage",
-    "cellbench.tuner",
+    "cellbench.tune",
     "cellbench.experts_tf",
     "cellbench.tf_serve",
 ]
@@ -131,7 +131,7 @@ def main() -> int:
             print(f"GPU: {p.name}, {p.total_memory / 2**30:.0f} GiB, {p.multi_processor_count} SMs")
         else:
             print("GPU: none visible to torch (the run would use the CPU)")
-        from cellbench.shapes import device_name
+        from cellbench.tune.shapes import device_name
 
         print(f"vLLM device name: {device_name()}")
     except Exception as e:  # noqa: BLE001

@@ -13,8 +13,9 @@ from snakemake.settings.types import DeploymentMethod
 from snakemake.utils import validate
 
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
-from cellbench import config as cbconfig  # noqa: E402
-from cellbench import jobargs, pins  # noqa: E402
+from cellbench.config import loader as cbconfig  # noqa: E402
+from cellbench.config import jobargs  # noqa: E402
+from cellbench.runtime import pins  # noqa: E402
 
 try:
     # Snakemake merged the config files with a reader that keeps the last of two equal keys;
@@ -151,7 +152,7 @@ def result_problem(*paths):
     absent, else the loader's one-line refusal. A string among the recorded params is a
     change, so Snakemake plans the job again (and, through its newer outputs, every reader):
     an unreadable, truncated or tampered result is rebuilt like a missing one."""
-    from cellbench import results as results_mod
+    from cellbench.results import loaders as results_mod
 
     for path in paths:
         if os.path.lexists(path):

@@ -9,6 +9,6 @@ onstart:
         raise WorkflowError("cannot start: " + "; ".join(problems))
     # A SIGINT or SIGTERM sent to the Snakemake process alone stops the running jobs within
     # seconds (cellbench/interrupts.py): Snakemake by itself would let them run to the end.
-    from cellbench import interrupts
+    from cellbench.runtime import interrupts
 
     interrupts.install()

@@ -212,7 +212,7 @@ def in_cell_python(wildcards):
     return PYTHON_HOST
 
 
-# Rerun triggers (cellbench/jobargs.py, docs/rerun-triggers.md): a params function of
+# Rerun triggers (cellbench/config/jobargs.py, docs/rerun-triggers.md): a params function of
 # wildcards alone is compared with the last run's value, so `*_settings` carry every value
 # that shapes a result. Host details go through functions that also take `input`, which
 # Snakemake leaves out of that comparison on purpose: changing them reruns nothing.

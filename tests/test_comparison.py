@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from cellbench.report import build as report
+from cellbench.report import frames
 from cellbench.serve import stage as serve_stage
 from cellbench.stats import comparison
 from cellbench.stats import core as stats
@@ -317,7 +317,7 @@ def _measure_pair(tmp_path: Path, slower_pct: float) -> pd.DataFrame:
     ]  # fmt: skip
     assert serve_stage.main(args) == 0
     files = [out / arm / "bench.json" for arm in ("untuned", "tuned")]
-    serve, _, _ = report.load_tables(files, results)
+    serve, _, _ = frames.load_tables(files, results)
     return serve
 
 

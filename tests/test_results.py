@@ -18,6 +18,7 @@ import result_fixtures as fx
 from cellbench.archive import write as archive
 from cellbench.common import atomicio
 from cellbench.report import build as report
+from cellbench.results import archived
 from cellbench.results import loaders as results
 from cellbench.results.loaders import ResultError
 from test_workflow import fresh_copy
@@ -281,7 +282,7 @@ def test_failed_archive_keeps_the_previous_archive(tmp_path, capsys):
     label = root / "rocm7.2"
     (run,) = [p for p in label.iterdir() if p.is_dir() and not p.is_symlink()]
     manifest = (run / "MANIFEST.json").read_text()
-    assert archive.verify(run / "MANIFEST.json") == []
+    assert archived.verify(run / "MANIFEST.json") == []
     bad = res / CELL / "gsm8k" / "untuned.json"
     _rewrite(bad, lambda d: d.update(strict_match=0.875))
     capsys.readouterr()
@@ -291,7 +292,7 @@ def test_failed_archive_keeps_the_previous_archive(tmp_path, capsys):
     assert f"bad result file {bad}: strict_match = 0.875" in err
     assert f"no run was added; {label} keeps its earlier runs (1) as they were" in err
     assert (run / "MANIFEST.json").read_text() == manifest
-    assert archive.verify(run / "MANIFEST.json") == []
+    assert archived.verify(run / "MANIFEST.json") == []
     # The run, its latest link and the first job's receipt; no temporary folder left.
     assert sorted(p.name for p in label.iterdir()) == sorted(["ARCHIVED.json", "latest", run.name])
 

@@ -19,6 +19,7 @@ import jsonschema
 import numpy as np
 import pytest
 from cellbench.report import build as report
+from cellbench.report import frames
 from cellbench.results import loaders as results
 from cellbench.serve import (
     load_shapes,
@@ -182,7 +183,7 @@ def test_serve_stage_runs_rate_points_beside_concurrency_points_and_keeps_every_
         for name in ("bench.json", "bench.json.sha256"):
             (cell_dir / name).write_bytes((out / name).read_bytes())
     # The report's tables name both kinds of point.
-    serve, gsm, tune = report.load_tables(sorted(results_root.rglob("bench.json")), results_root)
+    serve, gsm, tune = frames.load_tables(sorted(results_root.rglob("bench.json")), results_root)
     text = "\n".join(report.latency_tables(serve, "host-cpu/timed/tp1-ep1"))
     for label in ("8-4 @c2", "8-4 @30 req/s const", "8-4 @60 req/s const"):
         assert label in text
@@ -453,7 +454,7 @@ def test_h200_serve_run_has_power_samples_and_the_report_gives_j_per_token_per_a
             energy += tele["energy_j"]
             tokens += point["total_output_tokens"]
         expected[bench["arm"]] = energy / tokens
-    serve, _, _ = report.load_tables(files, root)
+    serve, _, _ = frames.load_tables(files, root)
     lines = report.observed_lines(serve, H200_CELL)
     text = "\n".join(lines)
     assert "sampled every 0.2 s, energy from the hardware energy counter" in text

@@ -36,7 +36,6 @@ import re
 import shutil
 import sys
 import uuid
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -46,15 +45,25 @@ from cellbench.common.atomicio import sha256_file
 from cellbench.common.gitstate import git_state
 from cellbench.report import build as report
 from cellbench.report import plots
+from cellbench.report.previous import diff_runs
 from cellbench.results import loaders as results_mod
+from cellbench.results.archived import (
+    DEFAULT_ROOT,
+    LATEST,
+    MANIFEST_NAME,
+    RECEIPT_NAME,
+    ArchiveError,
+    Run,
+    check_run,
+    gate_result,
+    read_manifest,
+    resolve,
+    runs,
+    server_versions,
+    stage_results,
+)
 from cellbench.results.loaders import ResultError
 from cellbench.results.loaders import load as load_result
-from cellbench.stats import comparison
-
-MANIFEST_NAME = "MANIFEST.json"
-RECEIPT_NAME = "ARCHIVED.json"
-LATEST = "latest"
-DEFAULT_ROOT = Path("results/archive")
 
 PACKAGES = (
     "cellbench",
@@ -70,10 +79,6 @@ PACKAGES = (
     "aiohttp",
     "vllm",
 )
-
-
-class ArchiveError(Exception):
-    """A request the archive cannot answer (unknown run, nothing in common): one line."""
 
 
 def package_versions() -> dict[str, str | None]:
@@ -112,48 +117,6 @@ def measured_packages(results: Path, cells: list[str]) -> dict[str, dict[str, st
             },
         }
     return out
-
-
-def server_versions(results: Path, cell: str) -> dict[str, str | None]:
-    """Per arm of ``cell``, the version its running server gave for itself (``GET /version``,
-    recorded in bench.json's ``server.version``); null where the server had no such endpoint
-    or the file predates the record. Read through the checked loader, like every result."""
-    out: dict[str, str | None] = {}
-    for bench in sorted((Path(results) / cell / "serve").glob("*/bench.json")):
-        data = load_result(bench, Path(results)).data
-        seen = (data.get("server") or {}).get("version") or {}
-        out[str(data.get("arm", bench.parent.name))] = seen.get("version")
-    return out
-
-
-def stage_results(cell_dir: Path) -> list[Path]:
-    """A cell's stage results: what the archive checks and its report reads."""
-    return sorted(
-        [cell_dir / "tune" / "summary.json"]
-        + list(cell_dir.glob("serve/*/bench.json"))
-        + list(cell_dir.glob("gsm8k/*.json"))
-    )
-
-
-def gate_result(cell_dir: Path) -> list[Path]:
-    """The cell's GSM8K gate verdict, when its gate job has run: archived and shown in the
-    run's report, but a judgement, not a measurement, so not one of the stage results that
-    tell one run's numbers from another's."""
-    path = cell_dir / "gate.json"
-    return [path] if path.is_file() else []
-
-
-def is_stage_result(relpath: str, cell: str) -> bool:
-    """Whether ``relpath`` (under a run folder or results/) is one of ``cell``'s stage results,
-    the same set ``stage_results`` globs."""
-    if not relpath.startswith(cell + "/"):
-        return False
-    rest = relpath[len(cell) + 1 :].split("/")
-    return (
-        rest == ["tune", "summary.json"]
-        or (len(rest) == 3 and rest[0] == "serve" and rest[2] == "bench.json")
-        or (len(rest) == 2 and rest[0] == "gsm8k" and rest[1].endswith(".json"))
-    )
 
 
 def measurement_window(results: Path, cells: list[str]) -> dict:
@@ -381,280 +344,6 @@ def _write_receipt(label_dir: Path, run: str, added: bool) -> None:
             "manifest_sha256": sha256_file(label_dir / run / MANIFEST_NAME),
         },
     )
-
-
-# --- reading the archive -----------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Run:
-    label: str
-    name: str
-    path: Path
-
-    @property
-    def ref(self) -> str:
-        return f"{self.label}/{self.name}"
-
-
-def read_manifest(run_dir: Path) -> dict | None:
-    try:
-        data = json.loads((run_dir / MANIFEST_NAME).read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def runs(archive_root: Path, label: str | None = None) -> list[Run]:
-    """Archived runs, oldest first (by name: it starts with the UTC time). Temporary folders
-    (dot names), ``latest`` and loose files are not runs."""
-    archive_root = Path(archive_root)
-    labels = [label] if label else sorted(p.name for p in _dirs(archive_root))
-    found = []
-    for lab in labels:
-        for path in _dirs(archive_root / lab):
-            found.append(Run(lab, path.name, path))
-    return sorted(found, key=lambda r: (r.name, r.label))
-
-
-def _dirs(folder: Path) -> list[Path]:
-    if not folder.is_dir():
-        return []
-    return sorted(
-        p
-        for p in folder.iterdir()
-        if p.is_dir() and not p.is_symlink() and not p.name.startswith(".")
-    )
-
-
-def resolve(archive_root: Path, ref: str) -> Run:
-    """A run named ``LABEL/RUN``, ``RUN`` (unique over labels), ``LABEL/latest`` or ``latest``
-    (when the archive holds one label). Raises ArchiveError naming what exists."""
-    archive_root = Path(archive_root)
-    every = runs(archive_root)
-    labels = sorted({r.label for r in every})
-    label, _, name = ref.rpartition("/")
-    if name == LATEST:
-        if not label:
-            if len(labels) != 1:
-                choices = (
-                    ", ".join(f"{lab}/latest" for lab in labels) or "none: the archive is empty"
-                )
-                raise ArchiveError(
-                    f"'latest' is ambiguous in {archive_root}; name one of {choices}"
-                )
-            label = labels[0]
-        link = archive_root / label / LATEST
-        if not link.is_symlink():
-            raise ArchiveError(f"no run archived under {archive_root / label} (no {LATEST} link)")
-        name = os.readlink(link)
-    matches = [r for r in every if r.name == name and (not label or r.label == label)]
-    if len(matches) == 1:
-        return matches[0]
-    if matches:
-        names = ", ".join(r.ref for r in matches)
-        raise ArchiveError(f"run {ref!r} is in several labels ({names}); write LABEL/RUN")
-    raise ArchiveError(
-        f"no archived run {ref!r} in {archive_root} "
-        f"(`python -m cellbench.archive list --archive-root {archive_root}` lists {len(every)})"
-    )
-
-
-@dataclass
-class Check:
-    changed: list[str] = field(default_factory=list)
-    missing: list[str] = field(default_factory=list)
-    extra: list[str] = field(default_factory=list)
-    manifest_unreadable: bool = False
-
-    def ok(self) -> bool:
-        return not (self.changed or self.missing or self.extra or self.manifest_unreadable)
-
-
-def check_run(run_dir: Path) -> Check:
-    """Recompute every checksum of a run folder against its manifest."""
-    run_dir = Path(run_dir)
-    manifest = read_manifest(run_dir)
-    if manifest is None or not isinstance(manifest.get("files"), dict):
-        return Check(manifest_unreadable=True)
-    listed = manifest["files"]
-    present = {
-        str(p.relative_to(run_dir))
-        for p in run_dir.rglob("*")
-        if (p.is_file() or p.is_symlink()) and p.name != MANIFEST_NAME
-    }
-    check = Check()
-    for name, digest in sorted(listed.items()):
-        path = run_dir / name
-        if not path.is_file():
-            check.missing.append(name)
-        elif sha256_file(path) != digest:
-            check.changed.append(name)
-    check.extra = sorted(present - set(listed))
-    return check
-
-
-def verify(path: Path) -> list[str]:
-    """Names of the files of a run (its folder or its MANIFEST.json) that changed, went
-    missing or appeared since it was archived; empty when it is intact."""
-    path = Path(path)
-    check = check_run(path.parent if path.name == MANIFEST_NAME else path)
-    if check.manifest_unreadable:
-        return [MANIFEST_NAME]
-    return sorted(check.changed + check.missing + check.extra)
-
-
-# --- what two runs, or a run and the current results, differ in --------------------------
-
-
-def _cell_frames(root: Path, cells: Iterable[str]):
-    files = [p for cell in cells for p in stage_results(root / cell) if p.is_file()]
-    return report.cell_frames(report.load_inputs(files, root))
-
-
-def _digest_of(serve, cell: str, fallback: str | None) -> str:
-    if len(serve) and "image_digest" in serve:
-        seen = sorted(set(serve[serve.cell == cell].image_digest.dropna()))
-        if seen:
-            return ", ".join(seen)
-    return fallback or "n/a"
-
-
-ARM_ORDER = ("untuned", "tuned")
-
-
-def compare_cell(
-    root_a: Path, root_b: Path, cell: str, name_a: str, name_b: str, **options
-) -> list[str]:
-    """Markdown for one cell held under two result roots (an archived run's folder or
-    results/): per arm both hold, serving metrics and GSM8K, A against B, through
-    ``cellbench.stats.comparison.render`` (``options`` go to it, e.g. ``min_change_pct``)."""
-    serve_a, gsm_a, _ = _cell_frames(root_a, [cell])
-    serve_b, gsm_b, _ = _cell_frames(root_b, [cell])
-
-    def arms(serve, gsm) -> set[str]:
-        return set(serve.get("arm", [])) | set(gsm.get("arm", []))
-
-    common = arms(serve_a, gsm_a) & arms(serve_b, gsm_b)
-    lines: list[str] = []
-    for arm in sorted(common, key=lambda a: (ARM_ORDER.index(a) if a in ARM_ORDER else 9, a)):
-
-        def side(serve, gsm, arm=arm):
-            rows = serve[serve.arm == arm] if len(serve) else None
-            g = gsm[gsm.arm == arm] if len(gsm) else gsm
-            return (rows if rows is not None and len(rows) else None), (
-                g.iloc[0].to_dict() if len(g) else None
-            )
-
-        sa, ga = side(serve_a, gsm_a)
-        sb, gb = side(serve_b, gsm_b)
-        lines += comparison.render(
-            f"{arm} arm: {name_a} (A) vs {name_b} (B)", sa, sb, ga, gb, **options
-        )
-    if not lines:
-        lines = ["(no arm measured in both)", ""]
-    return lines
-
-
-def diff_runs(archive_root: Path, ref_a: str, ref_b: str, **options) -> str:
-    """Markdown comparison of the cells two archived runs both hold. Raises ArchiveError for
-    an unknown run or runs with no cell in common."""
-    run_a, run_b = resolve(archive_root, ref_a), resolve(archive_root, ref_b)
-    man_a, man_b = read_manifest(run_a.path) or {}, read_manifest(run_b.path) or {}
-    common = sorted(set(man_a.get("cells", [])) & set(man_b.get("cells", [])))
-    if not common:
-        raise ArchiveError(
-            f"runs {run_a.ref} and {run_b.ref} hold no cell in common "
-            f"(A: {', '.join(man_a.get('cells', [])) or 'none'}; "
-            f"B: {', '.join(man_b.get('cells', [])) or 'none'})"
-        )
-    lines = [f"# {run_a.ref} (A) vs {run_b.ref} (B)", ""]
-    for cell in common:
-        lines += [f"## {cell}", ""]
-        lines += compare_cell(run_a.path, run_b.path, cell, run_a.ref, run_b.ref, **options)
-    lines += [comparison.footer(**options), ""]
-    return "\n".join(lines)
-
-
-def _stage_checksums(files: dict[str, str], cell: str) -> dict[str, str]:
-    return {k: v for k, v in files.items() if is_stage_result(k, cell)}
-
-
-def previous_run(archive_root: Path, results: Path, cell: str) -> Run | None:
-    """The newest archived run holding ``cell`` whose stage results differ from the ones in
-    ``results`` now (checksums): a run archived from these very results is passed over."""
-    results = Path(results)
-    current = {
-        str(p.relative_to(results)): sha256_file(p)
-        for p in stage_results(results / cell)
-        if p.is_file()
-    }
-    for run in reversed(runs(archive_root)):
-        manifest = read_manifest(run.path)
-        if not manifest or cell not in manifest.get("cells", []):
-            continue
-        if _stage_checksums(manifest.get("files", {}), cell) != current:
-            return run
-    return None
-
-
-def _served_line(before: dict[str, str | None], now: dict[str, str | None]) -> str:
-    """Which vLLM served each arm before and now, as the servers answered GET /version."""
-
-    def said(versions: dict[str, str | None]) -> str:
-        found = sorted({v for v in versions.values() if v})
-        return "vLLM " + " / ".join(found) if found else "a server that named no version"
-
-    return (
-        f"Served by {said(before)} (previous) and {said(now)} (now), as each arm's running "
-        "server answered `GET /version`."
-    )
-
-
-def previous_run_sections(
-    archive_root: Path, current_results_dir: Path, cells: Iterable[str], **options
-) -> list[str]:
-    """Report sections, one per cell of ``cells`` that has a previous archived run with other
-    results: that run (A) against the current results (B), per arm, labelled "image bump"
-    when the image digest changed and "re-measured, same digest" when it did not."""
-    archive_root, current = Path(archive_root), Path(current_results_dir)
-    if not archive_root.is_dir():
-        return []
-    lines: list[str] = []
-    for cell in sorted(cells):
-        run = previous_run(archive_root, current, cell)
-        if run is None:
-            continue
-        manifest = read_manifest(run.path) or {}
-        image = cell.split("/")[0]
-        serve_now, _, _ = _cell_frames(current, [cell])
-        try:
-            serve_prev, _, _ = _cell_frames(run.path, [cell])
-        except ResultError as exc:
-            # An archived copy that fails its check spoils only its own comparison.
-            lines += [
-                f"## {cell}: previous run {run.ref} not compared",
-                "",
-                f"Its archived results fail their check ({exc}); "
-                f"`cellbench archive verify {run.ref}` names what changed.",
-                "",
-            ]
-            continue
-        old = _digest_of(serve_prev, cell, manifest.get("images", {}).get(image))
-        new = _digest_of(serve_now, cell, None)
-        what = "re-measured, same digest" if old == new else "image bump"
-        lines += [
-            f"## {cell}: previous run {run.ref} (digest {old}) vs now (digest {new})",
-            "",
-            f"{what.capitalize()}: A is the run archived as `{run.ref}` "
-            f"(created {manifest.get('created', '?')}), B the results in this report.",
-            "",
-            _served_line(server_versions(run.path, cell), server_versions(current, cell)),
-            "",
-        ]
-        lines += compare_cell(run.path, current, cell, "previous", "now", **options)
-        lines.append("")
-    return lines
 
 
 # --- command line ------------------------------------------------------------------------

@@ -40,166 +40,24 @@ from cellbench.common.gitstate import git_state
 from cellbench.common.paths import REPO_DIR
 from cellbench.gates import check as gates_mod
 from cellbench.gsm8k.evaluate import instance_spread_lines
-from cellbench.report import tidy
+from cellbench.report import plots, pr_markdown, tidy
+from cellbench.report.frames import (
+    ARM_LABELS,
+    LATENCY_TABLES,
+    arm_column,
+    arms_cannot_differ,
+    cell_frames,
+    comparison_frame,
+    gsm8k_side,
+    load_inputs,
+    median_spread,
+    select,
+)
+from cellbench.report.previous import previous_run_sections
 from cellbench.results import loaders as results_mod
-from cellbench.results.loaders import Result, ResultError
-from cellbench.results.loaders import load as load_result
-from cellbench.serve import observed_point
+from cellbench.results.loaders import ResultError
 from cellbench.stats import comparison
 from cellbench.stats import core as stats
-
-ARM_LABELS = {"untuned": "Triton MoE Untuned", "tuned": "Triton MoE Tuned"}
-# An untuned arm whose server loaded the image's own config for the shape is not untuned.
-SHIPPED_LABEL = "Triton MoE Shipped config"
-
-
-def arm_column(rows: pd.DataFrame, arm: str) -> str:
-    """The column title of ``arm`` in a cell's tables: "shipped" where its server's log said
-    it loaded the image's own config file (bench.json ``arm_label``)."""
-    if "arm_label" in rows and (rows[rows.arm == arm].arm_label == "shipped").any():
-        return SHIPPED_LABEL
-    return ARM_LABELS[arm]
-
-
-LATENCY_TABLES = (
-    ("TTFT (ms)", "mean_ttft_ms"),
-    ("TPOT (ms)", "mean_tpot_ms"),
-    ("E2E Latency (ms)", "mean_e2el_ms"),
-)
-
-
-def _split_cell(cell_id: str) -> dict:
-    image, model, layout = cell_id.split("/")
-    tp, ep = layout.removeprefix("tp").split("-ep")
-    return {"cell": cell_id, "image": image, "model": model, "tp": int(tp), "ep": int(ep)}
-
-
-def load_inputs(files: Iterable[str | Path], results: str | Path = "results") -> list[Result]:
-    """Every file checked through ``cellbench.results.loaders`` (schema, invariants, checksum); the
-    first bad one raises ``ResultError`` naming it."""
-    return [load_result(f, results) for f in files]
-
-
-def comparison_frame(loaded: Iterable[Result]) -> pd.DataFrame:
-    """Image comparisons (serve.compare_images) as one tidy frame: one row per point, tagged
-    with its comparison, its image (side) and that side's digest."""
-    rows = []
-    for r in loaded:
-        if r.kind != results_mod.COMPARISON:
-            continue
-        data = r.data
-        image_a, image_b = data["images"]
-        _, model, layout = data["comparison"].split("/")
-        tp, ep = layout.removeprefix("tp").split("-ep")
-        for point in data["points"]:
-            side = data["sides"][point["image"]]
-            row = {
-                "comparison": data["comparison"],
-                "image_a": image_a,
-                "image_b": image_b,
-                "model": model,
-                "tp": int(tp),
-                "ep": int(ep),
-                "arm": data["arm"],
-                "image_digest": side.get("image_digest"),
-                "cold": side.get("cold"),
-                "same_environment": data["same_environment"],
-            }
-            row.update({k: v for k, v in point.items() if not isinstance(v, (list, dict))})
-            row.update(observed_point.point_figures(point))
-            rows.append(row)
-    return pd.DataFrame(rows)
-
-
-def load_comparisons(files: Iterable[str | Path], results: str | Path = "results") -> pd.DataFrame:
-    """The image comparisons among ``files``, checked, as ``comparison_frame``."""
-    results = Path(results)
-    chosen = [f for f in files if results_mod.kind_of(f, results) == results_mod.COMPARISON]
-    return comparison_frame(load_inputs(chosen, results))
-
-
-def cell_frames(loaded: Iterable[Result]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """Checked stage results as three tidy frames: serve, gsm8k, tune (image comparisons are
-    ``comparison_frame``'s). The cell comes from the file's own ``cell`` field for serve and
-    GSM8K results (the loader checked it against the file's folder) and from the folder for
-    tuning summaries, which do not record it."""
-    serve_rows, gsm_rows, tune_rows = [], [], []
-    for r in loaded:
-        if r.kind == results_mod.BENCH:
-            bench = r.data
-            cell = _split_cell(bench["cell"])
-            for point in bench["points"]:
-                row = {
-                    **cell,
-                    "arm": bench["arm"],
-                    "image_digest": bench.get("image_digest"),
-                    "cold": bench.get("cold"),
-                    # What the server was started with (the cell's tp/ep are the request).
-                    "tp_served": bench.get("tp"),
-                    "ep_served": bench.get("ep"),
-                    # What the server's log showed it used (moe_evidence), and the arm's name
-                    # for the report ("shipped": an untuned arm on the image's own config).
-                    "moe_source": (bench.get("moe_config") or {}).get("source"),
-                    "moe_paths": ", ".join((bench.get("moe_config") or {}).get("paths", [])),
-                    "arm_label": bench.get("arm_label", bench["arm"]),
-                }
-                row.update({k: v for k, v in point.items() if not isinstance(v, (list, dict))})
-                # The load label, goodput, /metrics and telemetry figures (issue 24).
-                row.update(observed_point.point_figures(point))
-                row["telemetry_how"] = _telemetry_how(point.get("telemetry") or {})
-                row["gpus_shared_by_sides"] = bench.get("gpus_shared_by_sides")
-                serve_rows.append(row)
-        elif r.kind == results_mod.GSM8K:
-            g = r.data
-            gsm_rows.append(
-                {
-                    **_split_cell(g["cell"]),
-                    "arm": g["arm"],
-                    "n_samples": g["n_samples"],
-                    "num_fewshot": g.get("num_fewshot"),
-                    "strict_match": g["strict_match"],
-                    "strict_match_stderr": g.get("strict_match_stderr"),
-                    "flexible_extract": g["flexible_extract"],
-                    "flexible_extract_stderr": g.get("flexible_extract_stderr"),
-                    "per_sample": json.dumps(g.get("per_sample", [])),
-                    # One entry per server start (gsm8k.instances); [] in older files.
-                    "instances": json.dumps(g.get("instances", [])),
-                    "api": g.get("api"),
-                }
-            )
-        elif r.kind == results_mod.TUNE:
-            s = r.data
-            cell = _split_cell("/".join(r.path.parts[-5:-2]))
-            for m, entry in sorted(s.get("entries", {}).items(), key=lambda kv: int(kv[0])):
-                row = {
-                    **cell,
-                    "batch_size": int(m),
-                    "device_name": s.get("device_name"),
-                    "backend": s.get("backend"),
-                    "mode": s.get("mode"),
-                    "interpreter": s.get("interpreter"),
-                    "config_file": s.get("config_file"),
-                }
-                for k, v in entry.items():
-                    if isinstance(v, dict):
-                        row.update(
-                            {
-                                f"{k}.{kk}": vv
-                                for kk, vv in v.items()
-                                if not isinstance(vv, (dict, list))
-                            }
-                        )
-                    elif not isinstance(v, list):
-                        row[k] = v
-                tune_rows.append(row)
-    return pd.DataFrame(serve_rows), pd.DataFrame(gsm_rows), pd.DataFrame(tune_rows)
-
-
-def load_tables(
-    files: Iterable[str | Path], results: str | Path = "results"
-) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """Check and read stage outputs into three tidy frames: serve, gsm8k, tune."""
-    return cell_frames(load_inputs(files, results))
 
 
 def _fmt(x: float, digits: int = 2) -> str:
@@ -224,7 +82,6 @@ def latency_tables(serve: pd.DataFrame, cell: str) -> list[str]:
     """The seeds' three tables for one cell: ISL-OSL rows, arms as columns, an Average row.
     Per point, the median over repeats ± half their IQR (LATENCY_NOTE); concurrency levels
     and request rates are kept apart (one row each)."""
-    from cellbench.report.pr_markdown import median_spread  # pr_markdown imports this module
 
     out = [LATENCY_NOTE, ""]
     rows = serve[serve.cell == cell]
@@ -305,20 +162,6 @@ def observed_lines(serve: pd.DataFrame, cell: str) -> list[str]:
     return out
 
 
-def _telemetry_how(record: dict) -> str | None:
-    """How a point's energy was observed: vendor, GPUs, sampling interval, energy source."""
-    if not record.get("available"):
-        return None
-    gpus = record.get("gpus") or []
-    names = {"counter": "hardware energy counter", "power integral": "power samples' integral"}
-    sources = sorted({names.get(g.get("energy_source"), "?") for g in gpus})
-    indices = ",".join(str(g.get("index")) for g in gpus)
-    return (
-        f"{record.get('vendor')} GPU {indices} sampled every {record.get('interval_s')} s, "
-        f"energy from the {' and '.join(sources)}"
-    )
-
-
 def gsm8k_table(gsm: pd.DataFrame, cell: str) -> str:
     rows = gsm[gsm.cell == cell].set_index("arm")
     arms = [a for a in ARM_LABELS if a in rows.index]
@@ -338,33 +181,6 @@ def gsm8k_table(gsm: pd.DataFrame, cell: str) -> str:
     extra = "\n" + "\n".join(spread) + "\n" if spread else ""
     head = f"#### GSM8K ({int(rows.iloc[0].n_samples)} questions{how})"
     return f"{head}\n\n{_md(table)}\n{extra}"
-
-
-def gsm8k_side(gsm: pd.DataFrame, **key: object) -> dict | None:
-    """The GSM8K result of one cell and arm as ``comparison`` takes it (the result file's
-    fields, ``per_sample`` decoded), or None when there is none."""
-    if not len(gsm):
-        return None
-    mask = pd.Series(True, index=gsm.index)
-    for k, v in key.items():
-        mask &= gsm[k] == v
-    if not mask.any():
-        return None
-    row = gsm[mask].iloc[0]
-    return {
-        "n_samples": int(row.n_samples),
-        "strict_match": float(row.strict_match),
-        "flexible_extract": float(row.flexible_extract),
-        "per_sample": json.loads(row.per_sample),
-    }
-
-
-def select(frame: pd.DataFrame, **key: object) -> pd.DataFrame:
-    """The rows of ``frame`` whose columns equal ``key``'s values."""
-    mask = pd.Series(True, index=frame.index)
-    for k, v in key.items():
-        mask &= frame[k] == v
-    return frame[mask]
 
 
 def _point_label(isl: int, osl: int, conc: int, several_levels: bool) -> str:
@@ -540,15 +356,6 @@ NO_TRITON_MOE_NOTE = (
 )
 
 
-def arms_cannot_differ(serve: pd.DataFrame, cell: str) -> bool:
-    """Whether every server of both arms of ``cell`` said it ran no Triton fused-MoE (source
-    ``none seen``): the tuned configs then reached no kernel, so a comparison means nothing."""
-    if "moe_source" not in serve:
-        return False
-    sources = serve[(serve.cell == cell) & serve.arm.isin(["untuned", "tuned"])].moe_source
-    return len(sources) > 0 and bool((sources == "none seen").all())
-
-
 def render(
     serve: pd.DataFrame,
     gsm: pd.DataFrame,
@@ -562,7 +369,7 @@ def render(
     run: list[str] | None = None,
 ) -> str:
     """report.md; ``previous``: sections comparing cells with their previous archived run
-    (``archive.previous_run_sections``), placed after the cells' own sections; ``gates``: each
+    (``previous.previous_run_sections``), placed after the cells' own sections; ``gates``: each
     cell's gate.json (``cellbench.gates.check``), shown under its GSM8K table; ``figures``: per
     cell,
     (name, path relative to report.md) of its plots (``cellbench.report.plots``), linked at its
@@ -711,7 +518,6 @@ PR_FOLDER = "pr"  # one PR-ready Markdown file per model (cellbench.report.pr_ma
 def cell_figures(out_dir: Path, cells: Iterable[str]) -> dict[str, list[tuple[str, str]]]:
     """Per cell, the plots that exist under ``out_dir/plots`` (drawn by the plots jobs before
     the report runs), as (name, path relative to report.md)."""
-    from cellbench.report import plots  # plots draws from this module's frames
 
     found: dict[str, list[tuple[str, str]]] = {}
     for cell in cells:
@@ -754,7 +560,7 @@ def write_report(
     ``ResultError`` before anything of ``out_dir`` is touched. ``min_change_pct``: the smallest
     serving change a verdict calls better or worse (``report.min_change_pct``). With
     ``archive_root``, each cell whose results differ from its previous archived run gets a
-    previous-vs-now section (``archive.previous_run_sections``). ``tidy.parquet`` and
+    previous-vs-now section (``previous.previous_run_sections``). ``tidy.parquet`` and
     ``tidy.csv`` (``cellbench.report.tidy``) carry ``run`` (``live``, or an archived run's
     LABEL/RUN) and take a cell's digest from ``digests`` (image -> digest) when its serve
     results do not record one. Plots already under ``out_dir/plots`` (the plots jobs') are
@@ -779,12 +585,10 @@ def write_report(
         tidy.write_tidy(long_table, staging)
         previous = None
         if archive_root is not None:
-            from cellbench.archive import write as archive  # archive imports this module
-
             cells = (
                 set(serve.get("cell", [])) | set(gsm.get("cell", [])) | set(tune.get("cell", []))
             )
-            previous = archive.previous_run_sections(
+            previous = previous_run_sections(
                 archive_root, results, cells, min_change_pct=min_change_pct
             )
         gates = {r.data["cell"]: r.data for r in loaded if r.kind == results_mod.GATE}
@@ -796,7 +600,6 @@ def write_report(
             serve, gsm, tune, runtime, compare, min_change_pct, previous, gates, figures, run_info
         )
         atomicio.write_text(staging / "report.md", text)
-        from cellbench.report import pr_markdown  # pr_markdown reads this module's frames
 
         # One PR-ready file per model, its plot links checked against out_dir's plots.
         pr_files = pr_markdown.write_all(loaded, staging / PR_FOLDER, report_dir=out_dir)

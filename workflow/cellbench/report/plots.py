@@ -38,8 +38,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from cellbench.common import atomicio
-from cellbench.report import build as report  # noqa: E402
-from cellbench.report import tidy
+from cellbench.report import frames, tidy
+from cellbench.results import archived
 from cellbench.results import loaders as results_mod  # noqa: E402
 from cellbench.results.loaders import ResultError  # noqa: E402
 from cellbench.stats import comparison
@@ -156,7 +156,7 @@ def latency_figure(serve: pd.DataFrame, cell: str) -> plt.Figure:
                 low.append(m - float(v.min()) if len(v) else 0.0)
                 high.append(float(v.max()) - m if len(v) else 0.0)
             xs = [x + (i - (len(arms) - 1) / 2) * width for x in range(len(points))]
-            ax.bar(xs, med, width, yerr=[low, high], capsize=3, label=report.ARM_LABELS[arm],
+            ax.bar(xs, med, width, yerr=[low, high], capsize=3, label=frames.ARM_LABELS[arm],
                    color=ARM_COLORS[arm])  # fmt: skip
         ax.set_title(title)
         ax.set_xticks(range(len(points)), labels, rotation=30, ha="right", fontsize="small")
@@ -207,13 +207,13 @@ def arm_change_figure(
     title = f"{cell}: tuned (B) vs untuned (A)"
     if not len(serve) or not {"untuned", "tuned"} <= set(serve[serve.cell == cell].arm):
         _empty(ax, "both arms were not measured")
-    elif report.arms_cannot_differ(serve, cell):
+    elif frames.arms_cannot_differ(serve, cell):
         _empty(ax, "not compared: neither arm's server ran a Triton fused-MoE kernel,\n"
                    "so the tuned configs reached no kernel")  # fmt: skip
     else:
         rows = comparison.compare_serve(
-            report.select(serve, cell=cell, arm="untuned"),
-            report.select(serve, cell=cell, arm="tuned"),
+            frames.select(serve, cell=cell, arm="untuned"),
+            frames.select(serve, cell=cell, arm="tuned"),
             min_change_pct=min_change_pct,
         )
         _change_panel(ax, rows, title)
@@ -279,7 +279,7 @@ def gsm8k_figure(gsm: pd.DataFrame, cell: str) -> plt.Figure:
         values = [100 * float(r[f]) for _, f in metrics]
         errors = [100 * float(r.get(f"{f}_stderr") or 0.0) for _, f in metrics]
         xs = [x + (i - (len(arms) - 1) / 2) * width for x in range(len(metrics))]
-        left.bar(xs, values, width, yerr=errors, capsize=3, label=report.ARM_LABELS[arm],
+        left.bar(xs, values, width, yerr=errors, capsize=3, label=frames.ARM_LABELS[arm],
                  color=ARM_COLORS[arm])  # fmt: skip
         top = max(top, *(v + e for v, e in zip(values, errors, strict=True)))
     # A random model scores 0: keep the axis at 0..something, not centred on 0.
@@ -288,8 +288,8 @@ def gsm8k_figure(gsm: pd.DataFrame, cell: str) -> plt.Figure:
     left.set_ylabel("accuracy, % (± stderr)")
     left.set_title(f"{int(rows.iloc[0].n_samples)} questions", fontsize="medium")
     left.legend(fontsize="small")
-    a = report.gsm8k_side(gsm, cell=cell, arm="untuned")
-    b = report.gsm8k_side(gsm, cell=cell, arm="tuned")
+    a = frames.gsm8k_side(gsm, cell=cell, arm="untuned")
+    b = frames.gsm8k_side(gsm, cell=cell, arm="tuned")
     paired = [r for r in comparison.compare_gsm8k(a, b) if r["paired"]] if a and b else []
     if paired:
         kinds = ("both_right", "both_wrong", "fixed", "broken")
@@ -341,23 +341,19 @@ def previous_run_plots(
     min_change_pct: float,
 ) -> list[Path]:
     """``bump/bump.{png,svg}`` when ``cell`` has a previous archived run with other results
-    (``archive.previous_run``, the report's own choice); nothing otherwise."""
-    from cellbench.archive import (
-        write as archive,  # archive imports report, which this module imports
-    )
-
+    (``archived.previous_run``, the report's own choice); nothing otherwise."""
     if not Path(archive_root).is_dir():
         return []
-    run = archive.previous_run(archive_root, results_dir, cell)
+    run = archived.previous_run(archive_root, results_dir, cell)
     if run is None:
         return []
     serve_now = _frames(results_dir, cell)[0]
     serve_prev = _frames(run.path, cell)[0]
-    manifest = archive.read_manifest(run.path) or {}
+    manifest = archived.read_manifest(run.path) or {}
     image = cell.split("/")[0]
     digests = (
-        archive._digest_of(serve_prev, cell, manifest.get("images", {}).get(image)),
-        archive._digest_of(serve_now, cell, None),
+        frames.digest_of(serve_prev, cell, manifest.get("images", {}).get(image)),
+        frames.digest_of(serve_now, cell, None),
     )
     fig = bump_figure(serve_prev, serve_now, cell, run.ref, digests, min_change_pct)
     return _save(fig, out_dir / "bump" / "bump")
@@ -365,9 +361,9 @@ def previous_run_plots(
 
 def _frames(root: Path, cell: str):
     files = tidy.stage_files(Path(root), [cell], whole=False)
-    loaded = report.load_inputs(files, root)
+    loaded = frames.load_inputs(files, root)
     summary = next((r.data for r in loaded if r.kind == results_mod.TUNE), None)
-    return (*report.cell_frames(loaded), summary)
+    return (*frames.cell_frames(loaded), summary)
 
 
 def draw_cell(

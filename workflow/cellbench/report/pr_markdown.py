@@ -35,7 +35,8 @@ import numpy as np
 import pandas as pd
 
 from cellbench.common import atomicio
-from cellbench.report import build as report_mod
+from cellbench.report import frames
+from cellbench.report.frames import median_spread
 from cellbench.results import loaders as results_mod
 from cellbench.results.loaders import Result, ResultError
 
@@ -49,18 +50,6 @@ SPREAD_NOTE = (
 )
 ONE_RUN_NOTE = "One repeat per grid point: each figure is that run's mean (no spread to show)."
 PLOTS_REL = PurePosixPath("..")  # from report/pr/MODEL.md to report/
-
-
-def median_spread(values: Iterable[float]) -> tuple[float, float | None]:
-    """The median of ``values`` and half their interquartile range (None for one value)."""
-    arr = np.asarray([float(v) for v in values], dtype=float)
-    if arr.size == 0:
-        return float("nan"), None
-    median = float(np.median(arr))
-    if arr.size == 1:
-        return median, None
-    q1, q3 = np.percentile(arr, [25, 75])
-    return median, float(q3 - q1) / 2
 
 
 def _fmt(value: float, spread: float | None) -> str:
@@ -79,10 +68,10 @@ def metric_table(serve: pd.DataFrame, cell: str, metric: str) -> tuple[list[str]
     """Seed 000's table of one metric for ``cell``: ISL-OSL rows (one per concurrency level
     when there are several), one column per arm, an Average row of the medians."""
     rows = serve[serve.cell == cell]
-    arms = [a for a in report_mod.ARM_LABELS if a in set(rows.arm)]
+    arms = [a for a in frames.ARM_LABELS if a in set(rows.arm)]
     several = rows["max_concurrency"].nunique() > 1
     keys = ["isl", "osl", "max_concurrency"]
-    header = ["ISL-OSL", *(report_mod.arm_column(rows, a) for a in arms)]
+    header = ["ISL-OSL", *(frames.arm_column(rows, a) for a in arms)]
     body, medians = [], {a: [] for a in arms}
     for key, point_rows in rows.groupby(keys, sort=True):
         isl, osl, conc = (int(k) for k in key)
@@ -102,8 +91,8 @@ def gsm8k_table(gsm: pd.DataFrame, cell: str) -> tuple[list[str], list[list[str]
     """Seed 000's GSM8K table: strict-match and flexible-extract in %, ± the standard error
     lm-eval reported."""
     rows = gsm[gsm.cell == cell].set_index("arm")
-    arms = [a for a in report_mod.ARM_LABELS if a in rows.index]
-    header = ["Metric", *(report_mod.ARM_LABELS[a] for a in arms)]
+    arms = [a for a in frames.ARM_LABELS if a in rows.index]
+    header = ["Metric", *(frames.ARM_LABELS[a] for a in arms)]
     body = []
     for label, field in GSM8K_ROWS:
         cells = []
@@ -208,9 +197,9 @@ def _cell_sections(
     out += ["### Test plan", ""]
     if benches:
         out += ["```bash"]
-        for arm in report_mod.ARM_LABELS:
+        for arm in frames.ARM_LABELS:
             if arm in benches:
-                out += [f"# {report_mod.ARM_LABELS[arm]}", server_command(benches[arm])]
+                out += [f"# {frames.ARM_LABELS[arm]}", server_command(benches[arm])]
         out += ["```", ""]
     if summary is not None:
         argv = [str(a) for a in summary.get("argv", [])]
@@ -239,13 +228,13 @@ def _cell_sections(
         out += [""]
     if benches:
         out += ["Fused-MoE config each arm's server loaded, from its own log:", ""]
-        for arm in report_mod.ARM_LABELS:
+        for arm in frames.ARM_LABELS:
             if arm not in benches:
                 continue
             moe = benches[arm].get("moe_config") or {}
             lines = evidence_lines(benches[arm])
             source = moe.get("source", "not recorded")
-            out += [f"- {report_mod.ARM_LABELS[arm]}: **{source}**"]
+            out += [f"- {frames.ARM_LABELS[arm]}: **{source}**"]
             out += [f"  `{line}`" for line in lines] or ["  (no such line in its log)"]
         out += [""]
 
@@ -254,7 +243,7 @@ def _cell_sections(
     if len(cell_serve):
         repeats = int(cell_serve.groupby(["arm", "isl", "osl", "max_concurrency"]).size().max())
         out += [SPREAD_NOTE.format(n=repeats) if repeats > 1 else ONE_RUN_NOTE, ""]
-        for title, metric in report_mod.LATENCY_TABLES:
+        for title, metric in frames.LATENCY_TABLES:
             header, body = metric_table(serve, cell, metric)
             out += [f"#### {title}", "", _md_table(header, body), ""]
     if len(gsm) and (gsm.cell == cell).any():
@@ -286,7 +275,7 @@ def render_model(
 ) -> str:
     """The PR-ready Markdown of ``model`` from checked results; ``report_dir``: the folder
     holding ``plots/`` (linked relative to ``report_dir/pr``), when there is one."""
-    serve, gsm, _ = report_mod.cell_frames(loaded)
+    serve, gsm, _ = frames.cell_frames(loaded)
     benches: dict[str, dict[str, dict]] = {}
     summaries: dict[str, dict] = {}
     for r in loaded:
@@ -355,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("files", nargs="+")
     args = parser.parse_args(argv)
     try:
-        loaded = report_mod.load_inputs(args.files, args.results)
+        loaded = frames.load_inputs(args.files, args.results)
     except ResultError as exc:
         print(f"cellbench pr_markdown: error: {exc}", file=sys.stderr)
         return 1

@@ -1,9 +1,10 @@
-"""The report (report rule): `build` loads the checked results into frames and writes report.md
-and INDEX.json; `tidy` (CSV/Parquet), `plots` (figures per cell) and `pr_markdown` (one PR
-file per model) render from build's frames. (Still to do, issue 31 item 2: the frames in a
-module of their own at the bottom, so that build, plots and pr_markdown stop importing each
-other, and the previous-run comparisons moved here from cellbench.archive.write.)
+"""The report (report rule), in layers that import only downward: `frames` (the checked results
+loaded into tables; the bottom, every renderer reads it) < `tidy` (CSV/Parquet) < `plots`
+(figures per cell) and `previous` (a cell against its previous archived run; two archived runs
+against each other) < `pr_markdown` (one PR file per model, linking the plots) < `build`
+(report.md and INDEX.json, the report job).
 
-Reads results/ through cellbench.results (and results/archive/ for the previous run); writes
-results/report/ (swapped in whole; INDEX.json last) and results/report/plots/{cell}/.
+Reads results/ through cellbench.results (and results/archive/ through
+cellbench.results.archived for the previous run); writes results/report/ (swapped in whole;
+INDEX.json last) and results/report/plots/{cell}/.
 """

@@ -22,6 +22,7 @@ import yaml
 from cellbench.config import jobargs
 from cellbench.config import loader as cbconfig
 from cellbench.runtime import pins
+from cellbench.serve import job as serve_job
 from cellbench.serve import stage as serve_stage
 from docker_env import (  # noqa: F401
     PYTHON,
@@ -140,7 +141,7 @@ def test_an_image_comparison_gives_each_side_its_own_cells_variables(tmp_path):
         Path(folder).mkdir()
     args = jobargs.compare_args(config, p, pair, SimpleNamespace(**folders))
     sides = [
-        serve_stage.ImageSpec.from_json(obj, f"side {i}")
+        serve_job.ImageSpec.from_json(obj, f"side {i}")
         for i, obj in enumerate(json.loads(_flag(args, "--images-json")))
     ]
     assert [s.env for s in sides] == [
@@ -152,9 +153,9 @@ def test_an_image_comparison_gives_each_side_its_own_cells_variables(tmp_path):
 
 def test_serve_stage_refuses_a_malformed_server_env():
     with pytest.raises(ValueError, match="--server-env-json must be a JSON object of string"):
-        serve_stage._env_arg({"VLLM_ROCM_USE_AITER": 0}, "--server-env-json")
+        serve_job._env_arg({"VLLM_ROCM_USE_AITER": 0}, "--server-env-json")
     with pytest.raises(ValueError, match="VLLM_TUNED_CONFIG_FOLDER is set per arm"):
-        serve_stage._env_arg({"VLLM_TUNED_CONFIG_FOLDER": "/x"}, "--server-env-json")
+        serve_job._env_arg({"VLLM_TUNED_CONFIG_FOLDER": "/x"}, "--server-env-json")
 
 
 # --- for real: the tuner's step and both arms' servers -------------------------------------

@@ -24,7 +24,7 @@ import pytest
 import result_fixtures as fx
 import yaml
 from cellbench.assets import build as assets
-from cellbench.serve.stage import POINT_PROGRESS
+from cellbench.serve.measure import POINT_PROGRESS
 from filelock import FileLock, Timeout
 from test_workflow import fresh_copy
 

@@ -26,7 +26,7 @@ import yaml
 from cellbench.archive import write as archive
 from cellbench.report import frames
 from cellbench.results import archived
-from cellbench.serve.stage import POINT_PROGRESS
+from cellbench.serve.measure import POINT_PROGRESS
 from cellbench.stats import comparison
 from cellbench.tune.cli import KEPT_PROGRESS
 from test_pr_markdown import assert_seed_shapes

@@ -24,6 +24,8 @@ from cellbench.assets import build as assets
 from cellbench.common import paths
 from cellbench.gsm8k import evaluate as gsm8k
 from cellbench.results import loaders as results
+from cellbench.serve import job as serve_job
+from cellbench.serve import measure as serve_measure
 from cellbench.serve import stage as serve_stage
 from cellbench.serve.server import ServerError, ServerSpec, serve
 from cellbench.serve.timed_server import free_port
@@ -160,14 +162,14 @@ def test_repeat_order_and_what_the_local_server_ran(tmp_path):
 
 def test_cache_contents_counts_files_and_bytes(tmp_path):
     cache = tmp_path / "cache"
-    assert serve_stage.cache_contents(cache) == {"dir": str(cache), "files": 0, "bytes": 0}
+    assert serve_measure.cache_contents(cache) == {"dir": str(cache), "files": 0, "bytes": 0}
     (cache / "aiter-jit").mkdir(parents=True)  # empty folders the launcher makes hold nothing
-    (cache / serve_stage.WARM_MARKER).write_text("left by an older version\n")
-    assert serve_stage.cache_contents(cache)["files"] == 0
+    (cache / serve_job.WARM_MARKER).write_text("left by an older version\n")
+    assert serve_measure.cache_contents(cache)["files"] == 0
     (cache / "torch_compile_cache" / "abc").mkdir(parents=True)
     (cache / "torch_compile_cache" / "abc" / "graph.py").write_bytes(b"x" * 1000)
     (cache / "aiter-jit" / "mod.so").write_bytes(b"y" * 24)
-    assert serve_stage.cache_contents(cache) == {"dir": str(cache), "files": 2, "bytes": 1024}
+    assert serve_measure.cache_contents(cache) == {"dir": str(cache), "files": 2, "bytes": 1024}
 
 
 def test_applied_parallelism_is_read_from_the_server_command():

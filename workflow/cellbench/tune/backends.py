@@ -121,8 +121,8 @@ class BuiltinBackend:
         if self._k.kernel_path(problem.m, problem.quant, "auto", config) == "decode":
             return None  # the few-token path does both GEMMs in one launch
         fm = getattr(self._k, "fused_moe", None)
-        mod = inspect.getmodule(self._k.run_gemms)
-        prep_fn = getattr(mod, "_prepare", None)
+        mod = inspect.getmodule(fm)  # the launchers
+        prep_fn = getattr(inspect.getmodule(self._k.run_gemms), "_prepare", None)  # the problem
         gemm = getattr(mod, "_gemm", None)
         if fm is None or prep_fn is None or gemm is None:
             return None
@@ -160,7 +160,7 @@ class BuiltinBackend:
         from cellbench.tune.timing import time_side_by_side
 
         k = self._k
-        fm = inspect.getmodule(k.run_fused)
+        fm = inspect.getmodule(k.fused_moe)
         if self.base.quant is not None or m > fm.DECODE_RULE_MAX_TOKENS:
             return None
         problems = [self.make_problem(m, seed * 1000 + i) for i in range(4 if on_gpu else 2)]

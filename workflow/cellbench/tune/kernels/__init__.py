@@ -20,7 +20,6 @@ from cellbench.tune.kernels.align import moe_align_block_size  # noqa: E402
 from cellbench.tune.kernels.fused_moe import (  # noqa: E402
     CONFIG_KEYS,
     DECODE_MAX_TOKENS,
-    MoEProblem,
     QuantArgs,
     decode_launch_key,
     fused_moe,
@@ -29,14 +28,11 @@ from cellbench.tune.kernels.fused_moe import (  # noqa: E402
     kernel_path,
     load_path_choices,
     m_dependent_choices,
-    make_problem,
     measured_path,
     record_path_choice,
-    run_fused,
-    run_gemms,
-    warm_config,
-    warm_shared,
 )
+from cellbench.tune.kernels.problem import MoEProblem, make_problem, run_fused, run_gemms  # noqa: E402
+from cellbench.tune.kernels.warmup import warm_config, warm_shared  # noqa: E402
 
 __all__ = [
     "CONFIG_KEYS",

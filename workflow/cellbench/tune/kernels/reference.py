@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from cellbench.tune.kernels.fused_moe import MoEProblem
+from cellbench.tune.kernels.problem import MoEProblem
 
 # Relative error bounds ||out - ref|| / ||ref|| (Frobenius) against the float64 reference.
 # Each bound leaves roughly 3-5x headroom over what the rounding alone should cost:

@@ -15,12 +15,13 @@ from snakemake.utils import validate
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
 from cellbench.config import loader as cbconfig  # noqa: E402
 from cellbench.config import jobargs  # noqa: E402
+from cellbench.config import strict_yaml  # noqa: E402
 from cellbench.runtime import pins  # noqa: E402
 
 try:
     # Snakemake merged the config files with a reader that keeps the last of two equal keys;
     # re-read them strictly so a duplicate key is refused, naming the file and both lines.
-    cbconfig.check_files(workflow.configfiles)
+    strict_yaml.check_files(workflow.configfiles)
     cbconfig.validate(config)
 except cbconfig.ConfigError as exc:
     raise WorkflowError(str(exc)) from None

@@ -20,8 +20,12 @@ from typing import Any
 import jsonschema
 import yaml
 
-# The refusal of EP with TP 1 is worded once, for the config and `cellbench shapes/tune`.
 from cellbench.common import paths
+from cellbench.config.env import _check_envs, cell_env
+
+# The refusal of EP with TP 1 is worded once, for the config and `cellbench shapes/tune`.
+from cellbench.config.model_plan import _check_model_shapes, serve_arg_option
+from cellbench.config.strict_yaml import ConfigError, _read_mapping
 
 # Batch-size tiers by name are the tuner's own lists (stdlib-only at import).
 from cellbench.tune.cli import BATCH_SIZE_TIERS
@@ -29,88 +33,6 @@ from cellbench.tune.shapes import EP_NEEDS_TP
 
 SCHEMA_PATH = paths.SCHEMA_DIR / "config.schema.yaml"
 ARMS = ("untuned", "tuned")
-
-
-class ConfigError(ValueError):
-    """A configuration value is wrong; the message names the key and the value."""
-
-
-# --- strict YAML -----------------------------------------------------------------------------
-# yaml.safe_load keeps the last of two equal keys without a word; a config with `runtime:`
-# twice would silently run the second. This loader refuses it, naming both lines.
-
-
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that refuses a mapping holding the same key twice."""
-
-    source = "<string>"
-
-
-def _construct_strict_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False):
-    first_line: dict[Any, int] = {}
-    for key_node, _ in node.value:
-        if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor` may be overridden
-            continue
-        key = loader.construct_object(key_node, deep=True)
-        try:
-            hash(key)
-        except TypeError:
-            continue  # SafeLoader's own error names an unhashable key
-        line = key_node.start_mark.line + 1
-        if key in first_line:
-            raise ConfigError(
-                f"config file {loader.source!r}, line {line}: duplicate key {key!r} "
-                f"(first at line {first_line[key]}); YAML would keep only the last one, "
-                "so remove one of them"
-            )
-        first_line[key] = line
-    return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
-
-
-_StrictLoader.add_constructor(
-    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_strict_mapping
-)
-
-
-def read_yaml(path: str | Path) -> Any:
-    """Parse one YAML file strictly; a ConfigError names the file and line of any fault."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"config file {str(path)!r} does not exist") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"config file {str(path)!r} cannot be read: {exc}") from None
-    loader = _StrictLoader(text)
-    loader.source = str(path)
-    try:
-        return loader.get_single_data()
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        where = f", line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        what = ": ".join(x for x in (exc.context, exc.problem) if x)
-        raise ConfigError(f"config file {str(path)!r}{where}: not valid YAML: {what}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"config file {str(path)!r}: not valid YAML: {exc}") from None
-    finally:
-        loader.dispose()
-
-
-def check_files(paths) -> None:
-    """Re-read config files that another reader (Snakemake) already merged, strictly: a
-    duplicate key, which that reader drops silently, raises ConfigError naming file and lines."""
-    for path in paths:
-        _read_mapping(path)
-
-
-def _read_mapping(path: str | Path) -> dict[str, Any] | None:
-    data = read_yaml(path)
-    if data is not None and not isinstance(data, dict):
-        raise ConfigError(
-            f"config file {str(path)!r}: the top level must be a mapping of keys "
-            f"(runtime:, images:, ...), not a {type(data).__name__}"
-        )
-    return data
 
 
 @dataclass(frozen=True, order=True)
@@ -282,142 +204,6 @@ def _walk(node: Any, key: str = ""):
             yield from _walk(v, f"{key}[{i}]")
 
 
-# --- environment variables (images.*.env, models.*.env, cells[*].env) -----------------------
-# Applied alike to the tuner's step and to both arms' servers of every cell they reach; a cell
-# group's value wins over its model's, which wins over its image's.
-
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-# Set by the pipeline itself, per job or per arm; a config value would fight it.
-RESERVED_ENV = {
-    "VLLM_TUNED_CONFIG_FOLDER": "the pipeline sets it per arm (the tuned arm's folder, none for "
-    "the untuned arm)",
-    "CELLBENCH_PORT": "the pipeline sets it to the job's leased port",
-    "CUDA_VISIBLE_DEVICES": "the pipeline's GPU leases set it",
-    "HIP_VISIBLE_DEVICES": "the pipeline's GPU leases set it",
-    "ROCR_VISIBLE_DEVICES": "the pipeline's GPU leases set it",
-    "PYTHONPATH": "the pipeline points it at its own code",
-    "HF_HOME": "the pipeline mounts the Hugging Face cache (hf_cache) and sets it",
-}
-
-
-# Words of a variable's name (split at '_') that say it holds a credential: tokens, keys,
-# secrets, passwords, personal access tokens (GITHUB_PAT), credentials and cloud access keys
-# (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AZURE_CLIENT_SECRET, AWS_SESSION_TOKEN,
-# GOOGLE_APPLICATION_CREDENTIALS), auth headers and cookies. Whole words, so TOKENIZERS_PARALLELISM
-# stays allowed; a word that ends in one of SECRET_SUFFIXES (HFTOKEN, OPENAIAPIKEY) counts too.
-SECRET_WORDS = frozenset(
-    {
-        "TOKEN", "TOKENS", "KEY", "KEYS", "APIKEY", "SECRET", "SECRETS", "PASSWORD",
-        "PASSWORDS", "PASSWD", "PASS", "PASSPHRASE", "PAT", "CREDENTIAL", "CREDENTIALS",
-        "CRED", "CREDS", "AUTH", "AUTHORIZATION", "COOKIE", "COOKIES", "NETRC", "PRIVATE",
-    }
-)  # fmt: skip
-SECRET_SUFFIXES = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "APIKEY", "ACCESSKEY")
-SECRET_RULE = (
-    "names with a word (between '_') TOKEN, KEY, APIKEY, SECRET, PASSWORD, PASSWD, PASS, "
-    "PASSPHRASE, PAT, CREDENTIAL(S), CRED(S), AUTH, AUTHORIZATION, COOKIE, NETRC or PRIVATE, "
-    f"or a word ending in {', '.join(SECRET_SUFFIXES)}"
-)
-
-
-def env_name_is_secret(name: str) -> bool:
-    """Whether a variable's name says it holds a credential (SECRET_WORDS, SECRET_SUFFIXES)."""
-    words = [w for w in name.upper().split("_") if w]
-    return any(w in SECRET_WORDS or w.endswith(SECRET_SUFFIXES) for w in words)
-
-
-def _secret_refusal(key: str) -> str:
-    # Imported here: the container module pulls in nothing heavy, but config must stay light.
-    from cellbench.common.secrets import SECRET_ENV
-
-    return (
-        f"config error: {key}: looks like a secret, refused in favour of the pass-through "
-        "list: a config's variables travel on job command lines and into Snakemake's records "
-        "and logs. Export it on the host instead; the pipeline passes through the names of "
-        f"cellbench.common.secrets.SECRET_ENV ({', '.join(SECRET_ENV)}) and writes their values in "
-        f"no log (secret-looking: {SECRET_RULE})"
-    )
-
-
-def _check_env(where: str, env: Any) -> None:
-    """One ``env`` mapping of the config: NAME: "value", both strings, nothing reserved."""
-    if not isinstance(env, dict):
-        raise ConfigError(
-            f"config error: {where} = {json.dumps(env, default=str)}: must be a mapping of "
-            'variable names to string values (NAME: "value")'
-        )
-    for name, value in env.items():
-        if not isinstance(name, str) or not ENV_NAME.match(name):
-            raise ConfigError(
-                f"config error: {where}: variable name {name!r} is not valid (letters, digits "
-                "and '_', not starting with a digit)"
-            )
-        key = f"{where}.{name}"
-        if env_name_is_secret(name):
-            raise ConfigError(_secret_refusal(key))
-        if name in RESERVED_ENV:
-            raise ConfigError(
-                f"config error: {key}: {RESERVED_ENV[name]}; remove it from the config"
-            )
-        if isinstance(value, bool):
-            raise ConfigError(
-                f"config error: {key} = {str(value).lower()}: YAML read the value as a boolean; "
-                'quote the value you mean (e.g. "1" or "true") so it is a string'
-            )
-        if isinstance(value, (int, float)):
-            raise ConfigError(
-                f"config error: {key} = {value}: YAML read the value as a number; quote it "
-                f'({name}: "{value}") so it is a string'
-            )
-        if value is None:
-            raise ConfigError(
-                f'config error: {key} has no value: give a string ("" for an empty one)'
-            )
-        if not isinstance(value, str):
-            raise ConfigError(
-                f"config error: {key} = {json.dumps(value, default=str)}: must be a string"
-            )
-        if "\0" in value:
-            raise ConfigError(f"config error: {key}: the value holds a NUL character")
-
-
-def _check_envs(config: dict[str, Any]) -> None:
-    for section in ("images", "models"):
-        entries = config.get(section)
-        for name, entry in entries.items() if isinstance(entries, dict) else ():
-            if isinstance(entry, dict) and "env" in entry:
-                _check_env(f"{section}.{name}.env", entry["env"])
-    groups = config.get("cells")
-    for i, group in enumerate(groups if isinstance(groups, list) else ()):
-        if isinstance(group, dict) and "env" in group:
-            _check_env(f"cells[{i}].env", group["env"])
-
-
-def cell_env(config: dict[str, Any], image: str, model: str, tp: int, ep: int) -> dict[str, str]:
-    """The variables a cell's tuner and servers get: the image's, overlaid by the model's, then
-    by those of the cell groups that hold the cell (two groups that set one name to different
-    values are refused: neither would be more specific). Sorted by name, so it compares."""
-    env = dict(config["images"][image].get("env") or {})
-    env.update(config["models"][model].get("env") or {})
-    from_group: dict[str, tuple[int, str]] = {}
-    for i, group in enumerate(config["cells"]):
-        if image not in group["images"] or model not in group["models"] or group["tp"] != tp:
-            continue
-        if (group["tp"] if group.get("ep") else 1) != ep:
-            continue
-        for name, value in (group.get("env") or {}).items():
-            if name in from_group and from_group[name][1] != value:
-                j = from_group[name][0]
-                raise ConfigError(
-                    f"config error: cells[{i}].env.{name} = {value!r} and cells[{j}].env.{name}"
-                    f" = {from_group[name][1]!r} both apply to cell {image}/{model}/tp{tp}-ep{ep}"
-                    "; set it in one group only"
-                )
-            from_group[name] = (i, value)
-    env.update({name: value for name, (_, value) in from_group.items()})
-    return dict(sorted(env.items()))
-
-
 def _check_plain_values(config: dict[str, Any]) -> None:
     """What a JSON schema lets through: names YAML read as numbers, NaN and infinities."""
     _check_envs(config)
@@ -463,18 +249,6 @@ RESULTS_LAYOUT_NAMES = (
     "logs",
     "report",
 )
-
-
-def serve_arg_option(arg: str) -> str | None:
-    """The option a serve_args word names as vLLM's parser reads it (None for a value):
-    '--tensor_parallel_size=4' -> '--tensor-parallel-size'."""
-    if not arg.startswith("-") or arg == "-" or arg[1:2].isdigit() or arg[1:2] == ".":
-        return None  # a value (negative numbers included)
-    name = arg.split("=", 1)[0]
-    if name.startswith("--"):
-        # vLLM's FlexibleArgumentParser turns '_' into '-' in long option names.
-        return "--" + name[2:].replace("_", "-")
-    return name
 
 
 def reserved_serve_option(arg: str) -> str | None:
@@ -726,122 +500,6 @@ def _check_semantics(config: dict[str, Any]) -> None:
             f"{config['gpus']}: a CPU-only image is given no GPUs; set gpu_vendor to amd or "
             "nvidia, or gpus: 0"
         )
-
-
-# --- what a model's config.json says, where it is known at plan time ---------------------------
-
-
-def model_config_at_plan_time(config: dict[str, Any], name: str) -> tuple[dict, str] | None:
-    """(the model's config.json as a dict, where it came from), when known without a download:
-    ``model_config``, a built model's recipe, or the Hugging Face cache (hf_cache); else None."""
-    from cellbench.tune.shapes import ShapeError, read_model_config
-
-    model = config["models"][name]
-    where = f"models.{name}"
-    if "model_config" in model:
-        path = Path(model["model_config"]).expanduser()
-        try:
-            return read_model_config(path), f"{where}.model_config {str(path)!r}"
-        except (ShapeError, OSError) as exc:
-            raise ConfigError(
-                f"config error: {where}.model_config = {model['model_config']!r}: {exc} "
-                "(expected a model's config.json, JSON object)"
-            ) from None
-    if model.get("build"):
-        from cellbench.assets.build import MAX_POSITION_EMBEDDINGS, MODEL_RECIPES
-
-        shape = MODEL_RECIPES[model["build"]][0]
-        cfg = {**shape, "max_position_embeddings": MAX_POSITION_EMBEDDINGS}
-        return cfg, f"{where}.build {model['build']!r}"
-    found = _cached_hub_file(Path(config["hf_cache"]).expanduser(), model["hf_id"])
-    if found is None:
-        return None
-    try:
-        return read_model_config(found), f"the Hugging Face cache's {found}"
-    except (ShapeError, OSError):
-        return None  # the tune job reads it again and says what is wrong
-
-
-def _cached_hub_file(hf_cache: Path, repo_id: str, name: str = "config.json") -> str | None:
-    """``name`` of the hub's main revision of ``repo_id`` as huggingface_hub caches it
-    (hub/models--ORG--NAME/refs/main -> snapshots/REV/NAME), or None. Read by hand: importing
-    huggingface_hub here would fix its offline switch before a caller sets it."""
-    repo = hf_cache / "hub" / ("models--" + repo_id.replace("/", "--"))
-    try:
-        revision = (repo / "refs" / "main").read_text().strip()
-    except (OSError, UnicodeDecodeError):
-        return None
-    path = repo / "snapshots" / revision / name
-    return str(path) if revision and path.is_file() else None
-
-
-def _serve_arg_value(args: list[str], option: str) -> str | None:
-    """The value serve_args give ``option`` (either spelling), the last one winning."""
-    value = None
-    for i, arg in enumerate(args):
-        if serve_arg_option(arg) != option:
-            continue
-        if "=" in arg:
-            value = arg.split("=", 1)[1]
-        elif i + 1 < len(args):
-            value = args[i + 1]
-    return value
-
-
-def _check_model_shapes(config: dict[str, Any]) -> None:
-    """The checks `cellbench shapes` makes (experts over the EP ranks, N over TP, block shape
-    tiles), and the grid against the model's context, for each model whose config is known."""
-    from cellbench.tune.shapes import ShapeError, moe_shape
-
-    known: dict[str, tuple[dict, str] | None] = {}
-    for i, group in enumerate(config["cells"]):
-        for name in group["models"]:
-            if name not in known:
-                known[name] = model_config_at_plan_time(config, name)
-            if known[name] is None:
-                continue
-            cfg, source = known[name]
-            model, tp = config["models"][name], group["tp"]
-            dtype = {"auto": "auto", "fp8_w8a8": "fp8_w8a8"}.get(model["dtype"])
-            try:
-                moe_shape(cfg, tp, bool(group["ep"]), dtype, model["block_shape"])
-            except ShapeError as exc:
-                layout = f"tp = {tp}" + (", ep = true" if group["ep"] else "")
-                raise ConfigError(
-                    f"config error: cells[{i}]: model {name!r} at {layout}: {exc} (read from "
-                    f"{source}); expected a layout `cellbench shapes` accepts for this model"
-                ) from None
-    for name, found in known.items():
-        _check_context(config, name, found)
-
-
-def _check_context(config: dict[str, Any], name: str, found: tuple[dict, str] | None) -> None:
-    """ISL + OSL of every grid point within the model's context: serve_args' --max-model-len
-    when given (vLLM's limit then), else the config's max_position_embeddings when known."""
-    args = config["models"][name]["serve_args"]
-    given = _serve_arg_value(args, "--max-model-len")
-    if given is not None:
-        try:
-            limit, what = int(given), f"models.{name}.serve_args --max-model-len {given}"
-        except ValueError:
-            return  # vLLM's own suffixes (32k); the server says what it makes of them
-    elif found is None:
-        return
-    else:
-        cfg, source = found
-        text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
-        limit = text.get("max_position_embeddings")
-        if isinstance(limit, bool) or not isinstance(limit, int):
-            return
-        what = f"max_position_embeddings = {limit} in {source}"
-    for i, point in enumerate(config["serve"]["grid"]):
-        total = point["isl"] + point["osl"]
-        if total > limit:
-            raise ConfigError(
-                f"config error: serve.grid[{i}] = {{isl: {point['isl']}, osl: {point['osl']}}}: "
-                f"isl + osl = {total} exceeds model {name!r}'s context of {limit} tokens "
-                f"({what}); expected isl + osl <= {limit}"
-            )
 
 
 def _check_compare_images(config: dict[str, Any]) -> None:

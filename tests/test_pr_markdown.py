@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import result_fixtures as fx
 from cellbench.report import build as report
-from cellbench.report import plots, pr_markdown
+from cellbench.report import frames, plots, pr_markdown
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = "qwen3-30b-a3b-fp8"
@@ -232,7 +232,7 @@ def test_commands_configs_evidence_and_plots(built):
         for arm in ("untuned", "tuned")
     }
     # The server command and environment of each arm, as recorded, as seed 000 prints them.
-    for arm, label in report.ARM_LABELS.items():
+    for arm, label in frames.ARM_LABELS.items():
         env = " ".join(f"{k}={v}" for k, v in sorted(bench[arm]["server"]["env"].items()))
         assert f"# {label}\n{env} {' '.join(bench[arm]['server']['command'])}\n" in section
     # The tuning command from the summary's argv, and the config file with its shape.

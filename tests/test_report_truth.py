@@ -13,7 +13,7 @@ from pathlib import Path
 
 import result_fixtures as fx
 from cellbench.report import build as report
-from cellbench.report import pr_markdown
+from cellbench.report import pr_markdown, sections
 
 ROOT = Path(__file__).resolve().parents[1]
 CELL = "host-cpu/tiny-qwen3-moe/tp1-ep1"
@@ -49,7 +49,7 @@ def _cell(res: Path) -> list[Path]:
 def test_report_states_statistic_date_commit_and_settings(tmp_path):
     res = tmp_path / "results"
     text = report.write_report(_cell(res), tmp_path / "report", results=res).read_text()
-    assert report.LATENCY_NOTE in text
+    assert sections.LATENCY_NOTE in text
     # TTFT 100, 110, 120 over three repeats: median 110, half the IQR (105..115) 5
     ttft = text.split("#### TTFT (ms)")[1].split("####")[0]
     assert "| 512-512   | 110.00 ± 5.00" in ttft, ttft

@@ -1,5 +1,6 @@
 """The report (report rule), in layers that import only downward: `frames` (the checked results
-loaded into tables; the bottom, every renderer reads it) < `tidy` (CSV/Parquet) < `plots`
+loaded into tables; the bottom, every renderer reads it) < `tidy` (CSV/Parquet) and
+`sections` (report.md's sections per cell) < `plots`
 (figures per cell) and `previous` (a cell against its previous archived run; two archived runs
 against each other) < `pr_markdown` (one PR file per model, linking the plots) < `build`
 (report.md and INDEX.json, the report job).

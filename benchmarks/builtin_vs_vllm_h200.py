@@ -71,8 +71,8 @@ def variants_at(m: int, dtype: str) -> list[str]:
 def _warm_variant(opts: dict, m: int, cfg: dict, facts: dict):
     """In a compile-only worker (the tuner's, `tuner.compilepool`): compile one variant's
     kernels for m tokens with its switches set, without opening the GPU."""
-    from cellbench import kernels
-    from cellbench.tuner import compilepool as cp
+    from cellbench.tune import compilepool as cp
+    from cellbench.tune import kernels
 
     def work() -> None:
         cp._prepare_device(facts)
@@ -93,7 +93,7 @@ def start_workers(n: int, shape, act: str):
     import concurrent.futures as cf
     import multiprocessing as mp
 
-    from cellbench.tuner import compilepool as cp
+    from cellbench.tune import compilepool as cp
 
     pool = cf.ProcessPoolExecutor(n, mp_context=mp.get_context("fork"), initializer=cp._init,
                                   initargs=("builtin", shape.to_dict(), act, 0, True,
@@ -107,7 +107,7 @@ def prewarm(pool, kernels, be, ms: list[int], table_cfgs: dict, dtype: str, limi
     (what is left compiles on first use here). Returns (jobs, failed, seconds)."""
     import concurrent.futures as cf
 
-    fm = sys.modules["cellbench.kernels.fused_moe"]
+    fm = sys.modules["cellbench.tune.kernels.fused_moe"]
     cap, sms = fm.device_facts(be.device)
     facts = {"capability": list(cap), "sm_count": sms}
     seen, futs = set(), []
@@ -146,8 +146,8 @@ def _builtin_call(kernels, problem, cfg, name: str, gemms: bool):
 
 
 def one_m(be, kernels, m: int, cfg: dict, dtype: str, on_gpu: bool) -> dict:
-    from cellbench.tuner.search import rel_error
-    from cellbench.tuner.timing import time_side_by_side
+    from cellbench.tune.search import rel_error
+    from cellbench.tune.timing import time_side_by_side
 
     problems = [be.make_problem(m, 1000 + i) for i in range(4 if on_gpu else 2)]
     ref = be.reference(problems[0])
@@ -191,7 +191,7 @@ def one_m(be, kernels, m: int, cfg: dict, dtype: str, on_gpu: bool) -> dict:
                 res[name][f"{key}_ratio"] = b / vv if b and vv else None
     with kernels.kernel_options():
         res["default_path"] = kernels.kernel_path(m, problems[0].quant, "auto", cfg)
-    fm = sys.modules["cellbench.kernels.fused_moe"]
+    fm = sys.modules["cellbench.tune.kernels.fused_moe"]
     pairs = m * be.shape.topk
     res["default_choices"] = {
         "naive": fm._naive(pairs, be.shape.num_experts),
@@ -280,9 +280,9 @@ def main() -> int:
         return 2
     import torch
     import triton
-    from cellbench import kernels
-    from cellbench.shapes import MoEShape
-    from cellbench.tuner.backends import VllmBackend
+    from cellbench.tune import kernels
+    from cellbench.tune.backends import VllmBackend
+    from cellbench.tune.shapes import MoEShape
 
     on_gpu = torch.cuda.is_available()
     status = 0
@@ -350,7 +350,7 @@ def main() -> int:
                            "vllm_kernel": be.kernel_record()},
                   "side_by_side": {str(k): v for k, v in sorted(sbs.items())},
                   "not_timed": left_out}  # fmt: skip
-        from cellbench import atomicio
+        from cellbench.common import atomicio
 
         atomicio.write_json(stem.with_suffix(".json"), result)
         header = "\n".join(f"{k}: {v}" for k, v in meta.items() if k != "variants")

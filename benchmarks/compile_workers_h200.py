@@ -42,9 +42,9 @@ sys.path.insert(0, str(ROOT / "workflow"))
 
 import torch  # noqa: E402
 import triton  # noqa: E402
-from cellbench.shapes import MoEShape  # noqa: E402
-from cellbench.tuner import compilepool  # noqa: E402
-from cellbench.tuner.backends import make_backend  # noqa: E402
+from cellbench.tune import compilepool  # noqa: E402
+from cellbench.tune.backends import make_backend  # noqa: E402
+from cellbench.tune.shapes import MoEShape  # noqa: E402
 
 
 def gemm_configs(n: int) -> list[dict[str, int]]:
@@ -82,7 +82,7 @@ def one_pool(kind: str, shape: MoEShape, m: int, cfgs: list, workers: int) -> di
     pool = compilepool.CompilePool(workers, "builtin", shape.to_dict(), "bf16", 0,
                                    compile_only=compile_only)  # fmt: skip
     if pool.compile_only:
-        from cellbench.kernels.fused_moe import device_facts
+        from cellbench.tune.kernels.fused_moe import device_facts
 
         pool.assume_device(*device_facts("cuda:0"))
     try:

@@ -2,7 +2,8 @@
 
 Generates ``--new`` tokens (greedy) from a ``--prompt``-token prompt with the embedded
 default's tiny Qwen3-MoE loaded with ``experts_implementation="cellbench_triton"``
-(``cellbench.experts_tf``), once per tuned folder holding one config file of vLLM's name for the
+(``cellbench.serve.experts_tf``), once per tuned folder holding one config file of vLLM's name for
+the
 model's MoE shape, every batch size mapped to one launch config (A: 16/16/16, B: 64/64/64
 BLOCK_SIZE_M/N/K), and with no folder at all (vLLM's default rule). The variants alternate
 repeat by repeat (A B D, then D B A, ...) so drift of a shared machine falls on all of them;
@@ -32,8 +33,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import torch
-from cellbench import experts_tf  # sets TRITON_INTERPRET (no GPU) before triton loads
-from cellbench.kernels import config_lookup as cl
+from cellbench.serve import experts_tf  # sets TRITON_INTERPRET (no GPU) before triton loads
+from cellbench.tune.kernels import config_lookup as cl
 
 CONFIGS = {
     "A_16x16x16": {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 16, "BLOCK_SIZE_K": 16, "GROUP_SIZE_M": 1},

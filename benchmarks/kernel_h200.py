@@ -31,13 +31,13 @@ import triton.language as tl
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "workflow"))
 
-from cellbench.kernels import make_problem, run_fused, run_gemms  # noqa: E402
-from cellbench.kernels.reference import (  # noqa: E402
+from cellbench.tune.kernels import make_problem, run_fused, run_gemms  # noqa: E402
+from cellbench.tune.kernels.reference import (  # noqa: E402
     problem_error_bound,
     relative_error,
     torch_moe_reference,
 )
-from cellbench.shapes import MoEShape, device_name  # noqa: E402
+from cellbench.tune.shapes import MoEShape, device_name  # noqa: E402
 
 CONFIG_DIR = ROOT / "tests" / "data" / "vllm-configs"
 ROT = 4  # input sets rotated through inside one graph
@@ -246,7 +246,7 @@ def side_by_side(probs, seq, ref, entries, rounds: int = 3) -> tuple[dict, dict]
 
 
 def _set_b_tma(value: bool | None) -> None:
-    sys.modules["cellbench.kernels.fused_moe"].B_OPERAND_TMA = value
+    sys.modules["cellbench.tune.kernels.fused_moe"].B_OPERAND_TMA = value
 
 
 def _variants_for(fp8: bool, m: int) -> list[tuple[str, str, bool | None]]:
@@ -282,7 +282,7 @@ def variants(label: str, shape: MoEShape, table: dict, ms: list[int], rounds: in
 
 
 def _set_decode_kernel(name: str) -> None:
-    sys.modules["cellbench.kernels.fused_moe"].DECODE_KERNEL = name
+    sys.modules["cellbench.tune.kernels.fused_moe"].DECODE_KERNEL = name
 
 
 def decode_sweep(shape: MoEShape, ms: list[int], kernel: str) -> list[dict]:
@@ -344,7 +344,7 @@ def tma_sweep(label: str, shape: MoEShape, ms: list[int]) -> list[dict]:
 
 
 def _set_chain(value: bool | None) -> None:
-    sys.modules["cellbench.kernels.fused_moe"].CHAIN_KERNELS = value
+    sys.modules["cellbench.tune.kernels.fused_moe"].CHAIN_KERNELS = value
 
 
 # Two variants tried and dropped (NOTES-kernel.md): GEMM 2 asking L2 for all its weight rows
@@ -353,7 +353,7 @@ def _set_chain(value: bool | None) -> None:
 CHAIN_VARIANTS = [("unchained", False), ("chained", True)]
 
 
-DECODE_KERNEL_DEFAULT = sys.modules["cellbench.kernels.fused_moe"].DECODE_KERNEL
+DECODE_KERNEL_DEFAULT = sys.modules["cellbench.tune.kernels.fused_moe"].DECODE_KERNEL
 DECODE_KERNELS = ("slice", "ticket")
 
 
@@ -445,12 +445,12 @@ _PERSISTENT_NAMES = ("PERSISTENT_GEMMS", "PERSISTENT_FLATTEN", "PERSISTENT_MIN_P
 
 
 def _persistent_settings() -> tuple:
-    fm = sys.modules["cellbench.kernels.fused_moe"]
+    fm = sys.modules["cellbench.tune.kernels.fused_moe"]
     return tuple(getattr(fm, n) for n in _PERSISTENT_NAMES)
 
 
 def _restore_persistent(saved: tuple) -> None:
-    fm = sys.modules["cellbench.kernels.fused_moe"]
+    fm = sys.modules["cellbench.tune.kernels.fused_moe"]
     for n, v in zip(_PERSISTENT_NAMES, saved, strict=True):
         setattr(fm, n, v)
 

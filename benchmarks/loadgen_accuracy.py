@@ -1,6 +1,6 @@
 """How exactly does the load generator measure, and what does it cost? (rerunnable)
 
-Drives ``cellbench.loadgen`` against the timed server (``cellbench.testing.timed_server``, a
+Drives ``cellbench.serve.loadgen`` against the timed server (``cellbench.serve.timed_server``, a
 subprocess) at several concurrencies and compares each metric with the truth the server records
 on the host's shared monotonic clock:
 
@@ -26,8 +26,8 @@ from datetime import UTC, datetime
 
 import numpy as np
 import requests
-from cellbench import loadgen
-from cellbench.testing.timed_server import launch
+from cellbench.serve import loadgen
+from cellbench.serve.timed_server import launch
 
 
 def _truth(base: str, res: list[loadgen.RequestResult]) -> dict[str, float]:

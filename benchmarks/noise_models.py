@@ -1,6 +1,6 @@
 """How noisy is a serving comparison, and where does the noise come from? (issue 32 item 1)
 
-Fits ``cellbench.noise`` models to every committed run that measured both arms with repeats
+Fits ``cellbench.stats.noise`` models to every committed run that measured both arms with repeats
 (``noise.COMMITTED_RUNS``: the three H200 runs of the local runtime, transformers serve, 3
 interleaved repeats per point) and writes a summary: per metric the spread of one measurement
 given its pair (own), of what a pair shares (shared), of one server start (start), the drift
@@ -29,7 +29,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "workflow"))
 
-from cellbench import noise  # noqa: E402
+from cellbench.stats import noise  # noqa: E402
 
 
 def models(frame: pd.DataFrame) -> list[noise.NoiseModel]:
@@ -59,7 +59,7 @@ def summary(frame: pd.DataFrame) -> dict:
     level.insert(0, "first measurement", started)
     return {
         "run_level_pct": level.sort_values("first measurement").reset_index().to_dict("records"),
-        "what": "noise models of serving measurements (cellbench.noise), issue 32 item 1",
+        "what": "noise models of serving measurements (cellbench.stats.noise), issue 32 item 1",
         "sources": [{"run": label, "path": where} for label, where, _ in noise.COMMITTED_RUNS],
         "measurements": len(frame),
         "data_sha256": hashlib.sha256(frame.to_csv(index=False).encode()).hexdigest(),
@@ -78,7 +78,7 @@ def markdown(s: dict, fitted: list[noise.NoiseModel]) -> str:
         f"# Noise models of serving measurements ({s['date']})",
         "",
         "Written by `benchmarks/noise_models.py` from the committed runs with repeats of both",
-        "arms (`cellbench.noise.COMMITTED_RUNS`):",
+        "arms (`cellbench.stats.noise.COMMITTED_RUNS`):",
         "",
         *[f"- {r['run']}: `{r['path']}`" for r in s["sources"]],
         "",

@@ -3,7 +3,7 @@
 One vLLM server in a container of the rehearsal image (config/rehearsal.yaml's, pinned by
 digest), serving the embedded default's tiny model. Against it, interleaved per repeat and
 concurrency (ours then vLLM's, then vLLM's then ours, ...): cellbench's load generator
-(``cellbench.loadgen``, the serve stage's client) and `vllm bench serve` run inside a second
+(``cellbench.serve.loadgen``, the serve stage's client) and `vllm bench serve` run inside a second
 container of the same image (host network), both on the same prompts (the load generator's
 prompts for that seed, given to vLLM's client as a custom JSONL dataset with no chat template
 and no shuffling), the same output length (ignore_eos), temperature 0 and request rate inf.
@@ -27,8 +27,9 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from cellbench import container, loadgen
-from cellbench.server import CONTAINER_MODEL_DIR, ServerSpec, observe_version, serve
+from cellbench.runtime import container
+from cellbench.serve import loadgen
+from cellbench.serve.server import CONTAINER_MODEL_DIR, ServerSpec, observe_version, serve
 
 METRICS = ("ttft", "tpot", "itl", "e2el")
 

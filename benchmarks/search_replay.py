@@ -41,13 +41,15 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "workflow"))
-from cellbench import kernels  # noqa: E402
-from cellbench.shapes import MoEShape  # noqa: E402
-from cellbench.tuner import spaces  # noqa: E402
-from cellbench.tuner.artifacts import TuningLog  # noqa: E402
-from cellbench.tuner.backends import BuiltinBackend  # noqa: E402
-from cellbench.tuner.search import TuneOptions, Tuner  # noqa: E402
-from cellbench.tuner.timing import Timing  # noqa: E402
+from cellbench.tune import (  # noqa: E402
+    kernels,  # noqa: E402
+    spaces,  # noqa: E402
+)
+from cellbench.tune.artifacts import TuningLog  # noqa: E402
+from cellbench.tune.backends import BuiltinBackend  # noqa: E402
+from cellbench.tune.search import TuneOptions, Tuner  # noqa: E402
+from cellbench.tune.shapes import MoEShape  # noqa: E402
+from cellbench.tune.timing import Timing  # noqa: E402
 
 CONFIG_DIR = ROOT / "tests" / "data" / "vllm-configs"
 SHAPES = {  # Qwen3-30B-A3B at TP=1, as benchmarks/tuner_h200.py tunes it
@@ -64,7 +66,7 @@ def _kernel_rules_as_on_cuda(persistent: bool) -> Iterator[None]:
     few-token path is off, which would change what the search sees at M <= 4); persistent
     GEMMs as the module's rule has them, or off for logs recorded before that rule (runs
     15-16): they decide which batch sizes share compiled kernels."""
-    fm = sys.modules["cellbench.kernels.fused_moe"]
+    fm = sys.modules["cellbench.tune.kernels.fused_moe"]
     before = fm.DECODE_MAX_TOKENS, fm.PERSISTENT_GEMMS
     fm.DECODE_MAX_TOKENS = fm.DECODE_RULE_MAX_TOKENS
     if not persistent:

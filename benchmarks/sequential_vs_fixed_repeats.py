@@ -4,7 +4,7 @@ item 3)
 
 Simulated: A/A tables and tables with TPOT worse by 30% or 50% at one point, 4 points x 4
 metrics, on each noise model of ``benchmarks/noise_models.py`` (normal and resampled draws),
-caps of 10 and 20 pairs. For each: ``cellbench.sequential.simulate`` (the stopping rule)
+caps of 10 and 20 pairs. For each: ``cellbench.stats.sequential.simulate`` (the stopping rule)
 against the report's paired verdicts on all cap pairs (``stats.table_verdicts``, Holm), and a
 plain paired t-test re-run after every pair until p < 0.05 (what the rule is not).
 
@@ -32,7 +32,8 @@ from scipy import stats as sps
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "workflow"))
 
-from cellbench import calibration, noise, sequential, stats  # noqa: E402
+from cellbench.stats import calibration, noise, sequential  # noqa: E402
+from cellbench.stats import core as stats  # noqa: E402
 
 POINTS = 4
 METRICS = list(noise.METRICS)
@@ -183,7 +184,7 @@ def markdown(result: dict) -> str:
             f"({result['tables']} simulated tables per row, seed {result['seed']}); noise models "
             "fitted to the committed H200 runs (`noise_models_2026-12-05.md`); floor "
             f"{result['floor_pct']}%; tables of 4 points x 4 metrics; the rule: "
-            "`cellbench.sequential` (looks at 2, 3, 4, 6, 8, ... pairs, alpha spent as "
+            "`cellbench.stats.sequential` (looks at 2, 3, 4, 6, 8, ... pairs, alpha spent as "
             f"(n/cap)^{sequential.RHO:g}, union bound over looks, futility at the optimistic 90% "
             "bound).",
             "",

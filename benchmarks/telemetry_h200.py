@@ -1,4 +1,5 @@
-"""GPU telemetry (cellbench.telemetry, NVML) under a real GPU load: power samples and energy per
+"""GPU telemetry (cellbench.serve.telemetry, NVML) under a real GPU load: power samples and energy
+per
 unit of work, the serving stage's J/token figure with matmuls as the unit.
 
 Three phases on one GPU, each under its own ``GpuSampler`` at ``--interval`` seconds: idle
@@ -27,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "workflow"))
 
-from cellbench import telemetry  # noqa: E402
+from cellbench.serve import telemetry  # noqa: E402
 
 
 def _phase(gpu: int, interval: float, seconds: float, work=None) -> dict:

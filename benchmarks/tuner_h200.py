@@ -4,7 +4,7 @@
 Shape: Qwen3-30B-A3B at TP=1 (E=128, N=768, K=2048, top-8), bf16 (or fp8 block [128,128]),
 on the builtin kernel, over vLLM's 18 default batch sizes:
 
-1. `cellbench.tuner --mode default` seeded with the config file vLLM ships for the shape
+1. `cellbench.tune --mode default` seeded with the config file vLLM ships for the shape
    (fresh Triton cache; this process shares it afterwards so re-timing compiles nothing);
 2. default's pick and the shipped config for each batch size re-timed side by side
    (interleaved CUDA-graph replays);
@@ -66,7 +66,7 @@ def run_mode(
     args = [
         sys.executable,
         "-m",
-        "cellbench.tuner",
+        "cellbench.tune",
         "--model-config",
         str(model_cfg),
         "--tp",
@@ -135,10 +135,10 @@ def side_by_side(
 ) -> dict:
     """Re-time each batch size's candidate configs interleaved; also check them vs reference."""
     import torch
-    from cellbench.shapes import MoEShape
-    from cellbench.tuner.backends import BuiltinBackend
-    from cellbench.tuner.search import rel_error
-    from cellbench.tuner.timing import time_side_by_side
+    from cellbench.tune.backends import BuiltinBackend
+    from cellbench.tune.search import rel_error
+    from cellbench.tune.shapes import MoEShape
+    from cellbench.tune.timing import time_side_by_side
 
     dev = "cuda" if on_gpu else "cpu"
     be = BuiltinBackend(MoEShape.from_dict(shape_dict), act, dev)
@@ -184,7 +184,7 @@ def fmt(v, nd=2):
 
 
 def _cost_line(name: str, s: dict) -> str:
-    from cellbench.tuner.cli import worker_line
+    from cellbench.tune.cli import worker_line
 
     if s.get("failed"):
         return f"{name}: FAILED (rc {s.get('rc')})"

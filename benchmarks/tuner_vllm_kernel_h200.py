@@ -10,9 +10,9 @@ Shape: Qwen3-30B-A3B at TP=1 (E=128, N=768, K=2048, top-8), bf16 first, then fp8
 not installed on the H200 machine: its kernel and launcher run from the Python files of vLLM's
 wheel (workflow/scripts/vllm-kernel-src.sh, carried as .vllm-src/vllm-0.34.0), with the
 project's alignment, SiLU-and-mul, activation quantisation and top-k sum around them
-(`cellbench.tuner.vllm_source`). Per dtype:
+(`cellbench.tune.vllm_source`). Per dtype:
 
-1. `cellbench.tuner --backend vllm --mode default` at all batch sizes, seeded with vLLM's
+1. `cellbench.tune --backend vllm --mode default` at all batch sizes, seeded with vLLM's
    shipped H200 config (a fresh Triton cache that this process then shares); its summary
    gives each batch size's tuning wall and its own side-by-side re-time of the pick against
    the shipped config;
@@ -87,7 +87,7 @@ def exhaustive_timings(dtype: str, ms, smoke: bool, limits=None) -> dict[int, in
     configs of vLLM's space (the `vllm` backend's) that survive the tuner's pruning, plus its
     finalists re-timed. Every config is its own kernel there (no key is ignored), so this is
     also its compile count. Failures at run time (a few at M >= 1024 in bf16) come off."""
-    from cellbench.tuner import spaces
+    from cellbench.tune import spaces
 
     if limits is None:  # an H200 with the Triton of the 2026-12-04 run
         limits = spaces.HardwareLimits(spaces.H200_SMEM_BYTES, "cuda", "3.6.0")
@@ -161,7 +161,7 @@ def prepare_run(folder: str, smoke: bool) -> str | None:
     is a GPU unless smoking. Returns the refusal to print, or None when the run can start."""
     if smoke:
         os.environ.setdefault("TRITON_INTERPRET", "1")
-    from cellbench.tuner.vllm_source import SOURCE_ENV, check_source_dir
+    from cellbench.tune.vllm_source import SOURCE_ENV, check_source_dir
 
     bad = check_source_dir(folder)
     if bad is not None:
@@ -197,8 +197,8 @@ def _builtin_pool(be, ms, picks, workers: int):
     (vLLM's were compiled by the tuner runs, into the Triton cache this process shares)."""
     if workers < 1:
         return None
-    from cellbench.kernels.fused_moe import device_facts
-    from cellbench.tuner.compilepool import CompilePool
+    from cellbench.tune.compilepool import CompilePool
+    from cellbench.tune.kernels.fused_moe import device_facts
 
     pool = CompilePool(workers, "builtin", be.shape.to_dict(), be.act_dtype, 0)
     pool.assume_device(*device_facts(be.device))
@@ -214,9 +214,9 @@ def side_by_side(
     `builtin` on the builtin kernel too, whole calls and GEMMs alone), same inputs,
     interleaved. Returns (results, batch sizes left out because the deadline passed)."""
     import torch
-    from cellbench import kernels
-    from cellbench.tuner.search import rel_error
-    from cellbench.tuner.timing import time_side_by_side
+    from cellbench.tune import kernels
+    from cellbench.tune.search import rel_error
+    from cellbench.tune.timing import time_side_by_side
 
     out: dict[int, dict] = {}
     left_out = []
@@ -541,9 +541,9 @@ def main() -> int:
         return 2
     import torch
     import triton
-    from cellbench.shapes import MoEShape
-    from cellbench.tuner.backends import VllmBackend
-    from cellbench.tuner.spaces import HardwareLimits
+    from cellbench.tune.backends import VllmBackend
+    from cellbench.tune.shapes import MoEShape
+    from cellbench.tune.spaces import HardwareLimits
 
     on_gpu = torch.cuda.is_available()
     limits = HardwareLimits.detect()
@@ -584,7 +584,7 @@ def _one_dtype(a, dtype, i, dtypes, ms, ems, auto_ems, timings, t_start, work, m
                header, on_gpu, out, MoEShape, VllmBackend, torch) -> int:  # fmt: skip
     """Default mode at every batch size, exhaustive at a subset, the side-by-side re-time;
     tables and JSON written after each stage. Returns the exit status (1: default failed)."""
-    from cellbench.tuner.vllm_source import SOURCE_ENV
+    from cellbench.tune.vllm_source import SOURCE_ENV
 
     cache = tempfile.mkdtemp(prefix=f"triton-vllm-{dtype}-")
     os.environ["TRITON_CACHE_DIR"] = cache  # re-timing loads what the tuner compiled

@@ -34,7 +34,8 @@ import pandas as pd  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "workflow"))
 
-from cellbench import calibration, noise, stats  # noqa: E402
+from cellbench.stats import calibration, noise  # noqa: E402
+from cellbench.stats import core as stats  # noqa: E402
 
 PAIRS = (3, 5, 10, 20, 40)
 EFFECTS = (1.0, 2.0, 5.0, 10.0, 30.0, 50.0)

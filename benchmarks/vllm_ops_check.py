@@ -45,9 +45,9 @@ def _pairs(ops, m, device, q, align, _quantise_rows, _silu_mul, _sum_topk) -> di
 
 def _op_times(ops, device) -> dict:
     """vLLM's op against the project's, per batch size (graph replays, interleaved)."""
-    from cellbench.kernels import align
-    from cellbench.kernels.fused_moe import QuantArgs, _quantise_rows, _silu_mul, _sum_topk
-    from cellbench.tuner.timing import time_side_by_side
+    from cellbench.tune.kernels import align
+    from cellbench.tune.kernels.fused_moe import QuantArgs, _quantise_rows, _silu_mul, _sum_topk
+    from cellbench.tune.timing import time_side_by_side
 
     q = QuantArgs("fp8_w8a8", None, None, (128, 128))  # only the block shape is read
     out: dict = {}
@@ -73,7 +73,7 @@ def main() -> int:
     ap.add_argument("--no-times", action="store_true")
     a = ap.parse_args()
     import torch
-    from cellbench.tuner.vllm_source import VllmSourceError, load_vllm_ops
+    from cellbench.tune.vllm_source import VllmSourceError, load_vllm_ops
 
     if not torch.cuda.is_available():
         print("vllm_ops_check: no CUDA GPU here; vLLM's compiled ops need one", file=sys.stderr)

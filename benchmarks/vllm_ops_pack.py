@@ -19,7 +19,7 @@ stable ABI, they load into another torch than the one they were built with. Toge
 
 On the GPU machine `--unpack DIR` writes the libraries back out and checks their sha256
 against SOURCE.json. A library trimmed this way is still vLLM's code for sm_90, but only
-a correctness check on the GPU shows it loads and computes right: `cellbench.tuner.
+a correctness check on the GPU shows it loads and computes right: `cellbench.tune.
 vllm_source.load_vllm_ops` runs one before any op is used.
 
 Standard library only.

@@ -70,7 +70,7 @@ def registry(docker_client):
 
 def pinned(client, tag: str) -> str:
     """``repo@sha256:...`` of ``tag`` as the registry serves it now."""
-    from cellbench import images
+    from cellbench.runtime import images
 
     return images.ImageRef.parse(tag).with_digest(client.images.get_registry_data(tag).id)
 
@@ -120,7 +120,7 @@ def write_test_config(path: Path, refs: dict[str, str], *, lock: Path, **overrid
 
 def tiny_model_config(folder: Path) -> Path:
     """A Qwen3-MoE config.json with the embedded default's tiny shape, for the tuner."""
-    from cellbench.assets import TINY_MODEL_SHAPE
+    from cellbench.assets.build import TINY_MODEL_SHAPE
 
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "config.json"

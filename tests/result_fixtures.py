@@ -1,7 +1,7 @@
 """Stage results written by hand, whole and schema-valid, with chosen values.
 
 Tests that feed the report, the archive or the loaders build their inputs here, so that every
-figure is known and every file passes ``cellbench.results`` unless a test breaks it on
+figure is known and every file passes ``cellbench.results.loaders`` unless a test breaks it on
 purpose. They are written the way the stages write them (``atomicio`` with a checksum).
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from cellbench import atomicio
+from cellbench.common import atomicio
 
 DIGEST = "sha256:" + "c" * 64
 CONFIG = {

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import result_fixtures as fx
-from cellbench import atomicio
+from cellbench.common import atomicio
 
 CELL = "rocm7.2/tiny-a/tp1-ep1"
 GRID = [(128, 32), (512, 64)]

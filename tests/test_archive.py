@@ -1,4 +1,4 @@
-"""The append-only archive (cellbench.archive): run folders that are never rewritten, the same
+"""The append-only archive (cellbench.archive.write): run folders that are never rewritten, the same
 run archived twice adds nothing, `verify` names every changed, missing and extra file, `list`,
 `show` and `diff` read it back, and the report compares a re-measured cell with its previous
 archived run.
@@ -15,8 +15,11 @@ from pathlib import Path
 
 import pytest
 import result_fixtures as fx
-from cellbench import archive, cli, report
-from cellbench.atomicio import sha256_file
+from cellbench import cli
+from cellbench.archive import write as archive
+from cellbench.common.atomicio import sha256_file
+from cellbench.report import build as report
+from cellbench.results import archived as archive_read
 
 CELL_A = "rocm7.2/tiny-a/tp1-ep1"
 CELL_B = "rocm7.2/tiny-b/tp1-ep1"
@@ -170,7 +173,7 @@ def test_verify_names_changed_missing_and_extra_files(archived, capsys):
     assert f"missing: {removed}" in out
     assert f"extra: {CELL_A}/notes.txt" in out
     assert len([line for line in out.splitlines() if line.startswith("FAILED")]) == 3
-    assert archive.verify(folder / "MANIFEST.json") == sorted(
+    assert archive_read.verify(folder / "MANIFEST.json") == sorted(
         [f"{CELL_A}/serve/tuned/bench.json", removed, f"{CELL_A}/notes.txt"]
     )
     # Through `cellbench archive`, the same answer.

@@ -20,8 +20,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from cellbench import archive, images
-from cellbench import config as cbconfig
+from cellbench.archive import write as archive
+from cellbench.config import loader as cbconfig
+from cellbench.runtime import images
 from docker_env import (  # noqa: F401
     docker_client,
     fresh_tag,

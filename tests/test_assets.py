@@ -8,7 +8,8 @@ import re
 from pathlib import Path
 
 import pytest
-from cellbench import assets, loadgen
+from cellbench.assets import build as assets
+from cellbench.serve import loadgen
 
 
 def _read_jsonl(p: Path) -> list[dict]:

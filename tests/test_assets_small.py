@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from cellbench import assets, shapes
+from cellbench.assets import build as assets
+from cellbench.tune import shapes
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -71,7 +72,7 @@ def test_unknown_kind_and_bad_layers_fail_before_writing(tmp_path):
 
 
 def test_the_workflow_accepts_the_small_kind():
-    from cellbench import config
+    from cellbench.config import loader as config
 
     cfg = config.load(ROOT / "config" / "local.yaml")
     cfg["models"] = {"s": {"build": "small-qwen3-moe", "dtype": "bf16"}}

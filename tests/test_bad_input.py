@@ -3,7 +3,8 @@
 PROBES below is the catalogue; docs/bad-input.md holds the same table, rendered from it
 (`python tests/test_bad_input.py` rewrites it; a test fails when the two differ). Kinds:
 
-* config: an edit of a shipped config, written to a file and loaded by `cellbench.config.load`
+* config: an edit of a shipped config, written to a file and loaded by
+`cellbench.config.loader.load`
   in-process (what `snakemake` and `cellbench cells` both call);
 * yaml: a config file's text, loaded the same way;
 * cli: a `cellbench` command line, run in-process;
@@ -29,7 +30,7 @@ from typing import Any
 import pytest
 import yaml
 from cellbench import cli
-from cellbench import config as cbconfig
+from cellbench.config import loader as cbconfig
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "bad-input.md"
@@ -453,7 +454,7 @@ PROBES: list[Probe] = [
         "env-api-key",
         "config",
         f'`models.{Q30}.env: {{OPENAI_API_KEY: "sk-..."}}`',
-        "cellbench.container.SECRET_ENV (HF_TOKEN, HUGGING_FACE_HUB_TOKEN, HUGGINGFACE_TOKEN)",
+        "cellbench.common.secrets.SECRET_ENV (HF_TOKEN, HUGGING_FACE_HUB_TOKEN, HUGGINGFACE_TOKEN)",
         edit=_set("models", Q30, "env", {"OPENAI_API_KEY": "sk-abc"}),
     ),
     Probe(

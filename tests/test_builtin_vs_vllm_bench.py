@@ -63,7 +63,7 @@ _WARM = """
 import sys
 sys.path[:0] = ["benchmarks", "workflow"]
 import builtin_vs_vllm_h200 as b
-from cellbench.shapes import MoEShape
+from cellbench.tune.shapes import MoEShape
 shape = MoEShape(128, 768, 2048, 8, "fp8_w8a8", (128, 128))
 pool = b.start_workers(1, shape, "bf16")
 cfg = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 1,

@@ -17,7 +17,8 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from cellbench import calibration, comparison, noise, stats
+from cellbench.stats import calibration, comparison, noise
+from cellbench.stats import core as stats
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -16,12 +16,13 @@ from pathlib import Path
 import pytest
 import result_fixtures as fx
 import yaml
-from cellbench import config as cbconfig
-from cellbench import report, serve_stage
+from cellbench.config import loader as cbconfig
+from cellbench.report import build as report
+from cellbench.serve import stage as serve_stage
 from test_workflow import fresh_copy, planned_jobs
 
 ROOT = Path(__file__).resolve().parents[1]
-TIMED = [sys.executable, "-m", "cellbench.testing.timed_server", "--port", "{port}"]
+TIMED = [sys.executable, "-m", "cellbench.serve.timed_server", "--port", "{port}"]
 DIGESTS = {"imgA": "sha256:" + "a" * 64, "imgB": "sha256:" + "b" * 64}
 COMPARISON = "imgA-vs-imgB/timed/tp1-ep1"
 

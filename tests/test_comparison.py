@@ -1,4 +1,4 @@
-"""The one comparison (cellbench.comparison) and its statistics (cellbench.stats).
+"""The one comparison (cellbench.stats.comparison) and its statistics (cellbench.stats.core).
 
 Expected figures are worked out here from the definitions (binomial sums with math.comb, the
 Welch formulas, the two-proportion z formula), not read back from the code under test. The
@@ -19,7 +19,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from cellbench import comparison, report, serve_stage, stats
+from cellbench.report import frames
+from cellbench.serve import stage as serve_stage
+from cellbench.stats import comparison
+from cellbench.stats import core as stats
 from scipy import stats as sps
 
 # --- compare_metric, holm, verdicts, repeats_needed ---
@@ -293,7 +296,7 @@ def _measure_pair(tmp_path: Path, slower_pct: float) -> pd.DataFrame:
     The serve stage's bench.json files are then read by the report's own loader."""
     tuned_itl = ITL_MS * (1 + slower_pct / 100)
     script = (
-        f"exec {sys.executable} -m cellbench.testing.timed_server --port {{port}} --ttft-ms 2 "
+        f"exec {sys.executable} -m cellbench.serve.timed_server --port {{port}} --ttft-ms 2 "
         f'--itl-ms $(if [ -n "$VLLM_TUNED_CONFIG_FOLDER" ]; then echo {tuned_itl}; '
         f"else echo {ITL_MS}; fi)"
     )
@@ -314,7 +317,7 @@ def _measure_pair(tmp_path: Path, slower_pct: float) -> pd.DataFrame:
     ]  # fmt: skip
     assert serve_stage.main(args) == 0
     files = [out / arm / "bench.json" for arm in ("untuned", "tuned")]
-    serve, _, _ = report.load_tables(files, results)
+    serve, _, _ = frames.load_tables(files, results)
     return serve
 
 

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from cellbench import config as cbconfig
+from cellbench.config import loader as cbconfig
+from cellbench.config import strict_yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -172,18 +173,19 @@ def test_strict_yaml_allows_merge_keys_and_refuses_repeats(tmp_path):
     at any depth, with both lines named. The shipped configs read strictly."""
     merged = tmp_path / "merged.yaml"
     merged.write_text("base: &b {isl: 32, osl: 16}\npoint:\n  <<: *b\n  osl: 8\n")
-    assert cbconfig.read_yaml(merged)["point"] == {"isl": 32, "osl": 8}
+    assert strict_yaml.read_yaml(merged)["point"] == {"isl": 32, "osl": 8}
     nested = tmp_path / "nested.yaml"
     nested.write_text("serve:\n  grid:\n    - {isl: 1, isl: 2, osl: 3}\n")
     with pytest.raises(cbconfig.ConfigError) as err:
-        cbconfig.read_yaml(nested)
+        strict_yaml.read_yaml(nested)
     expected = f"config file '{nested}', line 3: duplicate key 'isl' (first at line 3)"
     assert expected in str(err.value)
-    cbconfig.check_files(sorted((ROOT / "config").glob("*.yaml")))
+    strict_yaml.check_files(sorted((ROOT / "config").glob("*.yaml")))
 
 
 def test_cli_version_and_shared_default_config(capsys, monkeypatch):
-    from cellbench import cli, images
+    from cellbench import cli
+    from cellbench.config import images_command
 
     monkeypatch.chdir(ROOT)
     assert cli.main(["--version"]) == 0
@@ -191,5 +193,5 @@ def test_cli_version_and_shared_default_config(capsys, monkeypatch):
     # `cellbench cells` and `cellbench images` read the same file by default (the profile's)
     profile = yaml.safe_load((ROOT / "profiles/default/config.yaml").read_text())
     assert cli.DEFAULT_CONFIGFILE == profile["configfile"] == "config/local.yaml"
-    assert images.main(["status"]) == 2
+    assert images_command.main(["status"]) == 2
     assert "config/local.yaml has runtime: local" in capsys.readouterr().err

@@ -2,7 +2,7 @@
 
 The tuner runs on the embedded default's tiny shape under the Triton CPU interpreter (real
 kernels, real timings); its summaries must record a measured baseline per batch size, and
-cellbench.config_artifacts gathers its files into a folder that vLLM's lookup (here the
+cellbench.configs.collect gathers its files into a folder that vLLM's lookup (here the
 project's restatement of it, kernels.config_lookup) reads as VLLM_TUNED_CONFIG_FOLDER.
 """
 
@@ -22,12 +22,15 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import result_fixtures as rf  # noqa: E402
-from cellbench import atomicio, jobargs, pins, results  # noqa: E402
-from cellbench import config as cbconfig  # noqa: E402
-from cellbench import config_artifacts as ca  # noqa: E402
-from cellbench.kernels import config_lookup  # noqa: E402
-from cellbench.shapes import MoEShape  # noqa: E402
-from cellbench.tuner import cli  # noqa: E402
+from cellbench.common import atomicio
+from cellbench.config import jobargs
+from cellbench.config import loader as cbconfig  # noqa: E402
+from cellbench.configs import collect as ca  # noqa: E402
+from cellbench.results import loaders as results  # noqa: E402
+from cellbench.runtime import pins
+from cellbench.tune import cli  # noqa: E402
+from cellbench.tune.kernels import config_lookup  # noqa: E402
+from cellbench.tune.shapes import MoEShape  # noqa: E402
 from test_tuner_cli import TINY  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

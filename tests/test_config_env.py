@@ -19,8 +19,11 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
-from cellbench import config as cbconfig
-from cellbench import jobargs, pins, serve_stage
+from cellbench.config import jobargs
+from cellbench.config import loader as cbconfig
+from cellbench.runtime import pins
+from cellbench.serve import job as serve_job
+from cellbench.serve import stage as serve_stage
 from docker_env import (  # noqa: F401
     PYTHON,
     TEST_REPO,
@@ -138,7 +141,7 @@ def test_an_image_comparison_gives_each_side_its_own_cells_variables(tmp_path):
         Path(folder).mkdir()
     args = jobargs.compare_args(config, p, pair, SimpleNamespace(**folders))
     sides = [
-        serve_stage.ImageSpec.from_json(obj, f"side {i}")
+        serve_job.ImageSpec.from_json(obj, f"side {i}")
         for i, obj in enumerate(json.loads(_flag(args, "--images-json")))
     ]
     assert [s.env for s in sides] == [
@@ -150,9 +153,9 @@ def test_an_image_comparison_gives_each_side_its_own_cells_variables(tmp_path):
 
 def test_serve_stage_refuses_a_malformed_server_env():
     with pytest.raises(ValueError, match="--server-env-json must be a JSON object of string"):
-        serve_stage._env_arg({"VLLM_ROCM_USE_AITER": 0}, "--server-env-json")
+        serve_job._env_arg({"VLLM_ROCM_USE_AITER": 0}, "--server-env-json")
     with pytest.raises(ValueError, match="VLLM_TUNED_CONFIG_FOLDER is set per arm"):
-        serve_stage._env_arg({"VLLM_TUNED_CONFIG_FOLDER": "/x"}, "--server-env-json")
+        serve_job._env_arg({"VLLM_TUNED_CONFIG_FOLDER": "/x"}, "--server-env-json")
 
 
 # --- for real: the tuner's step and both arms' servers -------------------------------------
@@ -190,7 +193,8 @@ def _local_config_with_env() -> dict:
 
 
 def test_the_tune_rules_step_flags_put_the_variables_in_the_tuners_process(tmp_path):
-    """What the tune rule runs (``python -m cellbench.steps {step flags} -- {tuner}``), with the
+    """What the tune rule runs (``python -m cellbench.runtime.steps {step flags} -- {tuner}``),
+    with the
     tuner replaced by a program that prints its environment."""
     config = _local_config_with_env()
     cell = TINY
@@ -198,7 +202,7 @@ def test_the_tune_rules_step_flags_put_the_variables_in_the_tuners_process(tmp_p
     log = tmp_path / "tune.log"
     host = {**os.environ, "PYTHONPATH": str(WORKFLOW), "VLLM_ROCM_USE_AITER": "1"}
     proc = subprocess.run(
-        [PYTHON, "-m", "cellbench.steps", *flags, "--log", str(log), "--"]
+        [PYTHON, "-m", "cellbench.runtime.steps", *flags, "--log", str(log), "--"]
         + [PYTHON, "-c", ENV_PRINTER],
         cwd=tmp_path,
         env=host,
@@ -253,7 +257,7 @@ def test_the_tuners_container_gets_the_variables(docker_client, registry, tmp_pa
         "CELLBENCH_RUN_ID": run_id,
     }
     proc = subprocess.run(
-        [PYTHON, "-m", "cellbench.steps", *flags, "--log", str(log), "--"]
+        [PYTHON, "-m", "cellbench.runtime.steps", *flags, "--log", str(log), "--"]
         + ["python3", "-c", ENV_PRINTER],
         cwd=tmp_path,
         env=env,
@@ -282,7 +286,7 @@ def test_both_arms_servers_get_the_variables(tmp_path):
     tuned.mkdir(parents=True)
     (tuned / "E=8,N=32,device_name=X.json").write_text("{}")
     printer = shlex.join([sys.executable, "-c", ENV_PRINTER])
-    server = f"{printer} && exec {sys.executable} -m cellbench.testing.timed_server --port $1"
+    server = f"{printer} && exec {sys.executable} -m cellbench.serve.timed_server --port $1"
     args = [
         "--runtime", "local", "--cell-id", "host-cpu/tiny-qwen3-moe/tp1-ep1", "--arm", "pair",
         "--model", "timed-model",

@@ -1,6 +1,6 @@
-"""Fused-MoE config lookup as vLLM does it (cellbench.kernels.config_lookup), on the config
+"""Fused-MoE config lookup as vLLM does it (cellbench.tune.kernels.config_lookup), on the config
 files vLLM 0.34 ships (the shared reference copy when present, else tests/data's), and the
-lines it logs, read back by cellbench.moe_evidence."""
+lines it logs, read back by cellbench.serve.moe_evidence."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import re
 from pathlib import Path
 
 import pytest
-from cellbench import moe_evidence
-from cellbench.kernels import config_lookup as cl
+from cellbench.serve import moe_evidence
+from cellbench.tune.kernels import config_lookup as cl
 
 SHARED = Path("/work/shared/reference/vllm-configs")
 REF = SHARED if SHARED.is_dir() else Path(__file__).parent / "data" / "vllm-configs"

@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 import requests
-from cellbench.container import (
+from cellbench.runtime.container import (
     ContainerFailed,
     GpuSpec,
     Mount,

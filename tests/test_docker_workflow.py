@@ -69,7 +69,8 @@ def workdir(docker_client, registry, tmp_path):  # noqa: F811
     data["tune"]["batch_sizes"] = [1]
     cfg.write_text(yaml.safe_dump(data, sort_keys=False))
     r = subprocess.run(
-        [PYTHON, "-m", "cellbench.images", "--configfile", str(cfg), "--lock", str(lock), "lock"],
+        [PYTHON, "-m", "cellbench.config.images_command", "--configfile", str(cfg),
+         "--lock", str(lock), "lock"],
         capture_output=True, text=True, cwd=REPO_ROOT, timeout=300,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr

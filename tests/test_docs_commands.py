@@ -160,9 +160,23 @@ def dry_run_forms(cmd: str, tmp_path: Path) -> list[list[str]]:
         log = tmp_path / "job.log"
         log.write_text("starting\nTraceback (most recent call last):\nValueError: boom\n")
         return [[sys.executable, "-m", "cellbench.joblog", str(log)]]
-    if head == "python" and rest[:2] == ["-m", "cellbench.tf_serve"]:
+    if head == "python" and rest[:2] == ["-m", "cellbench.STAGE"]:
+        # docs/design.md's pattern: every stage folder it names answers --help.
+        stages = [
+            "tune",
+            "serve",
+            "gsm8k",
+            "gates",
+            "report",
+            "archive",
+            "configs",
+            "assets",
+            "results",
+        ]
+        return [[sys.executable, "-m", f"cellbench.{s}", "--help"] for s in stages]
+    if head == "python" and rest[:2] == ["-m", "cellbench.serve.tf_serve"]:
         # The server itself: its --help goes through the same install and transformers' CLI.
-        return [[sys.executable, "-m", "cellbench.tf_serve", "--help"]]
+        return [[sys.executable, "-m", "cellbench.serve.tf_serve", "--help"]]
     if head == "python" and rest[:2] == ["-m", "cellbench.results"]:
         # FILE...: a well-formed bench.json with its recorded checksum, as a stage writes it.
         path = result_fixtures.write_bench(

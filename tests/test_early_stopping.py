@@ -1,4 +1,4 @@
-"""Percentile claims by MLPerf's early-stopping rule (cellbench.early_stopping, issue 32
+"""Percentile claims by MLPerf's early-stopping rule (cellbench.stats.early_stopping, issue 32
 item 5). The counts MLPerf publishes for p99 at 99% confidence (459 queries with none over the
 bound, 662 with one) are derived here from the binomial definition with plain math, then the
 module must give the same."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from cellbench import early_stopping as es
+from cellbench.stats import early_stopping as es
 
 
 def _cdf(k: int, n: int, p: float) -> float:

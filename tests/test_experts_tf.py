@@ -1,7 +1,7 @@
 """The project's Triton fused-MoE kernel as a transformers experts implementation
-(cellbench.experts_tf) and `transformers serve` started through cellbench.tf_serve.
+(cellbench.serve.experts_tf) and `transformers serve` started through cellbench.serve.tf_serve.
 
-Without a GPU the kernel runs under Triton's interpreter (cellbench.kernels sets
+Without a GPU the kernel runs under Triton's interpreter (cellbench.tune.kernels sets
 TRITON_INTERPRET=1 before triton is imported)."""
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import pytest  # noqa: E402
-from cellbench import experts_tf, moe_evidence, tf_serve  # noqa: E402
-from cellbench.kernels import config_lookup as cl  # noqa: E402
+from cellbench.serve import experts_tf, moe_evidence, tf_serve  # noqa: E402
+from cellbench.tune.kernels import config_lookup as cl  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 16, "BLOCK_SIZE_K": 16, "GROUP_SIZE_M": 1}
@@ -38,7 +38,7 @@ def _fresh(monkeypatch):
 
 def _experts(dtype=torch.float32, seed=0):
     """A Qwen3-MoE experts module of the tiny model's shape, random weights."""
-    from cellbench.assets import TINY_MODEL_SHAPE
+    from cellbench.assets.build import TINY_MODEL_SHAPE
     from transformers import Qwen3MoeConfig
     from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeExperts
 
@@ -114,7 +114,7 @@ def test_few_token_path_only_where_the_tuner_measured_it_faster(tmp_path, monkey
     where it measured the few-token path faster with that entry's config (here M=1, and M=2,
     whose nearest entry is 1), the grouped path elsewhere and for any call past the few-token
     limit; without the sidecar nothing is assumed. The output matches eager on both paths."""
-    from cellbench.tuner.artifacts import write_path_choices
+    from cellbench.tune.artifacts import write_path_choices
 
     ex, cfg = _experts()
     monkeypatch.setenv(cl.ENV_FOLDER, str(tmp_path))
@@ -222,7 +222,7 @@ def test_transformers_serve_through_the_launcher_uses_the_tuned_file(tiny_model,
     (tuned / name).write_text(json.dumps({"triton_version": "3.6.0", "1": SMALL, "64": BIG}))
     port = _free_port()
     env = {**os.environ, cl.ENV_FOLDER: str(tuned), "HF_HUB_OFFLINE": "1"}
-    cmd = [sys.executable, "-m", "cellbench.tf_serve", str(tiny_model), "--host", "127.0.0.1"]
+    cmd = [sys.executable, "-m", "cellbench.serve.tf_serve", str(tiny_model), "--host", "127.0.0.1"]
     cmd += ["--port", str(port), "--device", "cpu", "--continuous-batching"]
     cmd += ["--cb-num-blocks", "64", "--cb-block-size", "32", "--cb-max-batch-tokens", "512"]
     log_path = tmp_path / "server.log"

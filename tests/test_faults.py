@@ -23,8 +23,8 @@ import psutil
 import pytest
 import result_fixtures as fx
 import yaml
-from cellbench import assets
-from cellbench.serve_stage import POINT_PROGRESS
+from cellbench.assets import build as assets
+from cellbench.serve.measure import POINT_PROGRESS
 from filelock import FileLock, Timeout
 from test_workflow import fresh_copy
 
@@ -176,7 +176,7 @@ def test_the_workflow_has_one_onstart_hook():
 def test_forwarding_signals_job_commands_but_not_shells_or_other_sessions(tmp_path):
     """``interrupts.stop_jobs`` as Snakemake's handler uses it, on a real process tree: a shell
     running a command, and a process that put itself in a session of its own."""
-    from cellbench import interrupts
+    from cellbench.runtime import interrupts
 
     script = (
         "import os, signal, subprocess, sys, time\n"
@@ -238,7 +238,7 @@ def test_server_killed_mid_benchmark_keep_going_and_rerun_only_the_failed_job(
     servers = [
         p
         for p in psutil.process_iter(["cmdline", "create_time"])
-        if "cellbench.tf_serve" in (p.info["cmdline"] or []) and str(work) == _cwd(p)
+        if "cellbench.serve.tf_serve" in (p.info["cmdline"] or []) and str(work) == _cwd(p)
     ]
     victim = min(servers, key=lambda p: p.info["create_time"])
     victim.kill()
@@ -271,10 +271,10 @@ def test_port_taken_between_the_lease_and_the_bind(tmp_path):
     start a server there (it would measure the other program), naming the port."""
     import socket
 
-    from cellbench.leases import gpu_lease
-    from cellbench.server import ServerError, ServerSpec, serve
+    from cellbench.runtime.leases import gpu_lease
+    from cellbench.serve.server import ServerError, ServerSpec, serve
 
-    timed = [sys.executable, "-m", "cellbench.testing.timed_server", "--port", "{port}"]
+    timed = [sys.executable, "-m", "cellbench.serve.timed_server", "--port", "{port}"]
     with gpu_lease(0, 0, tmp_path / "leases") as lease, socket.socket() as squatter:
         squatter.bind(("127.0.0.1", lease.port))
         squatter.listen()
@@ -313,7 +313,7 @@ def test_results_volume_full(tmp_path):
     try:
         free = os.statvfs(vol).f_bavail * os.statvfs(vol).f_frsize
         (vol / "filler").write_bytes(b"\0" * (free - 2 * 4096))  # two pages left
-        timed = [sys.executable, "-m", "cellbench.testing.timed_server", "--port", "{port}"]
+        timed = [sys.executable, "-m", "cellbench.serve.timed_server", "--port", "{port}"]
         args = [
             "--runtime", "local", "--cell-id", "host-cpu/timed/tp1-ep1", "--arm", "untuned",
             "--model", "timed-model", "--server-command-json",
@@ -324,7 +324,7 @@ def test_results_volume_full(tmp_path):
             "--cache-dir", str(tmp_path / "cache"), "--out-dir", str(vol / "serve"),
         ]  # fmt: skip
         proc = subprocess.run(
-            [sys.executable, "-m", "cellbench.serve_stage", *args],
+            [sys.executable, "-m", "cellbench.serve", *args],
             capture_output=True,
             text=True,
             timeout=120,

@@ -16,10 +16,10 @@ import uuid
 
 import docker
 import pytest
-from cellbench import images
-from cellbench.container import run_step
-from cellbench.images import ImageError
-from cellbench.server import ServerError, ServerSpec, _docker, serve
+from cellbench.runtime import images
+from cellbench.runtime.container import run_step
+from cellbench.runtime.images import ImageError
+from cellbench.serve.server import ServerError, ServerSpec, _docker, serve
 from docker_env import (  # noqa: F401
     PYTHON,
     REPO_ROOT,
@@ -99,7 +99,7 @@ def test_serve_job_with_a_missing_server_says_why_and_writes_nothing(
     bench.json, no container."""
     out = tmp_path / "serve"
     r = subprocess.run(
-        [PYTHON, "-m", "cellbench.serve_stage", "--runtime", "docker",
+        [PYTHON, "-m", "cellbench.serve", "--runtime", "docker",
          "--cell-id", "rocm7.0/tiny/tp1-ep1", "--arm", "untuned", "--model", "cellbench-test/tiny",
          "--image-ref", image, "--image-digest", image.split("@", 1)[1],
          "--grid-json", json.dumps([{"isl": 8, "osl": 4}]), "--concurrency", "1",

@@ -10,9 +10,9 @@ import subprocess
 import sys
 
 import pytest
-from cellbench import gates
-from cellbench.results import ResultError
-from cellbench.results import load as load_result
+from cellbench.gates import check as gates
+from cellbench.results.loaders import ResultError
+from cellbench.results.loaders import load as load_result
 from result_fixtures import write_gsm8k
 
 CELL = "rocm7.2/qwen3-30b-a3b-fp8/tp2-ep2"
@@ -136,7 +136,15 @@ def test_cli_runs_as_a_module(tmp_path):
     u, t = _write_arms(res, answers(300), answers(300))
     out = _evaluate(res, {"floor": 0.8}, u, t)
     r = subprocess.run(
-        [sys.executable, "-m", "cellbench.gates", "check", "--out", str(tmp_path / "S"), str(out)],
+        [
+            sys.executable,
+            "-m",
+            "cellbench.gates.check",
+            "check",
+            "--out",
+            str(tmp_path / "S"),
+            str(out),
+        ],
         capture_output=True,
         text=True,
     )
@@ -144,7 +152,7 @@ def test_cli_runs_as_a_module(tmp_path):
 
 
 def test_the_report_marks_a_failed_cell_and_keeps_its_numbers(tmp_path):
-    from cellbench import report
+    from cellbench.report import build as report
 
     res = tmp_path / "results"
     u, t = _write_arms(res, answers(340), answers(300))

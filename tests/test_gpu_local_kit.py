@@ -93,7 +93,7 @@ def test_report_of_a_gpu_local_run_is_not_labelled_cpu():
     """A local run whose tuning was compiled (no interpreter) gets the GPU banner, naming the
     device; the embedded default's interpreter run keeps its own."""
     import pandas as pd
-    from cellbench import report
+    from cellbench.report import build as report
 
     def tune(interpreter: bool, device: str) -> pd.DataFrame:
         return pd.DataFrame(

@@ -16,8 +16,11 @@ from pathlib import Path
 import pytest
 import requests
 import yaml
-from cellbench import assets, gsm8k, results, serve_stage
-from cellbench.testing.timed_server import launch
+from cellbench.assets import build as assets
+from cellbench.gsm8k import evaluate as gsm8k
+from cellbench.results import loaders as results
+from cellbench.serve import stage as serve_stage
+from cellbench.serve.timed_server import launch
 
 N_QUESTIONS = 6
 
@@ -299,7 +302,7 @@ def test_instances_run_on_fresh_server_starts(tmp_path):
     task = assets.make_gsm8k_set(tmp_path / "set", 4, seed=0, n_train=2)
     dataset = task / assets.GSM8K_TEST_FILE
     answer = _questions(dataset)[0]["answer"].split("#### ")[-1]
-    server = [sys.executable, "-m", "cellbench.testing.timed_server", "--port", "{port}"]
+    server = [sys.executable, "-m", "cellbench.serve.timed_server", "--port", "{port}"]
     server += ["--ttft-ms", "1", "--itl-ms", "0", "--completion-text", f"#### {answer}"]
     out = tmp_path / "out"
     args = ["--runtime", "local", "--cell-id", "host-cpu/tiny/tp1-ep1", "--arm", "untuned"]

@@ -12,7 +12,7 @@ import json
 import shutil
 
 import pytest
-from cellbench import gsm8k
+from cellbench.gsm8k import evaluate as gsm8k
 from test_gsm8k import N_QUESTIONS, lm_eval_run  # noqa: F401  (the fixture)
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from cellbench import config as cbconfig
+from cellbench.config import loader as cbconfig
 
 CONFIG = Path(__file__).resolve().parents[1] / "config"
 

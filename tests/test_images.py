@@ -8,8 +8,9 @@ import subprocess
 
 import pytest
 import yaml
-from cellbench import images
-from cellbench.images import ImageError, ImageRef
+from cellbench.config import images_command
+from cellbench.runtime import images
+from cellbench.runtime.images import ImageError, ImageRef
 from docker_env import (  # noqa: F401
     PYTHON,
     REPO_ROOT,
@@ -101,13 +102,13 @@ def test_rocm_mismatch_and_missing_are_errors():
 def test_bad_config_fails_before_the_engine(tmp_path, capsys):
     cfg = tmp_path / "c.yaml"
     cfg.write_text("runtime: docker\nimages: {}\n")
-    assert images.main(["--configfile", str(cfg), "status"]) == 2
+    assert images_command.main(["--configfile", str(cfg), "status"]) == 2
     assert "config error" in capsys.readouterr().err
 
 
 def test_unknown_image_for_bump(tmp_path, capsys):
     cfg = write_test_config(tmp_path / "c.yaml", {}, lock=tmp_path / "lock.yaml")
-    rc = images.main(["--configfile", str(cfg), "bump", "rocm9.9"])
+    rc = images_command.main(["--configfile", str(cfg), "bump", "rocm9.9"])
     err = capsys.readouterr().err
     assert (
         rc == 2 and "image 'rocm9.9' is not defined under images (known: rocm7.0, rocm7.2)" in err
@@ -119,7 +120,16 @@ def test_unknown_image_for_bump(tmp_path, capsys):
 
 def _cli(cfg, lock, *argv):
     return subprocess.run(
-        [PYTHON, "-m", "cellbench.images", "--configfile", str(cfg), "--lock", str(lock), *argv],
+        [
+            PYTHON,
+            "-m",
+            "cellbench.config.images_command",
+            "--configfile",
+            str(cfg),
+            "--lock",
+            str(lock),
+            *argv,
+        ],
         capture_output=True,
         text=True,
         cwd=REPO_ROOT,
@@ -301,7 +311,7 @@ def test_options_after_the_subcommand(tmp_path, capsys):
     # `cellbench images status --configfile F` as the README writes it; a missing file is a
     # clear error before any engine or registry is contacted.
     missing = tmp_path / "nope.yaml"
-    assert images.main(["status", "--configfile", str(missing)]) == 2
+    assert images_command.main(["status", "--configfile", str(missing)]) == 2
     assert str(missing) in capsys.readouterr().err
-    assert images.main(["--configfile", str(missing), "lock"]) == 2
+    assert images_command.main(["--configfile", str(missing), "lock"]) == 2
     assert str(missing) in capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""Tracked and untracked job arguments (cellbench.jobargs): what a rule's `settings` param
+"""Tracked and untracked job arguments (cellbench.config.jobargs): what a rule's `settings` param
 holds is what Snakemake compares to decide a rerun. The whole-workflow check against a finished
 run is tests/test_pipeline_local.py::test_rerun_trigger_table."""
 
@@ -10,8 +10,9 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from cellbench import config as cbconfig
-from cellbench import jobargs, pins
+from cellbench.config import jobargs
+from cellbench.config import loader as cbconfig
+from cellbench.runtime import pins
 
 ROOT = Path(__file__).resolve().parents[1]
 CELL = SimpleNamespace(image="rocm7.2", model="qwen3-30b-a3b-fp8", tp="2", ep="2")

@@ -22,7 +22,7 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import pytest  # noqa: E402
-from cellbench.kernels import (  # noqa: E402
+from cellbench.tune.kernels import (  # noqa: E402
     MoEProblem,
     QuantArgs,
     fused_moe,
@@ -33,19 +33,19 @@ from cellbench.kernels import (  # noqa: E402
     run_fused,
     run_gemms,
 )
-from cellbench.kernels.fused_moe import (  # noqa: E402
+from cellbench.tune.kernels.fused_moe import (  # noqa: E402
     _gemm,
     _quantise_rows,
     _use_b_descriptor,
     fp8_dtype,
 )
-from cellbench.kernels.reference import (  # noqa: E402
+from cellbench.tune.kernels.reference import (  # noqa: E402
     error_bound,
     problem_error_bound,
     relative_error,
     torch_moe_reference,
 )
-from cellbench.shapes import MoEShape  # noqa: E402
+from cellbench.tune.shapes import MoEShape  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 TINY = MoEShape(num_experts=8, intermediate_size=32, hidden_size=64, topk=2)
@@ -138,7 +138,7 @@ def _fitting(config: dict, dtype: str) -> dict:
     the results."""
     if DEVICE != "cuda" or dtype != "fp32":
         return config
-    from cellbench.tuner.spaces import H200_SMEM_BYTES, smem_lower_bound
+    from cellbench.tune.spaces import H200_SMEM_BYTES, smem_lower_bound
 
     props = torch.cuda.get_device_properties(0)
     limit = getattr(props, "shared_memory_per_block_optin", H200_SMEM_BYTES)
@@ -152,7 +152,7 @@ def _fitting(config: dict, dtype: str) -> dict:
 def weights_through_descriptors(monkeypatch):
     """Grouped GEMMs load weight tiles through tensor descriptors (TMA on a GPU that has it;
     the interpreter emulates them)."""
-    monkeypatch.setattr(sys.modules["cellbench.kernels.fused_moe"], "B_OPERAND_TMA", True)
+    monkeypatch.setattr(sys.modules["cellbench.tune.kernels.fused_moe"], "B_OPERAND_TMA", True)
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "fp16"])
@@ -182,7 +182,7 @@ def test_persistent_gemms_give_the_one_tile_result(
     """Persistent GEMMs (a few programs looping over every tile) write what the one-tile-per-
     program kernel writes, bit for bit: same tiles, same reduction order. m=33 gives several
     row blocks per expert and more tiles than programs."""
-    fm = sys.modules["cellbench.kernels.fused_moe"]
+    fm = sys.modules["cellbench.tune.kernels.fused_moe"]
     seed = fresh_seed()
     p = make_problem(MoEShape(6, 24, 40, 3), 33, "fp16", DEVICE, seed)
     monkeypatch.setattr(fm, "CHAIN_KERNELS", False)
@@ -198,7 +198,7 @@ def test_persistent_gemms_give_the_one_tile_result(
 def test_persistence_rule(monkeypatch) -> None:
     """Both GEMMs run persistent from 8192 pairs (M=1024 at top-8, what run 18 measured),
     unquantised only, and never where kernels are chained."""
-    fm = sys.modules["cellbench.kernels.fused_moe"]
+    fm = sys.modules["cellbench.tune.kernels.fused_moe"]
     q = QuantArgs("fp8_w8a8", torch.ones(1), torch.ones(1))
     assert fm.m_dependent_choices(1024, 8, None)[3] == (True, True)
     assert fm.m_dependent_choices(512, 8, None)[3] == (False, False)
@@ -249,7 +249,7 @@ def test_decode_path_matches_reference(
 ) -> None:
     if DEVICE == "cpu" and dtype == "bf16":
         pytest.skip("the Triton interpreter's bf16 tl.dot is unusable")
-    monkeypatch.setattr(sys.modules["cellbench.kernels.fused_moe"], "DECODE_KERNEL", kernel)
+    monkeypatch.setattr(sys.modules["cellbench.tune.kernels.fused_moe"], "DECODE_KERNEL", kernel)
     seed = fresh_seed()
     p = make_problem(shape, m, dtype, DEVICE, seed)
     cfg = CONFIGS[0]
@@ -270,7 +270,7 @@ def test_decode_slice_kernel_leaves_its_scratch_zeroed(monkeypatch) -> None:
     """The slice kernel adds every slice's share of a token's output into an fp32 row and
     counts the slices in; the last one in writes the row out and zeroes row and count. So
     every call starts clean: calls in a row agree, and the scratch reads zero after."""
-    fm = sys.modules["cellbench.kernels.fused_moe"]
+    fm = sys.modules["cellbench.tune.kernels.fused_moe"]
     monkeypatch.setattr(fm, "DECODE_KERNEL", "slice")
     seed = fresh_seed()
     p = make_problem(MoEShape(6, 24, 40, 3), 2, "fp32", DEVICE, seed)
@@ -291,7 +291,7 @@ def test_decode_path_leaves_its_sync_words_zeroed(monkeypatch) -> None:
     """The ticket kernel hands out its tiles by a ticket counter and holds GEMM 2 back
     with per-pair counts of finished GEMM 1 tiles; its last program zeroes them. So every
     call starts clean: calls in a row give the same rows, and the words read zero after."""
-    fm = sys.modules["cellbench.kernels.fused_moe"]
+    fm = sys.modules["cellbench.tune.kernels.fused_moe"]
     monkeypatch.setattr(fm, "DECODE_KERNEL", "ticket")
     seed = fresh_seed()
     p = make_problem(MoEShape(6, 24, 40, 3), 2, "fp32", DEVICE, seed)
@@ -315,7 +315,7 @@ def test_decode_path_on_gpu_replays_exactly(monkeypatch, bn: int, m: int) -> Non
     them: any ordering flaw shows as a wrong or varying result. Eager calls, chained and not,
     and 20 replays of a CUDA graph all give the first call's output bit for bit, and it
     matches the reference."""
-    fm = sys.modules["cellbench.kernels.fused_moe"]
+    fm = sys.modules["cellbench.tune.kernels.fused_moe"]
     monkeypatch.setattr(fm, "DECODE_KERNEL", "ticket")
     seed = fresh_seed()
     p = make_problem(MoEShape(16, 512, 1024, 8), m, "bf16", DEVICE, seed)
@@ -350,7 +350,7 @@ def test_decode_slice_kernel_on_gpu_replays(monkeypatch, bn: int, m: int) -> Non
     as a wrong or drifting result. Eager calls and 20 replays of a CUDA graph agree with the
     first call to fp32 rounding (the adds' order varies), match the reference, and leave the
     scratch zeroed."""
-    fm = sys.modules["cellbench.kernels.fused_moe"]
+    fm = sys.modules["cellbench.tune.kernels.fused_moe"]
     monkeypatch.setattr(fm, "DECODE_KERNEL", "slice")
     seed = fresh_seed()
     p = make_problem(MoEShape(16, 512, 1024, 8), m, "bf16", DEVICE, seed)
@@ -381,7 +381,7 @@ def test_decode_slice_kernel_on_gpu_replays(monkeypatch, bn: int, m: int) -> Non
 
 @pytest.mark.parametrize("limit", [0, 2])
 def test_kernel_path_rules(limit: int, monkeypatch) -> None:
-    monkeypatch.setattr(sys.modules["cellbench.kernels.fused_moe"], "DECODE_MAX_TOKENS", limit)
+    monkeypatch.setattr(sys.modules["cellbench.tune.kernels.fused_moe"], "DECODE_MAX_TOKENS", limit)
     q = QuantArgs("fp8_w8a8", torch.ones(1), torch.ones(1))
     for m in range(1, limit + 1):
         assert kernel_path(m, None) == "decode"
@@ -398,7 +398,7 @@ def test_kernel_path_rules(limit: int, monkeypatch) -> None:
 def test_kernel_path_default_rule() -> None:
     """Unforced, the few-token path is taken only where a measurement recorded for the config
     in hand says it wins, and only up to DECODE_RULE_MAX_TOKENS; else the grouped path."""
-    fm = sys.modules["cellbench.kernels.fused_moe"]
+    fm = sys.modules["cellbench.tune.kernels.fused_moe"]
     assert fm.DECODE_MAX_TOKENS is None
     cut = fm.DECODE_RULE_MAX_TOKENS
     cfg, other = CONFIGS[0], CONFIGS[1]
@@ -451,9 +451,9 @@ def test_fp8_gemm_with_torch_quantised_activations(block, b_tma: bool, monkeypat
     """The fp8 grouped GEMM (scales per expert or per block) on activations quantised by
     torch: compared with float64 on the same dequantised values, so only accumulation
     order differs. Weight tiles through pointers or through tensor descriptors."""
-    from cellbench.kernels.reference import _dequantise
+    from cellbench.tune.kernels.reference import _dequantise
 
-    monkeypatch.setattr(sys.modules["cellbench.kernels.fused_moe"], "B_OPERAND_TMA", b_tma)
+    monkeypatch.setattr(sys.modules["cellbench.tune.kernels.fused_moe"], "B_OPERAND_TMA", b_tma)
     seed = fresh_seed()
     shape = MoEShape(8, 64, 128, 2, "fp8_w8a8", block)
     p = make_problem(shape, 5, "fp32", DEVICE, seed)
@@ -475,7 +475,7 @@ def test_fp8_gemm_with_torch_quantised_activations(block, b_tma: bool, monkeypat
 def test_fp8_gemm_persistent_gives_the_one_tile_result(block, monkeypatch) -> None:
     """The fp8 grouped GEMM run persistent (off by default for fp8: PERSISTENT_QUANTISED)
     writes what one tile per program writes, bit for bit: what turning it on would rest on."""
-    fm = sys.modules["cellbench.kernels.fused_moe"]
+    fm = sys.modules["cellbench.tune.kernels.fused_moe"]
     monkeypatch.setattr(fm, "CHAIN_KERNELS", False)
     seed = fresh_seed()
     p = make_problem(MoEShape(8, 64, 128, 2, "fp8_w8a8", block), 5, "fp32", DEVICE, seed)
@@ -514,7 +514,7 @@ def test_fp8_quant_kernels(block) -> None:
 
 def test_silu_mul_group_quant_scales() -> None:
     """The fused SiLU-and-mul + per-group quantisation: scales are exact fp32 arithmetic."""
-    from cellbench.kernels.fused_moe import _silu_mul
+    from cellbench.tune.kernels.fused_moe import _silu_mul
 
     seed = fresh_seed()
     c1 = torch.randn(5, 2 * 96, generator=torch.Generator().manual_seed(seed)).to(DEVICE)
@@ -539,7 +539,7 @@ def _sm90() -> bool:
 
 
 def test_chaining_rule_stays_off_where_it_cannot_run(monkeypatch) -> None:
-    fm = sys.modules["cellbench.kernels.fused_moe"]
+    fm = sys.modules["cellbench.tune.kernels.fused_moe"]
     p = make_problem(TINY, 1, "fp32", DEVICE, seed=0)
     monkeypatch.setattr(fm, "CHAIN_KERNELS", True)
     assert fm._chain(p.hidden_states, 2) == _sm90()  # forced: still only where it can run
@@ -560,7 +560,7 @@ def test_chained_kernels_give_the_unchained_result(monkeypatch, quant, m: int) -
     at every M here), eager and inside a CUDA graph (where they become programmatic graph
     edges), give exactly the unchained output, which matches the reference. Outputs are
     poisoned with NaN before each run."""
-    fm = sys.modules["cellbench.kernels.fused_moe"]
+    fm = sys.modules["cellbench.tune.kernels.fused_moe"]
     seed = fresh_seed()
     if quant is None:
         shape = MoEShape(16, 256, 512, 4)
@@ -654,7 +654,7 @@ def test_bad_configs_and_inputs_are_named() -> None:
 # The shape and config of the compile-only tests' scripts; argv[1:3]: m, "block" or "bf16".
 _SCRIPT_CASE = """
 import sys
-from cellbench.shapes import MoEShape
+from cellbench.tune.shapes import MoEShape
 m, block = int(sys.argv[1]), sys.argv[2] == "block"
 shape = MoEShape(16, 256, 512, 4, "fp8_w8a8", (128, 128)) if block else MoEShape(16, 256, 512, 4)
 cfg = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 1,
@@ -666,7 +666,7 @@ _WARM_SCRIPT = (
     _SCRIPT_CASE
     + """
 import torch
-from cellbench.kernels import make_problem, run_fused, warm_config
+from cellbench.tune.kernels import make_problem, run_fused, warm_config
 what = sys.argv[3]
 if what == "warm":
     warm_config(shape, m, "bf16", cfg, "cuda")
@@ -683,7 +683,7 @@ _POOL_SCRIPT = (
     _SCRIPT_CASE
     + """
 import json
-from cellbench.tuner import compilepool
+from cellbench.tune import compilepool
 cap, sms = (int(sys.argv[3]), int(sys.argv[4])), int(sys.argv[5])
 compilepool.SHARED_WARMUPS = True
 pool = compilepool.CompilePool(1, "builtin", shape.to_dict(), "bf16", 0, compile_only=True)
@@ -742,7 +742,7 @@ def test_compile_only_worker_compiles_what_the_real_call_uses(
     in another process then compiles nothing at all: every kernel it launches is in the
     cache. M=2048 at top-4 is 8192 pairs: the persistent GEMMs, whose grid depends on the SM
     count."""
-    from cellbench.kernels.fused_moe import device_facts
+    from cellbench.tune.kernels.fused_moe import device_facts
 
     cache = tmp_path / "cache"
     env = {**os.environ, "TRITON_CACHE_DIR": str(cache),
@@ -772,7 +772,7 @@ def test_decode_launch_key_names_what_the_kernel_reads(monkeypatch) -> None:
     """The tuner screens one config per distinct few-token launch: BLOCK_SIZE_M and
     GROUP_SIZE_M never matter there; BLOCK_SIZE_N below 32 gives the slice kernel the same
     16-column slices, while the ticket kernel tiles GEMM 2 by it."""
-    fm = sys.modules["cellbench.kernels.fused_moe"]
+    fm = sys.modules["cellbench.tune.kernels.fused_moe"]
     base = {**CONFIGS[0], "BLOCK_SIZE_N": 16, "BLOCK_SIZE_K": 64, "num_warps": 4}
     wide = {**base, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_M": 64, "GROUP_SIZE_M": 8}
     monkeypatch.setattr(fm, "DECODE_KERNEL", "slice")
@@ -791,7 +791,7 @@ def test_naive_assignment_matches_reference(naive: bool, m: int, config: dict, m
     """Naive assignment (no alignment, one row block per pair) gives the reference result, also
     where pairs share an expert (M=5 over 8 experts at top-2 always has shared experts), for
     the whole call and for the GEMMs alone."""
-    fm = sys.modules["cellbench.kernels.fused_moe"]
+    fm = sys.modules["cellbench.tune.kernels.fused_moe"]
     monkeypatch.setattr(fm, "NAIVE_ASSIGNMENT", naive)
     seed = fresh_seed()
     p = make_problem(TINY, m, "fp32", DEVICE, seed)
@@ -807,7 +807,7 @@ def test_naive_assignment_matches_reference(naive: bool, m: int, config: dict, m
 
 def test_naive_assignment_rule(monkeypatch) -> None:
     """By default naive assignment is taken while pairs * NAIVE_SPARSITY <= experts."""
-    fm = sys.modules["cellbench.kernels.fused_moe"]
+    fm = sys.modules["cellbench.tune.kernels.fused_moe"]
     assert fm.NAIVE_ASSIGNMENT is None
     assert fm._naive(32, 128) and not fm._naive(33, 128)  # Qwen3-30B-A3B: M <= 4 at top-8
     assert fm.m_dependent_choices(4, 8, None, 128)[4] is True
@@ -824,9 +824,9 @@ def test_fp8_block_gemm_variants(naive, scalar, swap, b_tma, monkeypatch) -> Non
     """The block-quantised fp8 GEMM with operands swapped or not, the weight scale as a scalar
     or a vector, naive or aligned rows, weights through pointers or descriptors: each against
     float64 on the same dequantised values (torch-quantised activations, as above)."""
-    from cellbench.kernels.reference import _dequantise
+    from cellbench.tune.kernels.reference import _dequantise
 
-    fm = sys.modules["cellbench.kernels.fused_moe"]
+    fm = sys.modules["cellbench.tune.kernels.fused_moe"]
     for name, v in (("B_OPERAND_TMA", b_tma), ("FP8_SWAP_AB", swap),
                     ("FP8_SCALE_SCALAR", scalar)):  # fmt: skip
         monkeypatch.setattr(fm, name, v)
@@ -856,7 +856,7 @@ def test_fp8_block_gemm_variants(naive, scalar, swap, b_tma, monkeypatch) -> Non
 def test_swap_rule_and_kernel_options() -> None:
     """The operand swap is for fp8 only and, by rule, only on a capability 9.0 GPU;
     kernel_options sets switches for a block and puts them back, refusing unknown names."""
-    fm = sys.modules["cellbench.kernels.fused_moe"]
+    fm = sys.modules["cellbench.tune.kernels.fused_moe"]
     p = make_problem(MoEShape(8, 64, 128, 2, "fp8_w8a8", (32, 32)), 1, "fp32", DEVICE, 1)
     small = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 32, "GROUP_SIZE_M": 1}
     big = dict(small, BLOCK_SIZE_M=64)

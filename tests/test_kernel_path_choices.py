@@ -15,15 +15,11 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import pytest  # noqa: E402
-from cellbench import kernels  # noqa: E402
-from cellbench.kernels import config_lookup  # noqa: E402
-from cellbench.shapes import MoEShape  # noqa: E402
-from cellbench.tuner.artifacts import (  # noqa: E402
-    path_choices_file_name,
-    write_path_choices,
-    write_vllm_config,
-)
-from cellbench.tuner.backends import BuiltinBackend  # noqa: E402
+from cellbench.tune import kernels  # noqa: E402
+from cellbench.tune.artifacts import path_choices_file_name, write_path_choices, write_vllm_config
+from cellbench.tune.backends import BuiltinBackend  # noqa: E402
+from cellbench.tune.kernels import config_lookup  # noqa: E402
+from cellbench.tune.shapes import MoEShape  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 SHAPE = MoEShape(num_experts=8, intermediate_size=32, hidden_size=64, topk=2)
@@ -35,7 +31,7 @@ CFG = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 32, "GROUP_SIZE_M
 def clean_choices():
     import sys
 
-    fm = sys.modules["cellbench.kernels.fused_moe"]
+    fm = sys.modules["cellbench.tune.kernels.fused_moe"]
     fm.clear_path_choices()
     config_lookup.clear_cache()
     yield fm

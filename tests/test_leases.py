@@ -12,14 +12,14 @@ import threading
 import time
 
 import pytest
-from cellbench.leases import gpu_lease
+from cellbench.runtime.leases import gpu_lease
 from docker_env import PYTHON, WORKFLOW
 
 HOLDER = textwrap.dedent(
     """
     import sys, time
     sys.path.insert(0, {workflow!r})
-    from cellbench.leases import gpu_lease
+    from cellbench.runtime.leases import gpu_lease
     with gpu_lease({count}, {total}, {lease_dir!r}) as lease:
         print(",".join(map(str, lease.gpu_indices)), lease.port, flush=True)
         time.sleep(120)
@@ -120,7 +120,7 @@ def test_impossible_requests_fail_at_once(tmp_path, count, total, match):
 
 def test_module_has_no_docker_dependency():
     # Leases are used by host-side local runs too; importing them must not need the engine.
-    code = "import sys; import cellbench.leases; print('docker' in sys.modules)"
+    code = "import sys; import cellbench.runtime.leases; print('docker' in sys.modules)"
     env = {**os.environ, "PYTHONPATH": str(WORKFLOW)}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert out.stdout.strip() == "False", out.stderr

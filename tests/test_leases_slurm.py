@@ -10,13 +10,7 @@ import os
 import subprocess
 
 import pytest
-from cellbench.leases import (
-    LEASE_FILES,
-    PORT_SPAN,
-    allocated_gpus,
-    gpu_lease,
-    under_slurm,
-)
+from cellbench.runtime.leases import LEASE_FILES, PORT_SPAN, allocated_gpus, gpu_lease, under_slurm
 from docker_env import PYTHON, WORKFLOW
 
 # What slurmd exported into a job given two GPUs on tests/test_slurm.py's cluster, with node
@@ -93,7 +87,7 @@ def test_a_host_step_under_slurm_keeps_the_allocations_devices(tmp_path):
     env.pop("HIP_VISIBLE_DEVICES", None)
     show = "import os; print(os.getenv('ROCR_VISIBLE_DEVICES'), os.getenv('HIP_VISIBLE_DEVICES'))"
     proc = subprocess.run(
-        [PYTHON, "-m", "cellbench.steps", "--runtime", "local", "--gpu-vendor", "amd"]
+        [PYTHON, "-m", "cellbench.runtime.steps", "--runtime", "local", "--gpu-vendor", "amd"]
         + ["--gpus", "2", "--total-gpus", "0", "--lease-dir", str(tmp_path / "leases")]
         + ["--log", "step.log", "--", PYTHON, "-c", show],
         cwd=tmp_path,

@@ -21,8 +21,8 @@ import jsonschema
 import numpy as np
 import pytest
 import requests
-from cellbench import loadgen
-from cellbench.testing.timed_server import launch
+from cellbench.serve import loadgen
+from cellbench.serve.timed_server import launch
 
 TTFT_MS, ITL_MS, OSL = 200.0, 50.0, 16
 BENCH_SCHEMA = Path(__file__).resolve().parents[1] / "workflow" / "schemas" / "bench.schema.json"

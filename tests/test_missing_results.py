@@ -1,7 +1,7 @@
 """Missing and damaged stage results are rebuilt, and whole-run tables refuse a short set.
 
 A finished-looking embedded-default run is made without running anything: every stage result
-is written whole (``result_fixtures``, gate verdicts by ``cellbench.gates``), every other
+is written whole (``result_fixtures``, gate verdicts by ``cellbench.gates.check``), every other
 declared output as a placeholder, and a real ``snakemake all --touch`` records them as done
 (times in plan order, params in Snakemake's metadata). A real ``snakemake all -n`` then must
 plan nothing, and after one result is deleted or damaged, exactly the job that writes it and
@@ -20,7 +20,11 @@ from pathlib import Path
 
 import pytest
 import result_fixtures as fx
-from cellbench import archive, gates, report, results, tidy
+from cellbench.archive import write as archive
+from cellbench.gates import check as gates
+from cellbench.report import build as report
+from cellbench.report import tidy
+from cellbench.results import loaders as results
 from test_workflow import fresh_copy
 
 CELLS = ("host-cpu/tiny-qwen3-moe/tp1-ep1", "host-cpu/tiny-qwen3-moe-16e/tp1-ep1")
@@ -222,7 +226,7 @@ def test_tidy_of_an_archived_run_missing_a_file_names_it(two_cells, tmp_path, ca
 
 
 def test_report_names_a_missing_figure_instead_of_linking_it(two_cells, tmp_path):
-    from cellbench import plots
+    from cellbench.report import plots
 
     out = tmp_path / "report"
     files = [two_cells / c / rel for c in CELLS for rel in results.CELL_STAGE_FILES]

@@ -1,10 +1,10 @@
-"""Reading which fused-MoE config a server used from its log (cellbench.moe_evidence).
+"""Reading which fused-MoE config a server used from its log (cellbench.serve.moe_evidence).
 The log lines are vLLM's own formats (0.32-0.34 and the list form of later releases), as
 servers print them with their process prefixes."""
 
 from __future__ import annotations
 
-from cellbench.moe_evidence import arm_label, arm_problem, read_evidence
+from cellbench.serve.moe_evidence import arm_label, arm_problem, read_evidence
 
 TUNED = "/cellbench/tuned-configs"
 NAME = "E=64,N=768,device_name=AMD_Radeon_R9700,dtype=fp8_w8a8,block_shape=[128,128].json"

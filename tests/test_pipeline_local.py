@@ -23,9 +23,12 @@ import matplotlib.image as mpimg
 import pandas as pd
 import pytest
 import yaml
-from cellbench import archive, comparison, report
-from cellbench.serve_stage import POINT_PROGRESS
-from cellbench.tuner.cli import KEPT_PROGRESS
+from cellbench.archive import write as archive
+from cellbench.report import frames
+from cellbench.results import archived
+from cellbench.serve.measure import POINT_PROGRESS
+from cellbench.stats import comparison
+from cellbench.tune.cli import KEPT_PROGRESS
 from test_pr_markdown import assert_seed_shapes
 from test_workflow import fresh_copy
 
@@ -156,7 +159,7 @@ def test_report_and_archive(finished_run):
     data = json.loads(manifest.read_text())
     assert data["cells"] == CELLS and data["git"] and data["config_sha256"]
     assert data["images"] and all(d.startswith("local:") for d in data["images"].values())
-    assert archive.verify(manifest) == []
+    assert archived.verify(manifest) == []
     assert [r.name for r in archive.runs(res / "archive")] == [run]
     # Progress in the rules' logs (issue 21 item 5): one line per tuned M, one per point.
     for cell in CELLS:
@@ -259,7 +262,7 @@ def test_same_cell_measured_twice_is_within_noise(finished_run, tmp_path):
     rows = []
     for arm in ("untuned", "tuned"):
         sides = [
-            report.load_tables([m / cell / "serve" / arm / "bench.json"], m)[0] for m in measured
+            frames.load_tables([m / cell / "serve" / arm / "bench.json"], m)[0] for m in measured
         ]
         rows += comparison.compare_serve(*sides)
     verdicts = [r["verdict"] for r in rows]

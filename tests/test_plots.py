@@ -1,4 +1,4 @@
-"""Figures per cell (cellbench.plots): real matplotlib output from result files written the
+"""Figures per cell (cellbench.report.plots): real matplotlib output from result files written the
 stages' way (tests/t21_cells.py), checked by decoding the PNGs and reading the SVGs' text."""
 
 from __future__ import annotations
@@ -10,8 +10,13 @@ import matplotlib.image as mpimg
 import pytest
 import result_fixtures as fx
 import t21_cells as cells
-from cellbench import archive, atomicio, comparison, plots, report, tidy
-from cellbench.results import ResultError
+from cellbench.archive import write as archive
+from cellbench.common import atomicio
+from cellbench.report import build as report
+from cellbench.report import frames, plots, tidy
+from cellbench.results import archived
+from cellbench.results.loaders import ResultError
+from cellbench.stats import comparison
 
 # (width, height) in inches of each figure, as plots.py draws them.
 SIZES = {"latency": (13, 4.2), "arm_change": (9, 5), "tuner_speedup": (12, 4.2),
@@ -72,7 +77,7 @@ def test_svgs_carry_their_labels(results):
 
 def tidy_side(results, arm):
     files = tidy.stage_files(results, [cells.CELL])
-    serve, _, _ = report.load_tables(files, results)
+    serve, _, _ = frames.load_tables(files, results)
     return serve[serve.arm == arm]
 
 
@@ -151,7 +156,7 @@ def test_archived_run_has_its_own_figures(results, tmp_path):
         assert mpimg.imread(paths[name]["png"]).shape[2] in (3, 4)
     text = (run_dir / "report" / "report.md").read_text()
     assert f"![latency](plots/{cells.CELL}/latency.png)" in text
-    assert archive.verify(run_dir / "MANIFEST.json") == []
+    assert archived.verify(run_dir / "MANIFEST.json") == []
 
 
 def test_cli_refuses_a_bad_cell_and_a_bad_input(results, tmp_path, capsys):

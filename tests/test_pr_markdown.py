@@ -1,4 +1,5 @@
-"""The PR-ready Markdown per model (cellbench.pr_markdown), built by the report from real result
+"""The PR-ready Markdown per model (cellbench.report.pr_markdown), built by the report from real
+result
 files (tests/result_fixtures.py) and compared, table by table, with seed 000's tables as
 parsed from the seed itself at test time: same titles, same header rows, same row labels'
 form, the Average row last, GSM8K's two rows."""
@@ -12,7 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import result_fixtures as fx
-from cellbench import plots, pr_markdown, report
+from cellbench.report import build as report
+from cellbench.report import frames, plots, pr_markdown
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = "qwen3-30b-a3b-fp8"
@@ -169,7 +171,8 @@ def _write_cell(res: Path, cell: str, repeats: int) -> list[Path]:
 @pytest.fixture
 def built(tmp_path):
     """A report over two cells of one model (3 and 1 repeats) and one cell of another, with
-    the first cell's plots drawn by cellbench.plots before the report, as the workflow does."""
+    the first cell's plots drawn by cellbench.report.plots before the report, as the workflow
+    does."""
     res = tmp_path / "results"
     files = _write_cell(res, CELLS[0], 3) + _write_cell(res, CELLS[1], 1)
     files += _write_cell(res, OTHER_CELL, 2)
@@ -229,12 +232,12 @@ def test_commands_configs_evidence_and_plots(built):
         for arm in ("untuned", "tuned")
     }
     # The server command and environment of each arm, as recorded, as seed 000 prints them.
-    for arm, label in report.ARM_LABELS.items():
+    for arm, label in frames.ARM_LABELS.items():
         env = " ".join(f"{k}={v}" for k, v in sorted(bench[arm]["server"]["env"].items()))
         assert f"# {label}\n{env} {' '.join(bench[arm]['server']['command'])}\n" in section
     # The tuning command from the summary's argv, and the config file with its shape.
     summary = report.load_inputs([res / CELLS[0] / "tune/summary.json"], res)[0].data
-    assert "python -m cellbench.tuner " + " ".join(summary["argv"]) in section
+    assert "python -m cellbench.tune " + " ".join(summary["argv"]) in section
     assert f"`{fx.CONFIG_FILE}` (E=8, N=32, device CPU_TRITON_INTERPRET, dtype not in" in section
     # The tuned arm's own log line, as its bench.json kept it.
     assert (

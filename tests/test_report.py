@@ -13,7 +13,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import result_fixtures as fx
-from cellbench import archive, report
+from cellbench.archive import write as archive
+from cellbench.report import build as report
+from cellbench.report import frames, sections
+from cellbench.results import archived as archive_read
 
 CELL = "rocm7.2/qwen3-30b-a3b-fp8/tp2-ep2"
 GRID = [(512, 512), (1024, 1024)]
@@ -63,7 +66,7 @@ def test_tables_in_the_seeds_shape(results, tmp_path):
     assert "| ISL-OSL   | Triton MoE Untuned   | Triton MoE Tuned   |" in text
     # TTFT medians over the three repeats ± half their IQR (as the PR files and verdicts), and
     # the Average row over the grid's medians; the table says which statistic it shows
-    assert report.LATENCY_NOTE in text
+    assert sections.LATENCY_NOTE in text
     assert "| 512-512   | 100.00 ± 0.50        | 80.00 ± 0.50       |" in text
     assert "| 1024-1024 | 200.00 ± 0.50        | 200.00 ± 0.75      |" in text
     assert "| Average   | 150.00               | 140.00             |" in text
@@ -157,11 +160,11 @@ def test_archive_manifest_covers_every_file(results, tmp_path):
         summary["torch_version"],
         summary["triton_version"],
     )
-    assert archive.verify(manifest_path) == []
+    assert archive_read.verify(manifest_path) == []
     changed = manifest_path.parent / CELL / "serve/tuned/bench.json"
     changed.chmod(0o644)  # archived files are read-only
     changed.write_text("{}")
-    assert archive.verify(manifest_path) == [f"{CELL}/serve/tuned/bench.json"]
+    assert archive_read.verify(manifest_path) == [f"{CELL}/serve/tuned/bench.json"]
 
 
 def test_min_change_pct_reaches_the_verdicts(results, tmp_path):
@@ -269,7 +272,7 @@ def test_each_arms_moe_config_and_a_shipped_arm_are_shown(tmp_path):
         "Fused-MoE config, from the servers' logs: untuned (labelled shipped): the image's "
         f"own file `{name}`; tuned: its tuned file `{name}`." in text
     )
-    assert report.SHIPPED_LABEL in text and report.ARM_LABELS["untuned"] not in text
+    assert frames.SHIPPED_LABEL in text and frames.ARM_LABELS["untuned"] not in text
 
 
 def test_arms_whose_servers_ran_no_triton_moe_are_not_compared(tmp_path):

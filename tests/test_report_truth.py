@@ -12,7 +12,8 @@ import subprocess
 from pathlib import Path
 
 import result_fixtures as fx
-from cellbench import pr_markdown, report
+from cellbench.report import build as report
+from cellbench.report import pr_markdown, sections
 
 ROOT = Path(__file__).resolve().parents[1]
 CELL = "host-cpu/tiny-qwen3-moe/tp1-ep1"
@@ -31,7 +32,7 @@ def _cell(res: Path) -> list[Path]:
             "command": [
                 "/opt/venv/bin/python",
                 "-m",
-                "cellbench.tf_serve",
+                "cellbench.serve.tf_serve",
                 model_dir,
                 f"--tuned-folder={host}/{CELL}/tune/configs",
             ],  # fmt: skip
@@ -48,7 +49,7 @@ def _cell(res: Path) -> list[Path]:
 def test_report_states_statistic_date_commit_and_settings(tmp_path):
     res = tmp_path / "results"
     text = report.write_report(_cell(res), tmp_path / "report", results=res).read_text()
-    assert report.LATENCY_NOTE in text
+    assert sections.LATENCY_NOTE in text
     # TTFT 100, 110, 120 over three repeats: median 110, half the IQR (105..115) 5
     ttft = text.split("#### TTFT (ms)")[1].split("####")[0]
     assert "| 512-512   | 110.00 ± 5.00" in ttft, ttft
@@ -66,7 +67,7 @@ def test_pr_file_has_no_host_paths_and_a_real_title(tmp_path):
     assert text.startswith("# tiny-qwen3-moe (a model built by the pipeline)\n"), text[:200]
     assert str(tmp_path) not in text and "/opt/venv" not in text
     assert f"results/{CELL}/tune/configs" in text  # the same paths, as the repository lays out
-    assert "python -m cellbench.tf_serve results/assets/models/tiny-qwen3-moe" in text
+    assert "python -m cellbench.serve.tf_serve results/assets/models/tiny-qwen3-moe" in text
 
 
 def test_portable_keeps_what_is_not_a_host_results_path():

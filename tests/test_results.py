@@ -1,4 +1,4 @@
-"""Checked result loading (cellbench.results): every bad file is refused by name, field and
+"""Checked result loading (cellbench.results.loaders): every bad file is refused by name, field and
 value, with the job to rerun; a failed report or archive keeps the previous one.
 
 The files are real files on disk, written the way the stages write them (result_fixtures.py);
@@ -15,8 +15,12 @@ from pathlib import Path
 
 import pytest
 import result_fixtures as fx
-from cellbench import archive, atomicio, report, results
-from cellbench.results import ResultError
+from cellbench.archive import write as archive
+from cellbench.common import atomicio
+from cellbench.report import build as report
+from cellbench.results import archived
+from cellbench.results import loaders as results
+from cellbench.results.loaders import ResultError
 from test_workflow import fresh_copy
 
 CELL = "rocm7.2/qwen3-30b-a3b-fp8/tp2-ep2"
@@ -244,7 +248,15 @@ def test_report_cli_refuses_a_bad_file_and_keeps_the_previous_report(tmp_path):
     bad = res / CELL / "serve/tuned/bench.json"
     bad.write_text(bad.read_text()[:100])
     proc = subprocess.run(
-        [sys.executable, "-m", "cellbench.report", "--results", str(res), "--out-dir", str(out)]
+        [
+            sys.executable,
+            "-m",
+            "cellbench.report.build",
+            "--results",
+            str(res),
+            "--out-dir",
+            str(out),
+        ]
         + [str(f) for f in files],
         capture_output=True,
         text=True,
@@ -270,7 +282,7 @@ def test_failed_archive_keeps_the_previous_archive(tmp_path, capsys):
     label = root / "rocm7.2"
     (run,) = [p for p in label.iterdir() if p.is_dir() and not p.is_symlink()]
     manifest = (run / "MANIFEST.json").read_text()
-    assert archive.verify(run / "MANIFEST.json") == []
+    assert archived.verify(run / "MANIFEST.json") == []
     bad = res / CELL / "gsm8k" / "untuned.json"
     _rewrite(bad, lambda d: d.update(strict_match=0.875))
     capsys.readouterr()
@@ -280,7 +292,7 @@ def test_failed_archive_keeps_the_previous_archive(tmp_path, capsys):
     assert f"bad result file {bad}: strict_match = 0.875" in err
     assert f"no run was added; {label} keeps its earlier runs (1) as they were" in err
     assert (run / "MANIFEST.json").read_text() == manifest
-    assert archive.verify(run / "MANIFEST.json") == []
+    assert archived.verify(run / "MANIFEST.json") == []
     # The run, its latest link and the first job's receipt; no temporary folder left.
     assert sorted(p.name for p in label.iterdir()) == sorted(["ARCHIVED.json", "latest", run.name])
 

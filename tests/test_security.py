@@ -24,8 +24,8 @@ from pathlib import Path
 
 import docker
 import pytest
-from cellbench.container import GpuSpec, host_config_for
-from cellbench.server import ServerSpec, _docker, docker_command, local_command
+from cellbench.runtime.container import GpuSpec, host_config_for
+from cellbench.serve.server import ServerSpec, _docker, docker_command, local_command
 from docker_env import (  # noqa: F401
     REPO_ROOT,
     TEST_TAGS,
@@ -150,13 +150,13 @@ def test_a_step_with_planted_secrets_writes_them_nowhere(
         docker_client.images.remove(ref, noprune=True)
     script = (
         "echo token=$HF_TOKEN; env | sort; cat $HOME/.docker/config.json 2>/dev/null; "
-        "python3 -c 'from cellbench.atomicio import write_json; "
+        "python3 -c 'from cellbench.common.atomicio import write_json; "
         'write_json("results/cell/out.json", {"ok": 1})\'; '
         "mkdir -p results/cell/sub && echo made > results/cell/sub/plain.txt"
     )
     env = {**os.environ, "DOCKER_CONFIG": str(config_dir), "HF_TOKEN": planted_hf_token}
     r = subprocess.run(
-        [sys.executable, "-m", "cellbench.steps", "--runtime", "docker", "--image-ref", ref,
+        [sys.executable, "-m", "cellbench.runtime.steps", "--runtime", "docker", "--image-ref", ref,
          "--pass-env", "HF_TOKEN", "--log", "results/logs/step.log", "--", "sh", "-c", script],
         cwd=work, env=env, capture_output=True, text=True, timeout=300,
         preexec_fn=lambda: os.umask(0o022),
@@ -208,14 +208,14 @@ def test_a_local_step_with_the_token_writes_it_nowhere(planted_hf_token, tmp_pat
     work.mkdir()
     script = (
         "echo token=$HF_TOKEN; env | sort; "
-        f"{sys.executable} -c 'from cellbench.atomicio import write_json; "
+        f"{sys.executable} -c 'from cellbench.common.atomicio import write_json; "
         'write_json("results/cell/out.json", {"ok": 1})\'; '
         "mkdir -p results/cell/sub && echo made > results/cell/sub/plain.txt"
     )
     env = {**os.environ, "HF_TOKEN": planted_hf_token,
            "PYTHONPATH": str(REPO_ROOT / "workflow")}  # fmt: skip
     r = subprocess.run(
-        [sys.executable, "-m", "cellbench.steps", "--runtime", "local",
+        [sys.executable, "-m", "cellbench.runtime.steps", "--runtime", "local",
          "--pass-env", "HF_TOKEN", "--log", "results/logs/step.log", "--", "sh", "-c", script],
         cwd=work, env=env, capture_output=True, text=True, timeout=120,
         preexec_fn=lambda: os.umask(0o022),

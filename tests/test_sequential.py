@@ -1,4 +1,4 @@
-"""Repeats that stop once the answer is known (cellbench.sequential, issue 32 item 3): the
+"""Repeats that stop once the answer is known (cellbench.stats.sequential, issue 32 item 3): the
 function the serve stage calls (``decide``) against its array twin (``simulate``), the error
 rate under optional stopping on the noise fitted to the committed runs, and the rule's
 answers on hand-made pairs. Fixed seeds; seconds."""
@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from cellbench import calibration, comparison, noise, sequential, stats
+from cellbench.stats import calibration, comparison, noise, sequential
+from cellbench.stats import core as stats
 from scipy import stats as sps
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -16,12 +16,13 @@ from pathlib import Path
 import jsonschema
 import pytest
 import yaml
-from cellbench import config as cbconfig
-from cellbench import serve_stage
+from cellbench.config import loader as cbconfig
+from cellbench.serve import stage as serve_stage
+from cellbench.serve.measure import POINT_PROGRESS
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = json.loads((ROOT / "workflow/schemas/bench.schema.json").read_text())
-TIMED = [sys.executable, "-m", "cellbench.testing.timed_server", "--port", "{port}"]
+TIMED = [sys.executable, "-m", "cellbench.serve.timed_server", "--port", "{port}"]
 ARMS = ("untuned", "tuned")
 
 
@@ -83,7 +84,7 @@ def test_pair_alternates_the_arms_repeat_by_repeat(tmp_path, capsys):
     benches = {arm: json.loads((out / arm / "bench.json").read_text()) for arm in ARMS}
     # Progress: one stderr line per finished point (the rule's log gets stderr), naming the
     # point and carrying its headline numbers as recorded.
-    progress = [ln for ln in err.splitlines() if serve_stage.POINT_PROGRESS in ln]
+    progress = [ln for ln in err.splitlines() if POINT_PROGRESS in ln]
     assert len(progress) == sum(len(b["points"]) for b in benches.values())
     for arm, bench in benches.items():
         for p in bench["points"]:
@@ -212,7 +213,7 @@ def test_sigterm_stops_both_servers(tmp_path):
         "50",
     )
     proc = subprocess.Popen(
-        [sys.executable, "-m", "cellbench.serve_stage", *args], stderr=subprocess.PIPE, text=True
+        [sys.executable, "-m", "cellbench.serve", *args], stderr=subprocess.PIPE, text=True
     )
     logs = [tmp_path / "serve" / arm / "server.log" for arm in ARMS]
     deadline = time.monotonic() + 60

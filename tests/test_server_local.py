@@ -3,7 +3,7 @@ Stand-in, why: the timed server plays the failing server because a real one cann
 die at start-up, never get ready or answer 500s at a chosen moment.
 
 * The full stage on a real ``transformers serve`` of the tiny Qwen3-MoE model built by
-  ``cellbench.assets``: a 1-point grid, then lm-eval GSM8K on 5 questions.
+  ``cellbench.assets.build``: a 1-point grid, then lm-eval GSM8K on 5 questions.
 * Failures caused for real with the timed server run as the stage's server command: exit during
   start-up, never ready, many HTTP 500s, exit mid-run.
 """
@@ -20,14 +20,18 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from cellbench import assets, gsm8k, results, serve_stage
-from cellbench.server import ServerError, ServerSpec, serve
-from cellbench.testing.timed_server import free_port
+from cellbench.assets import build as assets
+from cellbench.common import paths
+from cellbench.gsm8k import evaluate as gsm8k
+from cellbench.results import loaders as results
+from cellbench.serve import job as serve_job
+from cellbench.serve import measure as serve_measure
+from cellbench.serve import stage as serve_stage
+from cellbench.serve.server import ServerError, ServerSpec, serve
+from cellbench.serve.timed_server import free_port
 
-SCHEMA = json.loads(
-    (Path(serve_stage.__file__).resolve().parents[1] / "schemas" / "bench.schema.json").read_text()
-)
-TIMED = [sys.executable, "-m", "cellbench.testing.timed_server", "--port", "{port}"]
+SCHEMA = json.loads((paths.SCHEMA_DIR / "bench.schema.json").read_text())
+TIMED = [sys.executable, "-m", "cellbench.serve.timed_server", "--port", "{port}"]
 
 
 def _port_closed(port: int) -> bool:
@@ -158,18 +162,18 @@ def test_repeat_order_and_what_the_local_server_ran(tmp_path):
 
 def test_cache_contents_counts_files_and_bytes(tmp_path):
     cache = tmp_path / "cache"
-    assert serve_stage.cache_contents(cache) == {"dir": str(cache), "files": 0, "bytes": 0}
+    assert serve_measure.cache_contents(cache) == {"dir": str(cache), "files": 0, "bytes": 0}
     (cache / "aiter-jit").mkdir(parents=True)  # empty folders the launcher makes hold nothing
-    (cache / serve_stage.WARM_MARKER).write_text("left by an older version\n")
-    assert serve_stage.cache_contents(cache)["files"] == 0
+    (cache / serve_job.WARM_MARKER).write_text("left by an older version\n")
+    assert serve_measure.cache_contents(cache)["files"] == 0
     (cache / "torch_compile_cache" / "abc").mkdir(parents=True)
     (cache / "torch_compile_cache" / "abc" / "graph.py").write_bytes(b"x" * 1000)
     (cache / "aiter-jit" / "mod.so").write_bytes(b"y" * 24)
-    assert serve_stage.cache_contents(cache) == {"dir": str(cache), "files": 2, "bytes": 1024}
+    assert serve_measure.cache_contents(cache) == {"dir": str(cache), "files": 2, "bytes": 1024}
 
 
 def test_applied_parallelism_is_read_from_the_server_command():
-    from cellbench.server import docker_command, local_command
+    from cellbench.serve.server import docker_command, local_command
 
     spec = ServerSpec(runtime="docker", model="m", port=8000, log_path=Path("x"), tp=2, ep=2)
     spec.image_ref = "r@sha256:" + "0" * 64
@@ -228,7 +232,7 @@ def test_sigterm_stops_server(tmp_path):
 
     args = _timed_stage(tmp_path, ["--ttft-ms", "2000"], "--prompts-per-concurrency", "50")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "cellbench.serve_stage", *args],
+        [sys.executable, "-m", "cellbench.serve", *args],
         stderr=subprocess.PIPE,
         text=True,
     )
@@ -356,7 +360,7 @@ def test_server_error_carries_log_tail(tmp_path):
 
 
 def test_docker_command_line():
-    from cellbench.server import docker_command
+    from cellbench.serve.server import docker_command
 
     spec = ServerSpec(
         runtime="docker",
@@ -383,7 +387,7 @@ def test_docker_command_line():
 def test_vllm_commands_serve_the_configured_dtype():
     """vLLM chooses a dtype from the checkpoint when told none (bf16 for a float32 one on its
     CPU backend): both vLLM launchers pass the config's model dtype, unless serve_args set one."""
-    from cellbench.server import docker_command, local_command
+    from cellbench.serve.server import docker_command, local_command
 
     for runtime in ("docker", "local"):
         spec = ServerSpec(
@@ -416,10 +420,10 @@ def _docker_spec(image: str, tmp_path: Path, run_id: str, *flags: str, **kw) -> 
         log_path=tmp_path / "server.log",
         image_ref=image,
         ready_timeout_s=60,
-        command=["python3", "-m", "cellbench.testing.timed_server", "--port", "{port}", *flags],
+        command=["python3", "-m", "cellbench.serve.timed_server", "--port", "{port}", *flags],
         env={"PYTHONPATH": "/cellbench/workflow:/cellbench/site"},
         extra_mounts=[
-            (str(Path(serve_stage.__file__).resolve().parents[1]), "/cellbench/workflow"),
+            (str(paths.WORKFLOW_DIR), "/cellbench/workflow"),
             (site.getsitepackages()[0], "/cellbench/site"),
         ],
         labels={"cellbench.test": run_id},
@@ -438,7 +442,7 @@ def test_image(docker_client, registry):  # noqa: F811
 def test_docker_launcher_tuned_arm(docker_client, test_image, tmp_path):  # noqa: F811
     import uuid
 
-    from cellbench import loadgen
+    from cellbench.serve import loadgen
 
     run_id = uuid.uuid4().hex
     tuned = tmp_path / "configs"

@@ -1,4 +1,4 @@
-"""A server's version is what it answers to GET /version (cellbench.server.observe_version):
+"""A server's version is what it answers to GET /version (cellbench.serve.server.observe_version):
 a real HTTP server on loopback, whose answer the test changes, and one without the endpoint."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from cellbench.server import observe_version
+from cellbench.serve.server import observe_version
 
 
 @pytest.fixture

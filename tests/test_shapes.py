@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from cellbench.shapes import (
+from cellbench.tune.shapes import (
     CPU_DEVICE_NAME,
     MoEShape,
     ShapeError,
@@ -173,7 +173,15 @@ def test_cli_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
 def test_module_runs_as_script() -> None:
     path = str(CONFIGS / "qwen3-30b-a3b.json")
     r = subprocess.run(
-        [sys.executable, "-m", "cellbench.shapes", "--model-config", path, "--device-name", "D"],
+        [
+            sys.executable,
+            "-m",
+            "cellbench.tune.shapes",
+            "--model-config",
+            path,
+            "--device-name",
+            "D",
+        ],
         capture_output=True,
         text=True,
         check=False,

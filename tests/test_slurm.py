@@ -208,7 +208,7 @@ def test_a_real_allocation_names_the_gpus_the_step_reads(partition, tmp_path):
     # srun in a real allocation with one of the node's `gpu` generic resources: the lease
     # reads what slurmd exported.
     code = (
-        "from cellbench.leases import gpu_lease\n"
+        "from cellbench.runtime.leases import gpu_lease\n"
         "with gpu_lease(1, 0, 'unused', vendor='amd') as lease:\n"
         "    print(list(lease.gpu_indices), lease.gpu_source)\n"
     )
@@ -246,7 +246,7 @@ def _servers_in(work: Path) -> list[int]:
     found = []
     for p in psutil.process_iter(["cmdline"]):
         try:
-            if "cellbench.tf_serve" in (p.info["cmdline"] or []) and p.cwd() == str(work):
+            if "cellbench.serve.tf_serve" in (p.info["cmdline"] or []) and p.cwd() == str(work):
                 found.append(p.pid)
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue

@@ -1,4 +1,5 @@
-"""`python -m cellbench.steps`: argument checks, host runs, containerised runs, interrupts."""
+"""`python -m cellbench.runtime.steps`: argument checks, host runs, containerised runs,
+interrupts."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from docker_env import (  # noqa: F401
     tiny_model_config,
 )
 
-STEPS = [PYTHON, "-m", "cellbench.steps"]
+STEPS = [PYTHON, "-m", "cellbench.runtime.steps"]
 ENV = {**os.environ, "PYTHONPATH": str(WORKFLOW)}
 
 
@@ -172,7 +173,7 @@ def test_tuner_runs_in_the_pinned_image(docker_client, image, tmp_path):  # noqa
         tmp_path, "--runtime", "docker", "--image-ref", image, "--gpu-vendor", "none",
         "--lease-dir", "results/.leases", "--label", f"cellbench.test={run_id}",
         "--log", "results/logs/tune.log", "--",
-        "python3", "-m", "cellbench.tuner", "--model-config", "results/model/config.json",
+        "python3", "-m", "cellbench.tune", "--model-config", "results/model/config.json",
         "--tp", "1", "--dtype", "none", "--block-shape", "none", "--batch-sizes", "1,4",
         "--max-configs", "2", "--out", "results/cell/tune",
         timeout=300,
@@ -192,7 +193,7 @@ def test_workflow_is_read_only_and_paths_match_the_host(docker_client, image, tm
     script = (
         "pwd; touch /cellbench/workflow/x 2>/dev/null || echo workflow-ro; "
         "touch outside 2>/dev/null || echo cwd-ro; echo ok > results/inside; "
-        "python3 -c 'import cellbench.container, sys; print(cellbench.container.__file__)'"
+        "python3 -c 'import cellbench.runtime.container as c, sys; print(c.__file__)'"
     )
     r = _steps(
         tmp_path, "--runtime", "docker", "--image-ref", image,
@@ -202,7 +203,7 @@ def test_workflow_is_read_only_and_paths_match_the_host(docker_client, image, tm
     assert r.returncode == 0, r.stderr + log
     assert str(tmp_path.resolve()) in log
     assert "workflow-ro" in log and "cwd-ro" in log
-    assert "/cellbench/workflow/cellbench/container.py" in log
+    assert "/cellbench/workflow/cellbench/runtime/container.py" in log
     assert (tmp_path / "results" / "inside").read_text() == "ok\n"
 
 

@@ -1,5 +1,6 @@
-"""The tidy table (cellbench.tidy): one row per measured number, live results and archived
-runs alike, read through cellbench.results; written as Parquet and CSV that read back equal."""
+"""The tidy table (cellbench.report.tidy): one row per measured number, live results and archived
+runs alike, read through cellbench.results.loaders; written as Parquet and CSV that read back
+equal."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import json
 import pandas as pd
 import pytest
 import t21_cells as cells
-from cellbench import archive, tidy
-from cellbench.results import ResultError
+from cellbench.archive import write as archive
+from cellbench.report import tidy
+from cellbench.results.loaders import ResultError
 
 KEYS = ["run", "image", "digest", "model", "tp", "ep", "arm", "config_source", "isl", "osl",
         "concurrency", "repeat", "metric", "value"]  # fmt: skip
@@ -109,7 +111,7 @@ def test_archived_run_gives_the_same_rows(results, tmp_path):
 
 
 def test_live_report_writes_the_tidy_tables(results, tmp_path):
-    from cellbench import report
+    from cellbench.report import build as report
 
     files = tidy.stage_files(results, [cells.CELL])
     report.write_report(files, results / "report", results=results)

@@ -1,4 +1,5 @@
-"""The tuned arm, proven with a real server: `python -m cellbench.tf_serve` (transformers serve
+"""The tuned arm, proven with a real server: `python -m cellbench.serve.tf_serve` (transformers
+serve
 with the project's Triton experts, under the interpreter) serving the tiny model, started by the
 real serve stage. What each arm's server logs decides whether the job goes on:
 
@@ -14,8 +15,9 @@ from pathlib import Path
 
 import pytest
 import result_fixtures as fx
-from cellbench import assets, serve_stage
-from cellbench.kernels import config_lookup
+from cellbench.assets import build as assets
+from cellbench.serve import stage as serve_stage
+from cellbench.tune.kernels import config_lookup
 
 # The name the server looks for: the tiny model's layer shape on this host's device.
 SERVED_NAME = fx.CONFIG_FILE

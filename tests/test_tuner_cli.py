@@ -22,10 +22,10 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from cellbench import atomicio  # noqa: E402
-from cellbench.tuner import artifacts, cli, spaces  # noqa: E402
-from cellbench.tuner.backends import BuiltinBackend  # noqa: E402
-from cellbench.tuner.timing import time_side_by_side  # noqa: E402
+from cellbench.common import atomicio  # noqa: E402
+from cellbench.tune import artifacts, cli, spaces  # noqa: E402
+from cellbench.tune.backends import BuiltinBackend  # noqa: E402
+from cellbench.tune.timing import time_side_by_side  # noqa: E402
 
 REF = Path(__file__).parent / "data" / "vllm-configs"
 QWEN = Path(__file__).parent / "data" / "model_configs" / "qwen3-30b-a3b.json"
@@ -119,7 +119,7 @@ def test_few_token_path_chosen_by_measurement_with_the_kept_config(tuned: Path) 
     """Issue 23 item 3: at M <= DECODE_RULE_MAX_TOKENS the tuner timed the kept config on both
     paths side by side; the faster is recorded in the summary and the sidecar, which the
     transformers experts follow (experts_tf.launch_path); above it nothing is recorded."""
-    fm = importlib.import_module("cellbench.kernels.fused_moe")
+    fm = importlib.import_module("cellbench.tune.kernels.fused_moe")
     summary = json.loads((tuned / "summary.json").read_text())
     name = summary["config_file"]
     side = json.loads((tuned / "configs" / artifacts.path_choices_file_name(name)).read_text())
@@ -196,7 +196,7 @@ def test_few_token_path_tuning(tiny_cfg, tmp_path, monkeypatch) -> None:
     """With the few-token path enabled for M <= 2, the tuner tunes it at M=1: configs that
     differ only in BLOCK_SIZE_M/GROUP_SIZE_M (which that kernel ignores) are pruned as the
     same kernel, the entry says which path it tuned, and the AITER CSV row is 1-stage."""
-    fm = importlib.import_module("cellbench.kernels.fused_moe")  # the module, not the function
+    fm = importlib.import_module("cellbench.tune.kernels.fused_moe")  # the module, not the function
     monkeypatch.setattr(fm, "DECODE_MAX_TOKENS", 2)
     out = tmp_path / "out"
     args = ["--model-config", str(tiny_cfg), "--tp", "1", "--batch-sizes", "1,4", "--out"]
@@ -302,7 +302,7 @@ def test_exhaustive_vs_default(tiny_cfg, tmp_path) -> None:
     final = [r for r in recs if r["status"] == "timed" and r["stage"] == "final"]
     assert {r["key"] for r in final} == {r["key"] for r in screen[:3]}
     assert spaces.config_key(ex["entries"]["8"]["config"]) in {r["key"] for r in final}
-    from cellbench.shapes import MoEShape
+    from cellbench.tune.shapes import MoEShape
 
     be = BuiltinBackend(MoEShape.from_dict(ex["shape"]), "fp32", "cpu")
     probs = [be.make_problem(8, 100 + i) for i in range(2)]
@@ -321,7 +321,7 @@ def test_resume_after_kill(tiny_cfg, tmp_path) -> None:
     cmd = [
         sys.executable,
         "-m",
-        "cellbench.tuner",
+        "cellbench.tune",
         "--model-config",
         str(tiny_cfg),
         "--batch-sizes",

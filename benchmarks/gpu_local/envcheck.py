@@ -17,7 +17,7 @@ import traceback
 
 # What the workflow imports on the host, beyond the standard library: Snakemake and its
 # plugins' interfaces, the project's package, the server (transformers serve with its serving
-# extras, and the two hooks cellbench.tf_serve relies on), lm-eval's OpenAI-compatible client
+# extras, and the two hooks cellbench.serve.tf_serve relies on), lm-eval's OpenAI-compatible client
 # and the datasets loader its local task uses.
 IMPORTS = [
     "snakemake",
@@ -48,10 +48,10 @@ IMPORTS = [
     "lm_eval.models.openai_completions",
     "cellbench",
     "cellbench.config",
-    "cellbench.serve_stage",
-    "cellbench.tuner",
-    "cellbench.experts_tf",
-    "cellbench.tf_serve",
+    "cellbench.serve.stage",
+    "cellbench.tune",
+    "cellbench.serve.experts_tf",
+    "cellbench.serve.tf_serve",
 ]
 
 VERSIONS = [
@@ -131,7 +131,7 @@ def main() -> int:
             print(f"GPU: {p.name}, {p.total_memory / 2**30:.0f} GiB, {p.multi_processor_count} SMs")
         else:
             print("GPU: none visible to torch (the run would use the CPU)")
-        from cellbench.shapes import device_name
+        from cellbench.tune.shapes import device_name
 
         print(f"vLLM device name: {device_name()}")
     except Exception as e:  # noqa: BLE001

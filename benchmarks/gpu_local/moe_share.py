@@ -19,7 +19,7 @@ from pathlib import Path
 def main(results: Path) -> None:
     (cell,) = [p.parent.parent for p in results.glob("*/*/*/tune/summary.json")]
     summary = json.loads((cell / "tune" / "summary.json").read_text())
-    layers = 8  # small-qwen3-moe: every layer sparse (cellbench.assets.SMALL_MODEL_SHAPE)
+    layers = 8  # small-qwen3-moe: every layer sparse (cellbench.assets.build.SMALL_MODEL_SHAPE)
     times = {int(m): e["time_us"] for m, e in summary["entries"].items()}
     print(f"cell {cell.relative_to(results)}; tuned kernel time per MoE call (us): {times}")
     print("point (isl-osl @c) | arm | TPOT mean (min-max over repeats), ms | MoE bound, ms | share")

@@ -13,7 +13,7 @@ import sys
 from importlib import import_module
 
 from cellbench import __version__
-from cellbench import config as cbconfig
+from cellbench.config import loader as cbconfig
 
 # The config every subcommand reads without --configfile: the one the default workflow
 # profile (profiles/default) hands to Snakemake, so `cellbench` and `snakemake` agree.
@@ -21,11 +21,14 @@ DEFAULT_CONFIGFILE = "config/local.yaml"
 
 # subcommand -> (module, help); the module's main(argv) -> int does the work.
 FORWARDED = {
-    "shapes": ("cellbench.shapes", "fused-MoE shapes and vLLM config file name of a model"),
-    "tune": ("cellbench.tuner.cli", "tune the fused-MoE kernel for one shape"),
-    "images": ("cellbench.images", "pin images by digest: lock, bump NAME, status"),
-    "archive": ("cellbench.archive", "archived runs: list, show RUN, verify [RUN], diff A B"),
-    "tidy": ("cellbench.tidy", "one tidy table (Parquet, CSV) of live results or an archived run"),
+    "shapes": ("cellbench.tune.shapes", "fused-MoE shapes and vLLM config file name of a model"),
+    "tune": ("cellbench.tune.cli", "tune the fused-MoE kernel for one shape"),
+    "images": ("cellbench.config.images_command", "pin images by digest: lock, bump NAME, status"),
+    "archive": ("cellbench.archive.write", "archived runs: list, show RUN, verify [RUN], diff A B"),
+    "tidy": (
+        "cellbench.report.tidy",
+        "one tidy table (Parquet, CSV) of live results or an archived run",
+    ),
 }
 
 

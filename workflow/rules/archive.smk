@@ -1,4 +1,4 @@
-# A finished run added to an append-only archive per ROCm version (cellbench.archive): a new
+# A finished run added to an append-only archive per ROCm version (cellbench.archive.write): a new
 # folder results/archive/{label}/{run}/ with its manifest, built aside and renamed into place;
 # earlier run folders are never written. It takes only its own cells (and writes their report
 # itself), so bumping one image's pin never reruns another version's archive. The declared

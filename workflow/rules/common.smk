@@ -13,13 +13,15 @@ from snakemake.settings.types import DeploymentMethod
 from snakemake.utils import validate
 
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
-from cellbench import config as cbconfig  # noqa: E402
-from cellbench import jobargs, pins  # noqa: E402
+from cellbench.config import loader as cbconfig  # noqa: E402
+from cellbench.config import jobargs  # noqa: E402
+from cellbench.config import strict_yaml  # noqa: E402
+from cellbench.runtime import pins  # noqa: E402
 
 try:
     # Snakemake merged the config files with a reader that keeps the last of two equal keys;
     # re-read them strictly so a duplicate key is refused, naming the file and both lines.
-    cbconfig.check_files(workflow.configfiles)
+    strict_yaml.check_files(workflow.configfiles)
     cbconfig.validate(config)
 except cbconfig.ConfigError as exc:
     raise WorkflowError(str(exc)) from None
@@ -151,7 +153,7 @@ def result_problem(*paths):
     absent, else the loader's one-line refusal. A string among the recorded params is a
     change, so Snakemake plans the job again (and, through its newer outputs, every reader):
     an unreadable, truncated or tampered result is rebuilt like a missing one."""
-    from cellbench import results as results_mod
+    from cellbench.results import loaders as results_mod
 
     for path in paths:
         if os.path.lexists(path):
@@ -211,7 +213,7 @@ def in_cell_python(wildcards):
     return PYTHON_HOST
 
 
-# Rerun triggers (cellbench/jobargs.py, docs/rerun-triggers.md): a params function of
+# Rerun triggers (cellbench/config/jobargs.py, docs/rerun-triggers.md): a params function of
 # wildcards alone is compared with the last run's value, so `*_settings` carry every value
 # that shapes a result. Host details go through functions that also take `input`, which
 # Snakemake leaves out of that comparison on purpose: changing them reruns nothing.

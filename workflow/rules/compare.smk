@@ -30,4 +30,4 @@ rule compare_images:
         args=compare_args,
         out=lambda wildcards, output: str(Path(output.bench).parent),
     shell:
-        logged("python -m cellbench.serve_stage {params.args} --out-dir {params.out}")
+        logged("python -m cellbench.serve {params.args} --out-dir {params.out}")

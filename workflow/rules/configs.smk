@@ -1,6 +1,6 @@
 # Tuned configs per ROCm version (archive label) and device: every cell's vLLM JSON files and
 # AITER rows in results/configs/{label}/{device}/, usable as VLLM_TUNED_CONFIG_FOLDER as it is,
-# with a manifest (cellbench.config_artifacts). Built in a temporary folder and swapped in
+# with a manifest (cellbench.configs.collect). Built in a temporary folder and swapped in
 # whole; the declared output is INDEX.json, written last. tune.keep and
 # tune.min_improvement_pct are tracked here only, so editing them reruns this job alone.
 
@@ -29,7 +29,7 @@ rule configs:
         code_version=config["tune"]["code_version"],
     shell:
         logged(
-            "python -m cellbench.config_artifacts --label {wildcards.label} --results results "
+            "python -m cellbench.configs --label {wildcards.label} --results results "
             "--cells {params.cells} --images-json {params.images:q} --keep {params.keep} "
             "--min-improvement-pct {params.min_pct} --code-version {params.code_version:q} "
             "--out-dir results/configs/{wildcards.label}"

@@ -8,7 +8,7 @@ onstart:
     if problems:
         raise WorkflowError("cannot start: " + "; ".join(problems))
     # A SIGINT or SIGTERM sent to the Snakemake process alone stops the running jobs within
-    # seconds (cellbench/interrupts.py): Snakemake by itself would let them run to the end.
-    from cellbench import interrupts
+    # seconds (cellbench/runtime/interrupts.py): Snakemake by itself would let them run to the end.
+    from cellbench.runtime import interrupts
 
     interrupts.install()

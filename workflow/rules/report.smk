@@ -1,6 +1,6 @@
-# Per cell, its figures (cellbench.plots); then tidy tables over every cell and the PR-ready
+# Per cell, its figures (cellbench.report.plots); then tidy tables over every cell and the PR-ready
 # Markdown report with its diff sections and links to the figures.
-# Every input is checked (cellbench.results) before use. The report is built in a temporary
+# Every input is checked (cellbench.results.loaders) before use. The report is built in a temporary
 # folder and swapped in whole, INDEX.json written last and the plots folder carried over. Its
 # user-facing files are update() outputs: Snakemake, which deletes a job's outputs before it
 # runs and after it fails, then keeps them and restores them after a failure, so a failed
@@ -33,7 +33,7 @@ rule plots:
         settings=f"--min-change-pct {config['report']['min_change_pct']}",
     shell:
         logged(
-            "python -m cellbench.plots --results results --cell {params.cell} "
+            "python -m cellbench.report.plots --results results --cell {params.cell} "
             "--out-dir {params.out_dir} --archive-root results/archive {params.settings}"
         )
 
@@ -43,7 +43,7 @@ rule report:
         cells=cell_outputs(CELLS),
         # Image comparisons interleaved on one host (serve.compare_images); none otherwise.
         compare=compare_targets(),
-        # Each cell's GSM8K gate verdict (cellbench.gates), shown under its GSM8K table.
+        # Each cell's GSM8K gate verdict (cellbench.gates.check), shown under its GSM8K table.
         gates=[f"{c.path}/gate.json" for c in CELLS],
         # Linked from report.md (not read by the report code).
         plots=cell_plot_files(CELLS),
@@ -60,7 +60,7 @@ rule report:
             if compare_targets()
             else []
         ),
-        # One PR-ready Markdown file per model (cellbench.pr_markdown).
+        # One PR-ready Markdown file per model (cellbench.report.pr_markdown).
         pr=[
             report_table(f"results/report/pr/{model}.md", "pr_markdown")
             for model in sorted({c.model for c in CELLS})

@@ -7,7 +7,7 @@
 
 # params.settings is tracked (every flag that shapes a number), params.host is not.
 SERVE_SHELL = logged(
-    "python -m cellbench.serve_stage {params.settings} {params.host} --out-dir {params.out}"
+    "python -m cellbench.serve {params.settings} {params.host} --out-dir {params.out}"
 )
 
 

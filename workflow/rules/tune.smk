@@ -29,7 +29,7 @@ rule tune:
         steps=step_host_args,
         out=lambda wildcards, output: str(Path(output.summary).parent),
     shell:
-        # cellbench.steps writes the log itself; on failure print its reason here too.
-        "python -m cellbench.steps {params.steps} --log {log} -- "
-        "{params.python} -m cellbench.tuner {params.tuner} --out {params.out} "
+        # cellbench.runtime.steps writes the log itself; on failure print its reason here too.
+        "python -m cellbench.runtime.steps {params.steps} --log {log} -- "
+        "{params.python} -m cellbench.tune {params.tuner} --out {params.out} "
         "|| {{ rc=$?; python -m cellbench.joblog {log:q} >&2; exit $rc; }}"

@@ -1,0 +1,11 @@
+"""The report (report rule), in layers that import only downward: `frames` (the checked results
+loaded into tables; the bottom, every renderer reads it) < `tidy` (CSV/Parquet) and
+`sections` (report.md's sections per cell) < `plots`
+(figures per cell) and `previous` (a cell against its previous archived run; two archived runs
+against each other) < `pr_markdown` (one PR file per model, linking the plots) < `build`
+(report.md and INDEX.json, the report job).
+
+Reads results/ through cellbench.results (and results/archive/ through
+cellbench.results.archived for the previous run); writes results/report/ (swapped in whole;
+INDEX.json last) and results/report/plots/{cell}/.
+"""

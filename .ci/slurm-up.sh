@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A one-node Slurm cluster on localhost for tests/test_slurm.py: Debian's slurm-wlm (22.05 on
+# A one-node Slurm cluster on localhost for tests/integration/test_slurm.py: Debian's slurm-wlm (22.05 on
 # bookworm) with munge, and slurmdbd on a local MariaDB so that `sacct` lists finished jobs
 # (22.05 has no file-based accounting storage left; jobcomp/filetxt is not read by sacct).
 # The node offers a `gpu` generic resource with a count and no device files, so jobs can ask

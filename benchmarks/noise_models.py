@@ -129,7 +129,7 @@ def markdown(s: dict, fitted: list[noise.NoiseModel]) -> str:
         "",
         f"**Verdict floor: {s['floor_pct']}%** ({s['floor_rule']}). "
         "`stats.DEFAULT_MIN_CHANGE_PCT` and the config schema's `report.min_change_pct` default "
-        "are this figure; `tests/test_calibration.py` refits it from the runs and checks.",
+        "are this figure; `tests/unit/test_calibration.py` refits it from the runs and checks.",
         "",
     ]
     return "\n".join(lines)

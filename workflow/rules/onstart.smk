@@ -1,5 +1,5 @@
 # The workflow's only `onstart` hook: Snakemake keeps the last one defined, so a second hook
-# anywhere would silently replace this one (tests/test_faults.py checks there is one).
+# anywhere would silently replace this one (tests/workflow/test_faults.py checks there is one).
 
 
 onstart:

@@ -15,7 +15,7 @@ The report also counts the floor as the spread of that difference inside each te
 (``restart_pct``), so a change is called only when it stands out from restart noise too.
 The default floor is measured: ``benchmarks/noise_models.py`` on the committed H200 runs
 (``benchmarks/results/noise_models_2026-12-05.md``), the largest per-metric standard deviation
-of the difference between two server starts. ``tests/test_calibration.py`` simulates the
+of the difference between two server starts. ``tests/unit/test_calibration.py`` simulates the
 resulting false-change rate and power on the fitted noise models.
 
 GSM8K: the two runs answer the same questions, so they are compared per question (McNemar on

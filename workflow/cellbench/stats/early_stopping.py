@@ -6,7 +6,7 @@ probability at most 1 - p. Of n requests, k exceeded B. Were the true exceedance
 1 - p, k or fewer exceedances would happen with probability P(Binomial(n, 1 - p) <= k); when
 that is at most 1 - confidence, the data reject "the rate is 1 - p or more" and the claim
 holds at that confidence. Hence the query counts MLPerf publishes for p99 at 99%: 459 requests
-with none over the bound, 662 with one (``tests/test_early_stopping.py`` derives both).
+with none over the bound, 662 with one (``tests/unit/test_early_stopping.py`` derives both).
 
 A failed request counts as over the bound: it met no latency bound. Pure functions; the
 report and the plan (``report.py``, ``cellbench plan``) are where they are shown.

@@ -1,0 +1,232 @@
+"""Both arms in one serve job (``--arm pair``), with real timed servers as the arms' servers.
+Stand-in, why: vLLM cannot run on a CPU-only CI machine; the timed server is a real HTTP server
+whose latencies and faults the test sets, so the interleaving and failures can be checked exactly.
+
+The order of every measured point is read back from the job-wide ``seq`` numbers in the two
+bench.json files; failures are caused for real by a server that exits mid-run.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+from cellbench.config import loader as cbconfig
+from cellbench.serve import stage as serve_stage
+from cellbench.serve.measure import POINT_PROGRESS
+
+ROOT = Path(__file__).resolve().parents[2]
+SCHEMA = json.loads((ROOT / "workflow/schemas/bench.schema.json").read_text())
+TIMED = [sys.executable, "-m", "cellbench.serve.timed_server", "--port", "{port}"]
+ARMS = ("untuned", "tuned")
+
+
+def _port_closed(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) != 0
+
+
+def _server_port(log: Path) -> int:
+    return int(log.read_text().split("starting on 127.0.0.1:")[1].split()[0])
+
+
+def _pair_args(tmp_path: Path, server_flags: list[str], *extra: str) -> list[str]:
+    tuned = tmp_path / "tune" / "configs"
+    tuned.mkdir(parents=True, exist_ok=True)
+    (tuned / "E=8,N=32,device_name=X.json").write_text("{}")
+    return [
+        "--runtime",
+        "local",
+        "--cell-id",
+        "host-cpu/timed/tp1-ep1",
+        "--arm",
+        "pair",
+        "--model",
+        "timed-model",
+        "--server-command-json",
+        json.dumps(TIMED + server_flags),
+        "--tuned-config-dir",
+        str(tuned),
+        "--lease-dir",
+        str(tmp_path / "leases"),
+        "--cache-dir",
+        str(tmp_path / "cache"),
+        "--concurrency",
+        "1",
+        "--prompts-per-concurrency",
+        "2",
+        "--warmups-per-concurrency",
+        "1",
+        "--no-gsm8k",
+        "--out-dir",
+        str(tmp_path / "serve"),
+        *extra,
+    ]
+
+
+def test_pair_alternates_the_arms_repeat_by_repeat(tmp_path, capsys):
+    args = _pair_args(
+        tmp_path,
+        ["--ttft-ms", "2", "--itl-ms", "1"],
+        "--grid-json",
+        '[{"isl": 8, "osl": 4}, {"isl": 16, "osl": 3}]',
+        "--repeats",
+        "3",
+    )
+    assert serve_stage.main(args) == 0
+    err = capsys.readouterr().err
+    out = tmp_path / "serve"
+    benches = {arm: json.loads((out / arm / "bench.json").read_text()) for arm in ARMS}
+    # Progress: one stderr line per finished point (the rule's log gets stderr), naming the
+    # point and carrying its headline numbers as recorded.
+    progress = [ln for ln in err.splitlines() if POINT_PROGRESS in ln]
+    assert len(progress) == sum(len(b["points"]) for b in benches.values())
+    for arm, bench in benches.items():
+        for p in bench["points"]:
+            (line,) = [ln for ln in progress if f"#{p['seq']} {arm} " in ln]
+            assert f"isl={p['isl']} osl={p['osl']}" in line and f"repeat {p['repeat']}" in line
+            assert f"TTFT {p['mean_ttft_ms']:.1f} ms" in line
+            assert f"output {p['output_throughput']:.1f} tok/s" in line
+        # The environment a person needs to start the same server: only the tuned arm's
+        # server was pointed at the tuned folder.
+        has_folder = "VLLM_TUNED_CONFIG_FOLDER" in bench["server"]["env"]
+        assert has_folder == (arm == "tuned")
+    expected_order = [["untuned", "tuned"], ["tuned", "untuned"], ["untuned", "tuned"]]
+    for arm, bench in benches.items():
+        jsonschema.validate(bench, SCHEMA)
+        assert bench["arm"] == arm and bench["interleaved"] is True
+        assert bench["arm_order"] == expected_order
+        assert len(bench["points"]) == 3 * 2
+        assert all(p["failed"] == 0 for p in bench["points"])
+        assert (out / arm / "lm_eval").is_dir()  # declared output, empty with --no-gsm8k
+    assert benches["tuned"]["tuned_config_dir"] and benches["untuned"]["tuned_config_dir"] is None
+    # The two arms ran on two servers of their own, both stopped now.
+    ports = {arm: _server_port(out / arm / "server.log") for arm in ARMS}
+    assert ports["untuned"] != ports["tuned"]
+    assert all(_port_closed(p) for p in ports.values())
+    # Audit of the interleaving from the recorded sequence alone.
+    merged = sorted(
+        ((p["seq"], arm, p) for arm, b in benches.items() for p in b["points"]),
+        key=lambda t: t[0],
+    )
+    assert [s for s, _, _ in merged] == list(range(12))
+    assert [arm[0] for _, arm, _ in merged] == list("uuttttuuuutt")
+    assert [p["repeat"] for _, _, p in merged] == [r for r in range(3) for _ in range(4)]
+    starts = [p["started_at"] for _, _, p in merged]
+    assert starts == sorted(starts)
+    # Same prompts for both arms within a repeat, fresh ones in the next repeat.
+    for arm in ARMS:
+        assert [p["seed"] for p in benches[arm]["points"]] == [0, 0, 1, 1, 2, 2]
+
+
+def test_either_server_dying_fails_the_pair_and_stops_both(tmp_path, capsys):
+    # Per arm: 2 start-up completions (readiness, ignore_eos probe), then 1 warm-up + 2 measured
+    # requests per repeat. After repeat 0 both servers have answered 5; the tuned arm goes first
+    # in repeat 1, so its server is the one that reaches request 5 and exits.
+    args = _pair_args(
+        tmp_path,
+        ["--ttft-ms", "1", "--itl-ms", "1", "--exit-after", "5"],
+        "--grid-json",
+        '[{"isl": 8, "osl": 4}]',
+        "--repeats",
+        "2",
+        "--max-failed-share",
+        "1.0",
+    )
+    assert serve_stage.main(args) == 1
+    err = capsys.readouterr().err
+    assert "pair failed: tuned server exited mid-run at tuned" in err, err
+    assert "exiting on purpose" in err
+    out = tmp_path / "serve"
+    assert "exiting on purpose" in (out / "tuned" / "server.log").read_text()
+    assert "exiting on purpose" not in (out / "untuned" / "server.log").read_text()
+    for arm in ARMS:
+        assert not (out / arm / "bench.json").exists()
+        assert not (out / arm / "lm_eval").exists()
+        assert _port_closed(_server_port(out / arm / "server.log"))
+
+
+def test_too_many_failures_on_one_arm_fails_the_pair(tmp_path, capsys):
+    args = _pair_args(
+        tmp_path,
+        ["--fail-share", "0.5"],
+        "--grid-json",
+        '[{"isl": 8, "osl": 4}]',
+        "--max-failed-share",
+        "0.05",
+    )
+    assert serve_stage.main(args) == 1
+    err = capsys.readouterr().err
+    # The untuned arm runs first in repeat 0, so it is the one reported.
+    assert "pair failed: untuned: " in err and "requests failed" in err and "HTTP 500" in err, err
+    for arm in ARMS:
+        assert not (tmp_path / "serve" / arm / "bench.json").exists()
+        assert _port_closed(_server_port(tmp_path / "serve" / arm / "server.log"))
+
+
+def test_bad_pair_input_rejected_before_any_server(tmp_path, capsys):
+    args = _pair_args(tmp_path, [], "--grid-json", '[{"isl": 8, "osl": 4}]')
+    i = args.index("--tuned-config-dir")
+    del args[i : i + 2]
+    assert serve_stage.main(args) == 2
+    assert "--arm pair needs --tuned-config-dir" in capsys.readouterr().err
+    args = _pair_args(tmp_path, [], "--grid-json", '[{"isl": 8, "osl": 4}]')
+    args[args.index("local")] = "docker"
+    args += ["--image-ref", "r:t", "--gpus", "2", "--total-gpus", "3"]
+    assert serve_stage.main(args) == 2
+    assert "pinned digest" in capsys.readouterr().err  # a tag alone is never served
+    args[args.index("r:t")] = "r@sha256:" + "0" * 64
+    assert serve_stage.main(args) == 2
+    assert "two servers of --gpus 2" in capsys.readouterr().err
+    assert not (tmp_path / "serve").exists()
+
+
+@pytest.mark.parametrize("interleave", [True, False])
+def test_config_checks_gpus_for_two_servers(interleave):
+    config = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+    config["cells"][0]["tp"] = 8  # all 8 GPUs for one server
+    config["serve"]["interleave_arms"] = interleave
+    if interleave:
+        with pytest.raises(cbconfig.ConfigError, match=r"2 x tp = 16 GPUs, but gpus = 8"):
+            cbconfig.validate(config)
+    else:
+        assert cbconfig.validate(config)["serve"]["interleave_arms"] is False
+
+
+def test_sigterm_stops_both_servers(tmp_path):
+    # Snakemake cancels a job with SIGTERM: both arms' servers must go, and no result stays.
+    import signal
+    import subprocess
+    import time
+
+    args = _pair_args(
+        tmp_path,
+        ["--ttft-ms", "2000"],
+        "--grid-json",
+        '[{"isl": 8, "osl": 4}]',
+        "--prompts-per-concurrency",
+        "50",
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cellbench.serve", *args], stderr=subprocess.PIPE, text=True
+    )
+    logs = [tmp_path / "serve" / arm / "server.log" for arm in ARMS]
+    deadline = time.monotonic() + 60
+    # Both servers launched (the tuned one after the untuned one is ready), then a moment more.
+    while not all(log.exists() and "starting on" in log.read_text() for log in logs):
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.1)
+    time.sleep(1.5)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted; servers stopped" in err
+    for log in logs:
+        assert _port_closed(_server_port(log))
+    for arm in ARMS:
+        assert not (tmp_path / "serve" / arm / "bench.json").exists()

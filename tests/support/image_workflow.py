@@ -1,0 +1,71 @@
+"""The images command and the workflow against a config with image pins (dry runs, stand-ins)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+from support.docker_env import PYTHON, REPO_ROOT
+
+
+def _cli(cfg, lock, *argv):
+    return subprocess.run(
+        [
+            PYTHON,
+            "-m",
+            "cellbench.config.images_command",
+            "--configfile",
+            str(cfg),
+            "--lock",
+            str(lock),
+            *argv,
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+    )
+
+
+SNAKEFILE = REPO_ROOT / "Snakefile"
+
+
+JOB_RE = re.compile(r"^(?:local)?rule (\S+):$")
+
+
+def _snakemake(workdir, cfg, *argv):
+    r = subprocess.run(
+        [PYTHON, "-m", "snakemake", "-s", str(SNAKEFILE), "-d", str(workdir),
+         "--configfile", str(cfg), *argv],
+        capture_output=True, text=True, cwd=workdir, timeout=300,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return r.stdout + r.stderr
+
+
+def _planned(workdir, cfg) -> set[tuple[str, str]]:
+    """(rule, outputs) of every job a dry run plans."""
+    jobs, rule = set(), None
+    for line in _snakemake(workdir, cfg, "-n").splitlines():
+        m = JOB_RE.match(line)
+        if m:
+            rule = m.group(1)
+            jobs.add((rule, ""))
+        elif rule and line.strip().startswith("output: "):
+            jobs.discard((rule, ""))
+            jobs.add((rule, line.strip().removeprefix("output: ")))
+            rule = None
+    return jobs
+
+
+def stand_ins(workdir, cfg) -> None:
+    """Every output the plan names, present (files empty; directory() outputs, such as the
+    tuned configs folder, which carry no suffix, as folders)."""
+    summary = _snakemake(workdir, cfg, "--summary").splitlines()
+    first = summary.index(next(x for x in summary if x.startswith("output_file"))) + 1
+    for line in summary[first:]:
+        path = workdir / line.split("\t")[0]
+        if "." in path.name:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.touch()
+        else:
+            path.mkdir(parents=True, exist_ok=True)

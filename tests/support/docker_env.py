@@ -154,10 +154,12 @@ def files_holding(root: Path, secrets: list[str]) -> list[str]:
 
 def not_shared(root: Path) -> list[str]:
     """Files under ``root`` that group and others cannot read, and folders they cannot enter:
-    under umask 022 everything a run writes should be 644 / 755."""
+    under umask 022 everything a run writes should be 644 / 755. The per-image compile cache
+    (``results/.cache``) is left out: vLLM writes it inside the container with its own modes
+    (its model-info cache is 600), and only containers, which run as root, read it back."""
     bad = []
     for path in sorted(Path(root).rglob("*")):
-        if path.is_symlink():
+        if path.is_symlink() or ".cache" in path.relative_to(root).parts:
             continue
         mode = path.stat().st_mode & 0o777
         need = 0o055 if path.is_dir() else 0o044

@@ -44,6 +44,9 @@ COMMAND_WORDS = ("snakemake", "cellbench", "python", "bash", "export", "docker",
 # of .ci/docker-up.sh, which CI runs; a bare `snakemake` names the tool).
 INLINE_WORDS = ("snakemake", "cellbench", "python")
 
+# What a documented PATH placeholder of `cellbench shapes` stands for here.
+MODEL_CONFIG = str(ROOT / "tests" / "data" / "model_configs" / "qwen3-30b-a3b.json")
+
 NOT_RUN = {
     # first words of a command -> why this test does not run it
     "bash workflow/scripts/bootstrap.sh": "CI runs the bootstrap itself (.ci/run) before the "
@@ -153,6 +156,17 @@ def dry_run_forms(cmd: str, tmp_path: Path) -> list[list[str]]:
             cbconfig.load(ROOT / rest[rest.index("--configfile") + 1])
         if rest[:1] in (["cells"], ["--version"]):
             return [[exe, *rest]]
+        if rest[:1] == ["plan"]:  # read-only unless --write; then into tmp_path
+            extra = ["--results", str(tmp_path / "results")] if "--write" in rest else []
+            return [[exe, *rest, *extra]]
+        if rest[:1] == ["shapes"]:  # the real command on a shipped model config
+            real, optional = [], False
+            for w in rest:
+                optional = optional or w.startswith("[")
+                if not optional:
+                    real.append(MODEL_CONFIG if w == "PATH" else w)
+                optional = optional and not w.endswith("]")
+            return [[exe, *real]]
         sub = [w for w in rest if not w.startswith("-")][:2]
         if sub[:1] == ["images"]:  # images SUBCOMMAND
             return [[exe, *sub, "--help"]] if len(sub) > 1 else [[exe, "images", "--help"]]

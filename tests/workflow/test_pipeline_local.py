@@ -24,7 +24,7 @@ import pytest
 import yaml
 from cellbench.archive import write as archive
 from cellbench.report import frames
-from cellbench.results import archived
+from cellbench.results import archived, job_times
 from cellbench.serve.measure import POINT_PROGRESS
 from cellbench.stats import comparison
 from cellbench.tune.cli import KEPT_PROGRESS
@@ -151,6 +151,10 @@ def test_report_and_archive(finished_run):
     assert text.count("Fused-MoE config, from the servers' logs: untuned: no file found") == 2
     assert text.count("#### Untuned (A) vs tuned (B)") == 2
     assert "exact_match, strict-match" in text
+    # The plan's estimate, written as the run started, against each job's wall (issue 32 item 4).
+    cost = text[text.index("## Cost: the plan's estimate against the jobs' walls") :]
+    for cell in CELLS:
+        assert all(f"| {cell} | {kind} |" in cost for kind in ("tune", "serve", "gsm8k"))
     # One run folder, which the label's latest link and the job's receipt name.
     label = res / "archive/embedded-cpu"
     run = json.loads((label / "ARCHIVED.json").read_text())["run"]
@@ -253,6 +257,14 @@ def test_same_cell_measured_twice_is_within_noise(finished_run, tmp_path):
         keep = tmp_path / f"measurement{n}"
         shutil.copytree(again / "results" / cell / "serve", keep / cell / "serve")
         measured.append(keep)
+        if n == 2:
+            # Issue 32 item 4: the second rerun's estimate (written as it started) rests on the
+            # first rerun's wall, a run with history; it must land within 30% of the actual.
+            planned = job_times.read_estimate(again / "results")["cells"][cell]["serve"]
+            actual = job_times.cell_job_times(again / "results", cell)["serve"].seconds
+            print(f"serve estimate {planned['seconds']:.1f} s, actual {actual:.1f} s")
+            assert planned["basis"].startswith("history"), planned
+            assert 0.7 <= actual / planned["seconds"] <= 1.3, (actual, planned)
     starts = [
         json.loads((m / cell / "serve/untuned/bench.json").read_text())["points"][0]["started_at"]
         for m in measured

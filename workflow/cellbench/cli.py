@@ -21,6 +21,7 @@ DEFAULT_CONFIGFILE = "config/local.yaml"
 
 # subcommand -> (module, help); the module's main(argv) -> int does the work.
 FORWARDED = {
+    "plan": ("cellbench.config.cost", "estimate wall time and GPU-hours before a run"),
     "shapes": ("cellbench.tune.shapes", "fused-MoE shapes and vLLM config file name of a model"),
     "tune": ("cellbench.tune.cli", "tune the fused-MoE kernel for one shape"),
     "images": ("cellbench.config.images_command", "pin images by digest: lock, bump NAME, status"),

@@ -12,3 +12,16 @@ onstart:
     from cellbench.runtime import interrupts
 
     interrupts.install()
+    # The cost of what is about to run, on the terminal and in results/plan/estimate.json for
+    # the report's estimate-against-actual table. An estimate that fails stops nothing.
+    from cellbench.config import cost
+
+    try:
+        estimate = cost.estimate(config, "results")
+        cost.write(estimate, "results")
+        print(
+            "cellbench plan (estimate; `cellbench plan` prints it without running):"
+        )
+        print(cost.render(estimate))
+    except Exception as exc:  # noqa: BLE001
+        print(f"cellbench plan: no estimate ({type(exc).__name__}: {exc})")

@@ -49,6 +49,7 @@ from cellbench.report.frames import (
 from cellbench.report.previous import previous_run_sections
 from cellbench.report.sections import (
     NO_TRITON_MOE_NOTE,
+    cost_section,
     gsm8k_table,
     image_sections,
     latency_tables,
@@ -306,6 +307,7 @@ def write_report(
         text = render(
             serve, gsm, tune, runtime, compare, min_change_pct, previous, gates, figures, run_info
         )
+        text += "\n".join(["", *cost_section(Path(results), sorted(all_cells))])
         atomicio.write_text(staging / "report.md", text)
 
         # One PR-ready file per model, its plot links checked against out_dir's plots.

@@ -21,6 +21,7 @@ from cellbench.report.frames import (
     median_spread,
     select,
 )
+from cellbench.results import job_times
 from cellbench.stats import comparison
 from cellbench.stats import core as stats
 
@@ -319,3 +320,40 @@ NO_TRITON_MOE_NOTE = (
     "arms ran the same code. The arms cannot differ here; any gap between their numbers above "
     "is noise, and no verdict is given."
 )
+
+
+def cost_section(results: Path, cells: list[str]) -> list[str]:
+    """The plan's estimate (written when the run started) against each job's measured wall, per
+    cell and job kind; nothing when the run wrote no estimate."""
+    est = job_times.read_estimate(results)
+    if est is None:
+        return []
+    lines = [
+        "## Cost: the plan's estimate against the jobs' walls",
+        "",
+        f"Estimated when the run started ({est.get('written', '?')}, `cellbench plan`); actual: "
+        "each job's wall as Snakemake measured it (`results/benchmarks/`).",
+        "",
+        "| Cell | Job | Estimate (s) | Actual (s) | Actual / estimate | GPU-hours (est.) | Basis |",
+        "|---|---|---:|---:|---:|---:|---|",
+    ]
+    for cell in cells:
+        planned = est["cells"].get(cell)
+        if not planned:
+            continue
+        actual = job_times.cell_job_times(results, cell)
+        for kind, job in planned.items():
+            got = actual.get(kind)
+            if got is None:
+                shown, ratio = "not run", ""
+            elif job.get("history_mtime") == got.mtime:
+                shown = f"{got.seconds:.1f}"
+                ratio = "not rerun (the estimate is this job's own wall)"
+            else:
+                shown = f"{got.seconds:.1f}"
+                ratio = f"{got.seconds / job['seconds']:.2f}" if job["seconds"] > 0 else ""
+            lines.append(
+                f"| {cell} | {kind} | {job['seconds']:.1f} | {shown} | {ratio} | "
+                f"{job['gpu_hours']:.2f} | {job['basis']} |"
+            )
+    return [*lines, ""]

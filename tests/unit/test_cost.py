@@ -1,0 +1,150 @@
+"""The cost stated before a run (cellbench.config.cost, `cellbench plan`) and the report's
+estimate-against-actual table (issue 32 item 4).
+
+Inputs are real files: the embedded default's config through the real loader, result files
+through the project's writers (support/result_fixtures.py), and benchmark files in the format
+Snakemake writes them (a tab-separated header and one row; column ``s`` is the wall).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from cellbench import cli
+from cellbench.config import cost, loader
+from cellbench.report import sections
+from cellbench.results import job_times
+from support import result_fixtures as fx
+
+ROOT = Path(__file__).resolve().parents[2]
+CELL = "host-cpu/tiny-qwen3-moe/tp1-ep1"
+HEADER = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
+
+
+def config(**serve) -> dict:
+    cfg = loader.load(ROOT / "config" / "local.yaml")
+    cfg["serve"].update(serve)
+    return cfg
+
+
+def write_tsv(results: Path, cell: str, name: str, seconds: float) -> Path:
+    path = results / "benchmarks" / cell / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(HEADER + f"{seconds}\t0:00:00\t1\t1\t1\t1\t0\t0\t0\t0\n")
+    return path
+
+
+def last_run(results: Path, cfg: dict, durations: dict[tuple[int, int], float]) -> None:
+    """A cell's last run: both arms' points (with their measured durations), the tune summary
+    and every job's benchmark file."""
+    repeats = cfg["serve"]["repeats"]
+    for arm in ("untuned", "tuned"):
+        grid = [(isl, osl, d, r) for (isl, osl), d in durations.items() for r in range(repeats)]
+        points = [
+            fx.point(isl, osl, repeat=r, seq=k, concurrency=2, prompts=4) | {"duration": d}
+            for k, (isl, osl, d, r) in enumerate(grid)
+        ]
+        fx.write_bench(results, CELL, arm, points)
+        write_tsv(results, CELL, f"gsm8k-{arm}.tsv", 2.0)
+    fx.write_tune(results, CELL, batch_sizes=tuple(cfg["tune"]["batch_sizes"]))
+    summary = results / CELL / "tune" / "summary.json"
+    data = json.loads(summary.read_text())
+    data["max_configs"] = cfg["tune"]["max_configs"]
+    summary.write_text(json.dumps(data))
+    write_tsv(results, CELL, "tune.tsv", 60.0)
+    write_tsv(results, CELL, "serve-pair.tsv", 200.0)
+
+
+def test_without_history_every_figure_is_the_configs_assumption(tmp_path):
+    cfg = config()
+    plan, serve = cfg["plan"], cfg["serve"]
+    est = cost.estimate(cfg, tmp_path)
+    jobs = est["cells"][CELL]
+    assert jobs["tune"]["seconds"] == pytest.approx(3 * plan["tune_s_per_batch_size"])
+    waves = serve["prompts_per_concurrency"] + serve["warmups_per_concurrency"]
+    per_repeat = sum(
+        waves * (plan["ttft_ms_per_1k_input"] * g["isl"] / 1000 + plan["tpot_ms"] * g["osl"]) / 1000
+        for g in serve["grid"]
+    )
+    gsm8k = 2 * cfg["gsm8k"]["limit"] * plan["gsm8k_s_per_question"]
+    expected = plan["server_start_s"] + 2 * serve["repeats"] * per_repeat + gsm8k
+    assert jobs["serve"]["seconds"] == pytest.approx(expected)
+    assert all(j["basis"].startswith("assumed") for j in jobs.values())
+    # The embedded default holds no GPU: no GPU-hours, whatever the wall.
+    assert est["totals"]["serve"]["gpu_hours"] == 0.0
+    # An assumption the user sets moves the figure it makes, and only that one.
+    cfg2 = config()
+    cfg2["plan"]["server_start_s"] = plan["server_start_s"] + 100
+    jobs2 = cost.estimate(cfg2, tmp_path)["cells"][CELL]
+    assert jobs2["serve"]["seconds"] == pytest.approx(expected + 100)
+    assert jobs2["tune"]["seconds"] == jobs["tune"]["seconds"]
+
+
+def test_with_history_the_last_jobs_scale_to_what_is_planned_now(tmp_path):
+    cfg = config()
+    durations = {(32, 8): 1.5, (64, 8): 2.5}
+    last_run(tmp_path, cfg, durations)
+    repeats = cfg["serve"]["repeats"]
+    measured = 2 * repeats * sum(durations.values())
+    jobs = cost.estimate(cfg, tmp_path)["cells"][CELL]
+    # Same plan as last time: the last walls come back.
+    assert jobs["serve"]["seconds"] == pytest.approx(200.0)
+    assert jobs["tune"]["seconds"] == pytest.approx(60.0)
+    assert jobs["gsm8k"]["seconds"] == pytest.approx(4.0)
+    assert all(j["basis"].startswith("history") for j in jobs.values())
+    # Twice the repeats: the fixed part stays, the points double.
+    more = cost.estimate(config(repeats=2 * repeats), tmp_path)["cells"][CELL]
+    assert more["serve"]["seconds"] == pytest.approx(200.0 + measured)
+    # A point never measured falls back to the assumption for that point alone.
+    cfg3 = config(grid=[{"isl": 32, "osl": 8}, {"isl": 4096, "osl": 8}])
+    one = cost.estimate(cfg3, tmp_path)["cells"][CELL]["serve"]["seconds"]
+    plan, serve = cfg3["plan"], cfg3["serve"]
+    waves = serve["prompts_per_concurrency"] + serve["warmups_per_concurrency"]
+    assumed = waves * (plan["ttft_ms_per_1k_input"] * 4096 / 1000 + plan["tpot_ms"] * 8) / 1000
+    fixed = 200.0 - measured
+    assert one == pytest.approx(fixed + 2 * repeats * (1.5 + assumed))
+
+
+def test_report_sets_the_estimate_against_each_jobs_wall(tmp_path):
+    cfg = config()
+    last_run(tmp_path, cfg, {(32, 8): 1.5, (64, 8): 2.5})
+    cost.write(cost.estimate(cfg, tmp_path), tmp_path)
+    # The serve job reruns and takes 250 s; the tune job does not rerun.
+    serve_tsv = write_tsv(tmp_path, CELL, "serve-pair.tsv", 250.0)
+    later = serve_tsv.stat().st_mtime + 5
+    os.utime(serve_tsv, (later, later))
+    text = "\n".join(sections.cost_section(tmp_path, [CELL]))
+    rows = {line.split(" | ")[1]: line.split(" | ") for line in text.splitlines()[6:] if line}
+    assert rows["serve"][2:5] == ["200.0", "250.0", "1.25"]
+    assert rows["tune"][4].startswith("not rerun")
+    # No estimate written: no section (nothing invented).
+    (tmp_path / job_times.ESTIMATE_FILE).unlink()
+    assert sections.cost_section(tmp_path, [CELL]) == []
+
+
+def test_a_damaged_estimate_or_benchmark_file_is_named(tmp_path):
+    path = tmp_path / job_times.ESTIMATE_FILE
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"kind": "something_else"}))
+    with pytest.raises(job_times.JobTimeError, match="not a cellbench cost estimate"):
+        job_times.read_estimate(tmp_path)
+    bad = tmp_path / "benchmarks" / CELL / "tune.tsv"
+    bad.parent.mkdir(parents=True)
+    bad.write_text("not\ta\nbenchmark\n")
+    with pytest.raises(job_times.JobTimeError, match="tune.tsv: not a Snakemake benchmark file"):
+        job_times.cell_job_times(tmp_path, CELL)
+
+
+def test_cellbench_plan_prints_writes_and_refuses_a_bad_config(tmp_path, capsys):
+    rc = cli.main(["plan", "--results", str(tmp_path), "--write"])
+    out = capsys.readouterr()
+    assert rc == 0 and CELL in out.out and "GPU-hours" in out.out
+    assert job_times.read_estimate(tmp_path)["cells"][CELL]["serve"]["seconds"] > 0
+    bad = tmp_path / "bad.yaml"
+    bad.write_text((ROOT / "config" / "local.yaml").read_text() + "\nplan: {tpot_ms: -1}\n")
+    assert cli.main(["plan", "--configfile", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "plan" in err and "tpot_ms" in err

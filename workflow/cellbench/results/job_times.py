@@ -1,0 +1,87 @@
+"""What each job of a cell took, as Snakemake measured it, and the plan's estimate file.
+
+Every rule has a ``benchmark:`` file (``results/benchmarks/<cell>/<job>.tsv``, Snakemake's own
+wall clock of the job in column ``s``). The plan-time estimate (``cellbench plan --write``,
+which the workflow's start runs) is ``results/plan/estimate.json``. Both are read here: the
+plan reads the last run's times as history, the report sets estimate against actual.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+ESTIMATE_FILE = Path("plan") / "estimate.json"
+ESTIMATE_KIND = "cost_estimate"
+# A job kind and the benchmark files of its jobs in one cell (serve: the interleaved pair, or
+# one job per arm; gsm8k: one summary job per arm).
+KIND_FILES = {
+    "tune": ("tune.tsv",),
+    "serve": ("serve-pair.tsv", "serve-untuned.tsv", "serve-tuned.tsv"),
+    "gsm8k": ("gsm8k-untuned.tsv", "gsm8k-tuned.tsv"),
+}
+
+
+class JobTimeError(Exception):
+    """A benchmark or estimate file that cannot be read as one."""
+
+
+@dataclass(frozen=True)
+class JobTime:
+    kind: str
+    seconds: float
+    files: tuple[str, ...]  # the benchmark files summed, relative to the results folder
+    mtime: float  # the newest of them (a job not rerun keeps its file and its time)
+
+
+def read_benchmark_seconds(path: Path) -> float:
+    """Snakemake's wall clock of one job (column ``s`` of its benchmark file; with
+    ``--benchmark-repeats`` one row per repeat: their sum)."""
+    try:
+        with path.open(newline="") as fh:
+            rows = list(csv.DictReader(fh, delimiter="\t"))
+        return sum(float(r["s"]) for r in rows)
+    except (OSError, KeyError, ValueError, TypeError) as exc:
+        raise JobTimeError(f"{path}: not a Snakemake benchmark file ({exc})") from exc
+
+
+def cell_job_times(results: Path, cell: str) -> dict[str, JobTime]:
+    """Per job kind, the measured wall of the cell's last jobs of that kind (kinds whose jobs
+    never ran are absent)."""
+    folder = Path(results) / "benchmarks" / cell
+    out = {}
+    for kind, names in KIND_FILES.items():
+        found = [folder / n for n in names if (folder / n).is_file()]
+        if found:
+            out[kind] = JobTime(
+                kind,
+                sum(read_benchmark_seconds(p) for p in found),
+                tuple(str(p.relative_to(results)) for p in found),
+                max(p.stat().st_mtime for p in found),
+            )
+    return out
+
+
+def read_estimate(results: Path) -> dict | None:
+    """The plan's estimate file, checked; None when there is none."""
+    path = Path(results) / ESTIMATE_FILE
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise JobTimeError(f"{path}: unreadable estimate ({exc})") from exc
+    if not isinstance(data, dict) or data.get("kind") != ESTIMATE_KIND:
+        raise JobTimeError(f"{path}: not a cellbench cost estimate (kind {ESTIMATE_KIND!r})")
+    cells = data.get("cells")
+
+    def jobs_ok(jobs: object) -> bool:
+        return isinstance(jobs, dict) and all(
+            isinstance(j, dict) and isinstance(j.get("seconds"), int | float) for j in jobs.values()
+        )
+
+    if not isinstance(cells, dict) or not all(jobs_ok(jobs) for jobs in cells.values()):
+        raise JobTimeError(f"{path}: 'cells' must map each cell to jobs with 'seconds'")
+    return data

@@ -28,7 +28,7 @@ from cellbench.report import frames
 from cellbench.results import archived
 from cellbench.serve.measure import POINT_PROGRESS
 from cellbench.stats import comparison
-from cellbench.tune.cli import KEPT_PROGRESS
+from cellbench.tune.outputs import KEPT_PROGRESS
 from test_pr_markdown import assert_seed_shapes
 from test_workflow import fresh_copy
 

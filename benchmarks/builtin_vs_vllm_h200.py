@@ -146,7 +146,7 @@ def _builtin_call(kernels, problem, cfg, name: str, gemms: bool):
 
 
 def one_m(be, kernels, m: int, cfg: dict, dtype: str, on_gpu: bool) -> dict:
-    from cellbench.tune.search import rel_error
+    from cellbench.tune.candidates import rel_error
     from cellbench.tune.timing import time_side_by_side
 
     problems = [be.make_problem(m, 1000 + i) for i in range(4 if on_gpu else 2)]

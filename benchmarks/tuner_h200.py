@@ -136,7 +136,7 @@ def side_by_side(
     """Re-time each batch size's candidate configs interleaved; also check them vs reference."""
     import torch
     from cellbench.tune.backends import BuiltinBackend
-    from cellbench.tune.search import rel_error
+    from cellbench.tune.candidates import rel_error
     from cellbench.tune.shapes import MoEShape
     from cellbench.tune.timing import time_side_by_side
 
@@ -184,7 +184,7 @@ def fmt(v, nd=2):
 
 
 def _cost_line(name: str, s: dict) -> str:
-    from cellbench.tune.cli import worker_line
+    from cellbench.tune.outputs import worker_line
 
     if s.get("failed"):
         return f"{name}: FAILED (rc {s.get('rc')})"

@@ -215,7 +215,7 @@ def side_by_side(
     interleaved. Returns (results, batch sizes left out because the deadline passed)."""
     import torch
     from cellbench.tune import kernels
-    from cellbench.tune.search import rel_error
+    from cellbench.tune.candidates import rel_error
     from cellbench.tune.timing import time_side_by_side
 
     out: dict[int, dict] = {}

@@ -23,7 +23,7 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from cellbench.common import atomicio  # noqa: E402
-from cellbench.tune import artifacts, cli, spaces  # noqa: E402
+from cellbench.tune import artifacts, cli, outputs, plan, spaces  # noqa: E402
 from cellbench.tune.backends import BuiltinBackend  # noqa: E402
 from cellbench.tune.timing import time_side_by_side  # noqa: E402
 from support.tiny_moe import TINY  # noqa: F401
@@ -77,7 +77,7 @@ def test_progress_one_kept_line_per_batch_size(tuned_run) -> None:
     was timed, the kept config, its time, the baseline's time and the gain, as recorded."""
     out, err = tuned_run
     summary = json.loads((out / "summary.json").read_text())
-    kept = [ln for ln in err.splitlines() if ln.startswith(cli.KEPT_PROGRESS)]
+    kept = [ln for ln in err.splitlines() if ln.startswith(outputs.KEPT_PROGRESS)]
     assert [ln.split("M=")[1].split(":")[0] for ln in kept] == ["1", "4", "16"]
     for line in kept:
         m = line.split("M=")[1].split(":")[0]
@@ -254,10 +254,10 @@ def test_model_without_moe_fields(tmp_path, capsys) -> None:
 
 
 def test_batch_size_tiers() -> None:
-    assert cli.parse_batch_sizes("vllm_default")[-1] == 4096
-    assert len(cli.parse_batch_sizes("vllm_default")) == 18
-    assert cli.parse_batch_sizes("aiter16") == [2**i for i in range(16)]
-    assert cli.parse_batch_sizes("16, 1,16") == [1, 16]
+    assert plan.parse_batch_sizes("vllm_default")[-1] == 4096
+    assert len(plan.parse_batch_sizes("vllm_default")) == 18
+    assert plan.parse_batch_sizes("aiter16") == [2**i for i in range(16)]
+    assert plan.parse_batch_sizes("16, 1,16") == [1, 16]
 
 
 @pytest.mark.slow

@@ -13,7 +13,7 @@ import json
 
 import pytest
 from cellbench.results import loaders as results
-from cellbench.tune import cli
+from cellbench.tune import cli, outputs
 
 PICK = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1,
         "num_warps": 4, "num_stages": 2}  # fmt: skip
@@ -48,7 +48,7 @@ def _entry(gain, base_config=BASE):
 
 def test_a_slower_pick_gives_way_to_the_baseline_and_is_kept_aside():
     entries = {"1": _entry(-4.2), "4": _entry(7.5), "16": _entry(None), "64": _entry(0.0)}
-    swapped = cli.apply_keep(entries, "beats-baseline")
+    swapped = outputs.apply_keep(entries, "beats-baseline")
     assert swapped == [1, 64]
     one = entries["1"]
     assert one["kept"] == "baseline" and one["config"] == BASE
@@ -62,7 +62,7 @@ def test_a_slower_pick_gives_way_to_the_baseline_and_is_kept_aside():
 def test_keep_all_keeps_every_pick_and_says_which_were_slower():
     entries = {"1": _entry(-4.2), "4": _entry(7.5)}
     before = copy.deepcopy(entries)
-    assert cli.apply_keep(entries, "all") == []
+    assert outputs.apply_keep(entries, "all") == []
     assert [e["config"] for e in entries.values()] == [e["config"] for e in before.values()]
     assert entries["1"]["kept"] == "pick (not faster than the baseline; --keep all)"
 
@@ -70,7 +70,7 @@ def test_keep_all_keeps_every_pick_and_says_which_were_slower():
 def test_a_baseline_without_all_six_keys_is_not_written():
     partial = {k: v for k, v in BASE.items() if k not in ("num_warps", "num_stages")}
     entries = {"1": _entry(-1.0, partial)}
-    assert cli.apply_keep(entries, "beats-baseline") == []
+    assert outputs.apply_keep(entries, "beats-baseline") == []
     assert entries["1"]["config"] == PICK and "not a whole one" in entries["1"]["kept"]
 
 
@@ -91,6 +91,6 @@ def test_a_real_run_records_the_rule_and_the_file_agrees(tmp_path, capsys):
     assert (entry["kept"] == "baseline") == (summary["kept_baseline"] == [1])
     if entry["kept"] == "baseline":
         assert entry["config"] == {k: v for k, v in entry["baseline"]["config"].items()
-                                   if k in cli._VLLM_KEYS + cli._ROCM_KEYS}  # fmt: skip
+                                   if k in outputs._VLLM_KEYS + outputs._ROCM_KEYS}  # fmt: skip
     # The loader checks the vLLM file holds exactly the summary's configs.
     assert results.load_tune(out / "summary.json").data["entries"]["1"]["config"] == entry["config"]

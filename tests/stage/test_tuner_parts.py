@@ -178,7 +178,8 @@ def test_tuning_log_skips_torn_line(tmp_path: Path) -> None:
 
 
 def test_batch_sizes_split_over_gpus() -> None:
-    from cellbench.tune.cli import VLLM_DEFAULT, _split
+    from cellbench.tune.device_run import _split
+    from cellbench.tune.plan import VLLM_DEFAULT
 
     parts = _split(VLLM_DEFAULT, 4)
     assert [m for p in parts for m in p] == VLLM_DEFAULT  # contiguous, nothing lost

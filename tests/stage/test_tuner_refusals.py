@@ -18,7 +18,7 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from cellbench import joblog  # noqa: E402
-from cellbench.tune import backends, cli, search  # noqa: E402
+from cellbench.tune import backends, cli, device_run, search  # noqa: E402
 
 WORKFLOW = Path(__file__).resolve().parents[2] / "workflow"
 TINY = {
@@ -150,7 +150,7 @@ def test_every_candidate_failed_names_the_commonest_failure(
     base = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 32, "GROUP_SIZE_M": 1,
             "num_warps": 4, "num_stages": 2}  # fmt: skip
     bad = [{**base, "BLOCK_SIZE_N": n} for n in (24, 40, 48)] + [{**base, "BLOCK_SIZE_K": 24}]
-    monkeypatch.setattr(cli, "_space", lambda plan: ("tiny", bad))
+    monkeypatch.setattr(device_run, "_space", lambda plan: ("tiny", bad))
     out = tmp_path / "out"
     rc = cli.main(["--model-config", str(tiny_cfg), "--batch-sizes", "16", "--out", str(out)])
     err = capsys.readouterr().err

@@ -27,7 +27,7 @@ from cellbench.report import frames
 from cellbench.results import archived, job_times
 from cellbench.serve.measure import POINT_PROGRESS
 from cellbench.stats import comparison
-from cellbench.tune.cli import KEPT_PROGRESS
+from cellbench.tune.outputs import KEPT_PROGRESS
 from support import html_report_probe
 from support.seed_shapes import assert_seed_shapes
 from support.workflow_runs import fresh_copy

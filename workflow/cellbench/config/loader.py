@@ -28,7 +28,7 @@ from cellbench.config.model_plan import _check_model_shapes, serve_arg_option
 from cellbench.config.strict_yaml import ConfigError, _read_mapping
 
 # Batch-size tiers by name are the tuner's own lists (stdlib-only at import).
-from cellbench.tune.cli import BATCH_SIZE_TIERS
+from cellbench.tune.plan import BATCH_SIZE_TIERS
 from cellbench.tune.shapes import EP_NEEDS_TP
 
 SCHEMA_PATH = paths.SCHEMA_DIR / "config.schema.yaml"

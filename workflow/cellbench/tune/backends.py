@@ -156,7 +156,7 @@ class BuiltinBackend:
         where the few-token path is no candidate (quantised, or m beyond
         DECODE_RULE_MAX_TOKENS). A few-token run that fails or misses the error bound
         leaves "grouped", with the reason in "decode_failed"."""
-        from cellbench.tune.search import rel_error
+        from cellbench.tune.candidates import rel_error
         from cellbench.tune.timing import time_side_by_side
 
         k = self._k

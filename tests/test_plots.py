@@ -15,7 +15,7 @@ from cellbench.common import atomicio
 from cellbench.report import build as report
 from cellbench.report import frames, plots, tidy
 from cellbench.results import archived
-from cellbench.results.loaders import ResultError
+from cellbench.results.result_file import ResultError
 from cellbench.stats import comparison
 
 # (width, height) in inches of each figure, as plots.py draws them.

@@ -23,7 +23,7 @@ import pytest
 from cellbench.assets import build as assets
 from cellbench.common import paths
 from cellbench.gsm8k import evaluate as gsm8k
-from cellbench.results import loaders as results
+from cellbench.results import loaders
 from cellbench.serve import job as serve_job
 from cellbench.serve import measure as serve_measure
 from cellbench.serve import stage as serve_stage
@@ -332,7 +332,7 @@ def test_stage_on_transformers_serve(tiny_assets, tmp_path):
     assert pt["server_metrics"]["available"] is False
     assert "/metrics" in pt["server_metrics"]["reason"]
     assert pt["telemetry"]["available"] is False
-    (kept,) = results.load_requests(out / "requests.jsonl.gz")
+    (kept,) = loaders.load_requests(out / "requests.jsonl.gz")
     assert len(kept["ttfts"]) == 4 and kept["seq"] == pt["seq"]
     assert "Uvicorn running" in (out / "server.log").read_text()
     port = int(bench["server"]["command"][bench["server"]["command"].index("--port") + 1])

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from cellbench.report import build as report
 from cellbench.report import frames
-from cellbench.results import loaders as results
+from cellbench.results import loaders, result_file
 from cellbench.serve import (
     load_shapes,
     loadgen,
@@ -171,7 +171,7 @@ def test_serve_stage_runs_rate_points_beside_concurrency_points_and_keeps_every_
         assert shapes == expected * 2  # per repeat, both kinds, in the arms' interleaved order
         assert all(p["burstiness"] == "inf" and p["request_goodput"] is not None for p in points)
         # The sidecar: checksummed, one record per point, its summary recomputed exactly.
-        records = results.load_requests(out / request_detail.FILE_NAME)
+        records = loaders.load_requests(out / request_detail.FILE_NAME)
         assert [r["seq"] for r in records] == [p["seq"] for p in points]
         for rec, point in zip(records, points, strict=True):
             assert len(rec["ttfts"]) == point["num_prompts"]
@@ -230,11 +230,11 @@ def test_request_sidecar_refused_when_changed_after_writing(tmp_path):
     path = tmp_path / request_detail.FILE_NAME
     rec = {"seq": 0, **{k: [0] for k in request_detail.DETAIL_KEYS}}
     request_detail.write(path, [rec])
-    assert results.load_requests(path) == [rec]
+    assert loaders.load_requests(path) == [rec]
     tampered = dict(rec, ttfts=[9])
     path.write_bytes(gzip.compress((json.dumps(tampered) + "\n").encode()))
-    with pytest.raises(results.ResultError, match="changed after it was written"):
-        results.load_requests(path)
+    with pytest.raises(result_file.ResultError, match="changed after it was written"):
+        loaders.load_requests(path)
 
 
 def test_stage_refuses_bad_load_shape_flags_before_any_server(tmp_path, capsys):

@@ -11,7 +11,7 @@ import pytest
 import t21_cells as cells
 from cellbench.archive import write as archive
 from cellbench.report import tidy
-from cellbench.results.loaders import ResultError
+from cellbench.results.result_file import ResultError
 
 KEYS = ["run", "image", "digest", "model", "tp", "ep", "arm", "config_source", "isl", "osl",
         "concurrency", "repeat", "metric", "value"]  # fmt: skip

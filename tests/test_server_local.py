@@ -442,7 +442,7 @@ def test_image(docker_client, registry):  # noqa: F811
 def test_docker_launcher_tuned_arm(docker_client, test_image, tmp_path):  # noqa: F811
     import uuid
 
-    from cellbench.serve import loadgen
+    from cellbench.serve import loadgen, random_prompts
 
     run_id = uuid.uuid4().hex
     tuned = tmp_path / "configs"
@@ -458,7 +458,7 @@ def test_docker_launcher_tuned_arm(docker_client, test_image, tmp_path):  # noqa
         mounts = {m["Destination"]: m for m in c.attrs["Mounts"]}
         assert mounts["/cellbench/tuned-configs"]["Source"] == str(tuned.resolve())
         assert mounts["/cellbench/tuned-configs"]["RW"] is False
-        tok = loadgen.ServerTokenizer(server.base_url, server.model_id)
+        tok = random_prompts.ServerTokenizer(server.base_url, server.model_id)
         pt = loadgen.run_point(
             server.base_url,
             server.model_id,

@@ -25,6 +25,7 @@ from cellbench.serve import (
     load_shapes,
     loadgen,
     observed_point,
+    random_prompts,
     request_detail,
     server_metrics,
     telemetry,
@@ -83,7 +84,7 @@ def test_request_rate_point_goodput_and_kept_requests_on_the_timed_server(timed)
     the server's E2E latency passes every request, one below it none; the per-request data
     recompute the stored summary exactly; a server without /metrics and a cell without a GPU
     are recorded as such."""
-    tok = loadgen.ServerTokenizer(timed, "timed-model")
+    tok = random_prompts.ServerTokenizer(timed, "timed-model")
     e2el_ms = TTFT_MS + (OSL - 1) * ITL_MS  # what the server is set to take per request
     spec = loadgen.PointSpec(
         isl=4, osl=OSL, max_concurrency=24, num_prompts=24, num_warmups=2, request_rate=20.0
@@ -387,7 +388,7 @@ def test_vllm_cpu_metrics_series_and_server_latencies_per_point(tmp_path):
     )
     isl, osl, prompts = 16, 8, 6
     with serve(spec) as server:
-        tok = loadgen.load_tokenizer(str(model), server.base_url, server.model_id)
+        tok = random_prompts.load_tokenizer(str(model), server.base_url, server.model_id)
         pt, detail = observed_point.run(
             server.base_url,
             server.model_id,

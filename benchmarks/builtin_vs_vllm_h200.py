@@ -107,8 +107,8 @@ def prewarm(pool, kernels, be, ms: list[int], table_cfgs: dict, dtype: str, limi
     (what is left compiles on first use here). Returns (jobs, failed, seconds)."""
     import concurrent.futures as cf
 
-    fm = sys.modules["cellbench.tune.kernels.fused_moe"]
-    cap, sms = fm.device_facts(be.device)
+    policy = sys.modules["cellbench.tune.kernels.launch_policy"]
+    cap, sms = policy.device_facts(be.device)
     facts = {"capability": list(cap), "sm_count": sms}
     seen, futs = set(), []
     t = time.perf_counter()
@@ -191,14 +191,14 @@ def one_m(be, kernels, m: int, cfg: dict, dtype: str, on_gpu: bool) -> dict:
                 res[name][f"{key}_ratio"] = b / vv if b and vv else None
     with kernels.kernel_options():
         res["default_path"] = kernels.kernel_path(m, problems[0].quant, "auto", cfg)
-    fm = sys.modules["cellbench.tune.kernels.fused_moe"]
+    policy = sys.modules["cellbench.tune.kernels.launch_policy"]
     pairs = m * be.shape.topk
     res["default_choices"] = {
-        "naive": fm._naive(pairs, be.shape.num_experts),
-        "swap_ab": fm._swap_ab(cfg, problems[0].quant, problems[0].w1),
-        "tma": fm._use_b_descriptor(problems[0].w1, cfg, pairs),
-        "persistent": fm._persistent(1, pairs, problems[0].quant is not None),
-        "chained": fm._chain(problems[0].hidden_states, pairs),
+        "naive": policy._naive(pairs, be.shape.num_experts),
+        "swap_ab": policy._swap_ab(cfg, problems[0].quant, problems[0].w1),
+        "tma": policy._use_b_descriptor(problems[0].w1, cfg, pairs),
+        "persistent": policy._persistent(1, pairs, problems[0].quant is not None),
+        "chained": policy._chain(problems[0].hidden_states, pairs),
     }
     return res
 

@@ -82,7 +82,7 @@ def one_pool(kind: str, shape: MoEShape, m: int, cfgs: list, workers: int) -> di
     pool = compilepool.CompilePool(workers, "builtin", shape.to_dict(), "bf16", 0,
                                    compile_only=compile_only)  # fmt: skip
     if pool.compile_only:
-        from cellbench.tune.kernels.fused_moe import device_facts
+        from cellbench.tune.kernels.launch_policy import device_facts
 
         pool.assume_device(*device_facts("cuda:0"))
     try:

@@ -246,7 +246,7 @@ def side_by_side(probs, seq, ref, entries, rounds: int = 3) -> tuple[dict, dict]
 
 
 def _set_b_tma(value: bool | None) -> None:
-    sys.modules["cellbench.tune.kernels.fused_moe"].B_OPERAND_TMA = value
+    sys.modules["cellbench.tune.kernels.launch_policy"].B_OPERAND_TMA = value
 
 
 def _variants_for(fp8: bool, m: int) -> list[tuple[str, str, bool | None]]:
@@ -282,7 +282,7 @@ def variants(label: str, shape: MoEShape, table: dict, ms: list[int], rounds: in
 
 
 def _set_decode_kernel(name: str) -> None:
-    sys.modules["cellbench.tune.kernels.fused_moe"].DECODE_KERNEL = name
+    sys.modules["cellbench.tune.kernels.launch_policy"].DECODE_KERNEL = name
 
 
 def decode_sweep(shape: MoEShape, ms: list[int], kernel: str) -> list[dict]:
@@ -344,7 +344,7 @@ def tma_sweep(label: str, shape: MoEShape, ms: list[int]) -> list[dict]:
 
 
 def _set_chain(value: bool | None) -> None:
-    sys.modules["cellbench.tune.kernels.fused_moe"].CHAIN_KERNELS = value
+    sys.modules["cellbench.tune.kernels.launch_policy"].CHAIN_KERNELS = value
 
 
 # Two variants tried and dropped (NOTES-kernel.md): GEMM 2 asking L2 for all its weight rows
@@ -353,7 +353,7 @@ def _set_chain(value: bool | None) -> None:
 CHAIN_VARIANTS = [("unchained", False), ("chained", True)]
 
 
-DECODE_KERNEL_DEFAULT = sys.modules["cellbench.tune.kernels.fused_moe"].DECODE_KERNEL
+DECODE_KERNEL_DEFAULT = sys.modules["cellbench.tune.kernels.launch_policy"].DECODE_KERNEL
 DECODE_KERNELS = ("slice", "ticket")
 
 
@@ -445,14 +445,14 @@ _PERSISTENT_NAMES = ("PERSISTENT_GEMMS", "PERSISTENT_FLATTEN", "PERSISTENT_MIN_P
 
 
 def _persistent_settings() -> tuple:
-    fm = sys.modules["cellbench.tune.kernels.fused_moe"]
-    return tuple(getattr(fm, n) for n in _PERSISTENT_NAMES)
+    policy = sys.modules["cellbench.tune.kernels.launch_policy"]
+    return tuple(getattr(policy, n) for n in _PERSISTENT_NAMES)
 
 
 def _restore_persistent(saved: tuple) -> None:
-    fm = sys.modules["cellbench.tune.kernels.fused_moe"]
+    policy = sys.modules["cellbench.tune.kernels.launch_policy"]
     for n, v in zip(_PERSISTENT_NAMES, saved, strict=True):
-        setattr(fm, n, v)
+        setattr(policy, n, v)
 
 
 def _set_persistent(gemms: tuple[int, ...], flatten: bool) -> None:

@@ -26,11 +26,11 @@ from datetime import UTC, datetime
 
 import numpy as np
 import requests
-from cellbench.serve import loadgen
+from cellbench.serve import loadgen, random_prompts, sse_client
 from cellbench.serve.timed_server import launch
 
 
-def _truth(base: str, res: list[loadgen.RequestResult]) -> dict[str, float]:
+def _truth(base: str, res: list[sse_client.RequestResult]) -> dict[str, float]:
     stats = requests.get(f"{base}/stats", timeout=30).json()["requests"]
     ok = [r for r in res if r.success]
     ss = [stats[r.response_id] for r in ok]
@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     print("\n".join(lines), flush=True)
     with launch("--ttft-ms", str(a.ttft_ms), "--itl-ms", str(a.itl_ms)) as (base, _):
-        tok = loadgen.ServerTokenizer(base, "timed-model")
+        tok = random_prompts.ServerTokenizer(base, "timed-model")
         for c in levels:
             n = max(a.min_prompts, a.prompts_per_concurrency * c)
             spec = loadgen.PointSpec(

@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from cellbench.runtime import container
-from cellbench.serve import loadgen
+from cellbench.serve import loadgen, random_prompts
 from cellbench.serve.server import CONTAINER_MODEL_DIR, ServerSpec, observe_version, serve
 
 METRICS = ("ttft", "tpot", "itl", "e2el")
@@ -169,12 +169,12 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.monotonic()
         with serve(spec) as server:
             print(f"server ready in {time.monotonic() - t0:.0f} s", file=sys.stderr)
-            tok = loadgen.load_tokenizer(str(a.model), server.base_url, server.model_id)
+            tok = random_prompts.load_tokenizer(str(a.model), server.base_url, server.model_id)
             for rep in range(a.repeats):
                 for conc in levels:
                     n = a.prompts_per_concurrency * conc
                     seed = 1000 * rep + conc
-                    prompts = loadgen.make_prompts(tok, n, a.isl, seed=seed)
+                    prompts = random_prompts.make_prompts(tok, n, a.isl, seed=seed)
                     (tmp / "prompts.jsonl").write_text(
                         "".join(json.dumps({"prompt": p.text}) + "\n" for p in prompts)
                     )

@@ -66,15 +66,15 @@ def _kernel_rules_as_on_cuda(persistent: bool) -> Iterator[None]:
     few-token path is off, which would change what the search sees at M <= 4); persistent
     GEMMs as the module's rule has them, or off for logs recorded before that rule (runs
     15-16): they decide which batch sizes share compiled kernels."""
-    fm = sys.modules["cellbench.tune.kernels.fused_moe"]
-    before = fm.DECODE_MAX_TOKENS, fm.PERSISTENT_GEMMS
-    fm.DECODE_MAX_TOKENS = fm.DECODE_RULE_MAX_TOKENS
+    policy = sys.modules["cellbench.tune.kernels.launch_policy"]
+    before = policy.DECODE_MAX_TOKENS, policy.PERSISTENT_GEMMS
+    policy.DECODE_MAX_TOKENS = policy.DECODE_RULE_MAX_TOKENS
     if not persistent:
-        fm.PERSISTENT_GEMMS = ()
+        policy.PERSISTENT_GEMMS = ()
     try:
         yield
     finally:
-        fm.DECODE_MAX_TOKENS, fm.PERSISTENT_GEMMS = before
+        policy.DECODE_MAX_TOKENS, policy.PERSISTENT_GEMMS = before
 
 
 class ReplayBackend(BuiltinBackend):

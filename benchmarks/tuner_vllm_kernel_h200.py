@@ -198,7 +198,7 @@ def _builtin_pool(be, ms, picks, workers: int):
     if workers < 1:
         return None
     from cellbench.tune.compilepool import CompilePool
-    from cellbench.tune.kernels.fused_moe import device_facts
+    from cellbench.tune.kernels.launch_policy import device_facts
 
     pool = CompilePool(workers, "builtin", be.shape.to_dict(), be.act_dtype, 0)
     pool.assume_device(*device_facts(be.device))

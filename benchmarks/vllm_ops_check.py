@@ -46,7 +46,8 @@ def _pairs(ops, m, device, q, align, _quantise_rows, _silu_mul, _sum_topk) -> di
 def _op_times(ops, device) -> dict:
     """vLLM's op against the project's, per batch size (graph replays, interleaved)."""
     from cellbench.tune.kernels import align
-    from cellbench.tune.kernels.fused_moe import QuantArgs, _quantise_rows, _silu_mul, _sum_topk
+    from cellbench.tune.kernels.fused_moe import _quantise_rows, _silu_mul, _sum_topk
+    from cellbench.tune.kernels.launch_policy import QuantArgs
     from cellbench.tune.timing import time_side_by_side
 
     q = QuantArgs("fp8_w8a8", None, None, (128, 128))  # only the block shape is read

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from cellbench.assets import build as assets
-from cellbench.serve import loadgen
+from cellbench.serve import random_prompts
 
 
 def _read_jsonl(p: Path) -> list[dict]:
@@ -88,10 +88,10 @@ def test_tiny_model_loads_offline_and_has_the_shape(tiny_model, monkeypatch):
 
 @pytest.mark.slow
 def test_prompts_of_exact_length_with_model_tokenizer(tiny_model):
-    tok = loadgen.load_tokenizer(str(tiny_model))
-    assert isinstance(tok, loadgen.LocalTokenizer)
+    tok = random_prompts.load_tokenizer(str(tiny_model))
+    assert isinstance(tok, random_prompts.LocalTokenizer)
     for isl in (1, 32, 512):
-        for p in loadgen.make_prompts(tok, 4, isl, seed=isl):
+        for p in random_prompts.make_prompts(tok, 4, isl, seed=isl):
             assert len(tok.encode(p.text)) == isl
 
 

@@ -25,7 +25,7 @@ from cellbench.common import atomicio
 from cellbench.config import jobargs
 from cellbench.config import loader as cbconfig  # noqa: E402
 from cellbench.configs import collect as ca  # noqa: E402
-from cellbench.results import loaders as results  # noqa: E402
+from cellbench.results import loaders, result_file  # noqa: E402
 from cellbench.runtime import pins
 from cellbench.tune import cli  # noqa: E402
 from cellbench.tune.kernels import config_lookup  # noqa: E402
@@ -69,7 +69,7 @@ def _copy_results(src: Path, dst: Path, cells: list[str]) -> Path:
 
 
 def test_tuner_records_a_measured_baseline_per_batch_size(tuned: Path) -> None:
-    summary = results.load_tune(tuned / CELL_A / "tune" / "summary.json", tuned).data
+    summary = loaders.load_tune(tuned / CELL_A / "tune" / "summary.json", tuned).data
     shape = MoEShape(**{k: summary["shape"][k] for k in
                         ("num_experts", "intermediate_size", "hidden_size", "topk")})  # fmt: skip
     assert summary["tuner_version"]
@@ -106,8 +106,8 @@ def test_seed_table_is_the_shipped_baseline(tmp_path) -> None:
 
 def test_old_summary_loads_without_a_baseline_and_a_wrong_gain_is_refused(tmp_path, tuned):
     old = rf.write_tune(tmp_path, CELL_A)
-    entry = results.load_tune(old, tmp_path).data["entries"]["1"]
-    assert results.baseline_of(entry) is None
+    entry = loaders.load_tune(old, tmp_path).data["entries"]["1"]
+    assert loaders.baseline_of(entry) is None
 
     path = tmp_path / "x" / CELL_A / "tune" / "summary.json"
     shutil.copytree(tuned / CELL_A / "tune", path.parent)
@@ -115,8 +115,8 @@ def test_old_summary_loads_without_a_baseline_and_a_wrong_gain_is_refused(tmp_pa
     data["entries"]["1"]["improvement_pct"] = 99.0
     data["entries"]["1"]["baseline"]["same_as_tuned"] = False
     atomicio.write_json(path, data, checksum=True)
-    with pytest.raises(results.ResultError, match=r"entries\['1'\]\.improvement_pct"):
-        results.load_tune(path, tmp_path / "x")
+    with pytest.raises(result_file.ResultError, match=r"entries\['1'\]\.improvement_pct"):
+        loaders.load_tune(path, tmp_path / "x")
 
 
 def test_gathered_folder_is_a_vllm_tuned_config_folder(tuned, tmp_path, monkeypatch) -> None:
@@ -136,7 +136,7 @@ def test_gathered_folder_is_a_vllm_tuned_config_folder(tuned, tmp_path, monkeypa
     )
     assert top == [name] == [summary["config_file"]]
     assert (device / name).read_bytes() == cell_file.read_bytes()
-    results.load_vllm_config(device / name)  # the project's own format check
+    loaders.load_vllm_config(device / name)  # the project's own format check
 
     monkeypatch.setenv(config_lookup.ENV_FOLDER, str(device))
     config_lookup.clear_cache()

@@ -18,7 +18,7 @@ import requests
 import yaml
 from cellbench.assets import build as assets
 from cellbench.gsm8k import evaluate as gsm8k
-from cellbench.results import loaders as results
+from cellbench.results import loaders
 from cellbench.serve import stage as serve_stage
 from cellbench.serve.timed_server import launch
 from support.gsm8k_run import N_QUESTIONS
@@ -297,7 +297,7 @@ def test_instances_run_on_fresh_server_starts(tmp_path):
     dest = tmp_path / "res" / "host-cpu" / "tiny" / "tp1-ep1" / "gsm8k" / "untuned.json"
     cli = ["summarize", "--lm-eval-dir", str(out / "lm_eval"), "--cell-id"]
     assert gsm8k.main([*cli, "host-cpu/tiny/tp1-ep1", "--arm", "untuned", "--out", str(dest)]) == 0
-    loaded = results.load_gsm8k(dest, tmp_path / "res").data
+    loaded = loaders.load_gsm8k(dest, tmp_path / "res").data
     assert [i["instance"] for i in loaded["instances"]] == [1, 2]
     assert loaded["api"] == "completions" and "not observed" in loaded["chat_template_source"]
     first = loaded["instances"][0]

@@ -33,12 +33,8 @@ from cellbench.tune.kernels import (  # noqa: E402
     run_fused,
     run_gemms,
 )
-from cellbench.tune.kernels.fused_moe import (  # noqa: E402
-    _gemm,
-    _quantise_rows,
-    _use_b_descriptor,
-    fp8_dtype,
-)
+from cellbench.tune.kernels.fused_moe import _gemm, _quantise_rows  # noqa: E402
+from cellbench.tune.kernels.launch_policy import _use_b_descriptor, fp8_dtype  # noqa: E402
 from cellbench.tune.kernels.reference import (  # noqa: E402
     error_bound,
     problem_error_bound,
@@ -152,7 +148,7 @@ def _fitting(config: dict, dtype: str) -> dict:
 def weights_through_descriptors(monkeypatch):
     """Grouped GEMMs load weight tiles through tensor descriptors (TMA on a GPU that has it;
     the interpreter emulates them)."""
-    monkeypatch.setattr(sys.modules["cellbench.tune.kernels.fused_moe"], "B_OPERAND_TMA", True)
+    monkeypatch.setattr(sys.modules["cellbench.tune.kernels.launch_policy"], "B_OPERAND_TMA", True)
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "fp16"])
@@ -182,15 +178,15 @@ def test_persistent_gemms_give_the_one_tile_result(
     """Persistent GEMMs (a few programs looping over every tile) write what the one-tile-per-
     program kernel writes, bit for bit: same tiles, same reduction order. m=33 gives several
     row blocks per expert and more tiles than programs."""
-    fm = sys.modules["cellbench.tune.kernels.fused_moe"]
+    policy = sys.modules["cellbench.tune.kernels.launch_policy"]
     seed = fresh_seed()
     p = make_problem(MoEShape(6, 24, 40, 3), 33, "fp16", DEVICE, seed)
-    monkeypatch.setattr(fm, "CHAIN_KERNELS", False)
+    monkeypatch.setattr(policy, "CHAIN_KERNELS", False)
     plain = run_fused(p, config, path="grouped").clone()
-    monkeypatch.setattr(fm, "PERSISTENT_GEMMS", gemms)
-    monkeypatch.setattr(fm, "PERSISTENT_MIN_PAIRS", 1)
-    monkeypatch.setattr(fm, "PERSISTENT_FLATTEN", flatten)
-    assert fm.m_dependent_choices(33, 3, None)[3] == (1 in gemms, 2 in gemms)
+    monkeypatch.setattr(policy, "PERSISTENT_GEMMS", gemms)
+    monkeypatch.setattr(policy, "PERSISTENT_MIN_PAIRS", 1)
+    monkeypatch.setattr(policy, "PERSISTENT_FLATTEN", flatten)
+    assert policy.m_dependent_choices(33, 3, None)[3] == (1 in gemms, 2 in gemms)
     _check_fused(p, config, seed, path="grouped")
     assert torch.equal(run_fused(p, config, path="grouped"), plain), f"seed {seed}"
 
@@ -198,15 +194,15 @@ def test_persistent_gemms_give_the_one_tile_result(
 def test_persistence_rule(monkeypatch) -> None:
     """Both GEMMs run persistent from 8192 pairs (M=1024 at top-8, what run 18 measured),
     unquantised only, and never where kernels are chained."""
-    fm = sys.modules["cellbench.tune.kernels.fused_moe"]
+    policy = sys.modules["cellbench.tune.kernels.launch_policy"]
     q = QuantArgs("fp8_w8a8", torch.ones(1), torch.ones(1))
-    assert fm.m_dependent_choices(1024, 8, None)[3] == (True, True)
-    assert fm.m_dependent_choices(512, 8, None)[3] == (False, False)
-    assert fm.m_dependent_choices(4096, 8, q)[3] == (False, False)
-    monkeypatch.setattr(fm, "PERSISTENT_QUANTISED", True)
-    assert fm.m_dependent_choices(4096, 8, q)[3] == (True, True)
-    monkeypatch.setattr(fm, "CHAIN_KERNELS", True)  # forced chaining wins
-    assert fm.m_dependent_choices(4096, 8, None)[3] == (False, False)
+    assert policy.m_dependent_choices(1024, 8, None)[3] == (True, True)
+    assert policy.m_dependent_choices(512, 8, None)[3] == (False, False)
+    assert policy.m_dependent_choices(4096, 8, q)[3] == (False, False)
+    monkeypatch.setattr(policy, "PERSISTENT_QUANTISED", True)
+    assert policy.m_dependent_choices(4096, 8, q)[3] == (True, True)
+    monkeypatch.setattr(policy, "CHAIN_KERNELS", True)  # forced chaining wins
+    assert policy.m_dependent_choices(4096, 8, None)[3] == (False, False)
 
 
 @pytest.mark.skipif(DEVICE == "cpu", reason="the Triton interpreter's bf16 tl.dot is unusable")
@@ -249,7 +245,9 @@ def test_decode_path_matches_reference(
 ) -> None:
     if DEVICE == "cpu" and dtype == "bf16":
         pytest.skip("the Triton interpreter's bf16 tl.dot is unusable")
-    monkeypatch.setattr(sys.modules["cellbench.tune.kernels.fused_moe"], "DECODE_KERNEL", kernel)
+    monkeypatch.setattr(
+        sys.modules["cellbench.tune.kernels.launch_policy"], "DECODE_KERNEL", kernel
+    )
     seed = fresh_seed()
     p = make_problem(shape, m, dtype, DEVICE, seed)
     cfg = CONFIGS[0]
@@ -271,7 +269,8 @@ def test_decode_slice_kernel_leaves_its_scratch_zeroed(monkeypatch) -> None:
     counts the slices in; the last one in writes the row out and zeroes row and count. So
     every call starts clean: calls in a row agree, and the scratch reads zero after."""
     fm = sys.modules["cellbench.tune.kernels.fused_moe"]
-    monkeypatch.setattr(fm, "DECODE_KERNEL", "slice")
+    policy = sys.modules["cellbench.tune.kernels.launch_policy"]
+    monkeypatch.setattr(policy, "DECODE_KERNEL", "slice")
     seed = fresh_seed()
     p = make_problem(MoEShape(6, 24, 40, 3), 2, "fp32", DEVICE, seed)
     cfg = {**CONFIGS[0], "BLOCK_SIZE_N": 16, "BLOCK_SIZE_K": 16}
@@ -292,7 +291,8 @@ def test_decode_path_leaves_its_sync_words_zeroed(monkeypatch) -> None:
     with per-pair counts of finished GEMM 1 tiles; its last program zeroes them. So every
     call starts clean: calls in a row give the same rows, and the words read zero after."""
     fm = sys.modules["cellbench.tune.kernels.fused_moe"]
-    monkeypatch.setattr(fm, "DECODE_KERNEL", "ticket")
+    policy = sys.modules["cellbench.tune.kernels.launch_policy"]
+    monkeypatch.setattr(policy, "DECODE_KERNEL", "ticket")
     seed = fresh_seed()
     p = make_problem(MoEShape(6, 24, 40, 3), 2, "fp32", DEVICE, seed)
     cfg = {**CONFIGS[0], "BLOCK_SIZE_N": 16, "BLOCK_SIZE_K": 16}
@@ -315,18 +315,18 @@ def test_decode_path_on_gpu_replays_exactly(monkeypatch, bn: int, m: int) -> Non
     them: any ordering flaw shows as a wrong or varying result. Eager calls, chained and not,
     and 20 replays of a CUDA graph all give the first call's output bit for bit, and it
     matches the reference."""
-    fm = sys.modules["cellbench.tune.kernels.fused_moe"]
-    monkeypatch.setattr(fm, "DECODE_KERNEL", "ticket")
+    policy = sys.modules["cellbench.tune.kernels.launch_policy"]
+    monkeypatch.setattr(policy, "DECODE_KERNEL", "ticket")
     seed = fresh_seed()
     p = make_problem(MoEShape(16, 512, 1024, 8), m, "bf16", DEVICE, seed)
     cfg = {**CONFIGS[0], "BLOCK_SIZE_N": bn, "BLOCK_SIZE_K": 128}
-    monkeypatch.setattr(fm, "CHAIN_KERNELS", False)
+    monkeypatch.setattr(policy, "CHAIN_KERNELS", False)
     first = torch.full_like(p.hidden_states, float("nan"))
     run_fused(p, cfg, out=first, path="decode")
     torch.cuda.synchronize()
     assert relative_error(first, torch_moe_reference(p)) < problem_error_bound(p), f"seed {seed}"
     for chain in (False, True):
-        monkeypatch.setattr(fm, "CHAIN_KERNELS", chain)
+        monkeypatch.setattr(policy, "CHAIN_KERNELS", chain)
         out = torch.full_like(p.hidden_states, float("nan"))
         run_fused(p, cfg, out=out, path="decode")
         torch.cuda.synchronize()
@@ -351,7 +351,8 @@ def test_decode_slice_kernel_on_gpu_replays(monkeypatch, bn: int, m: int) -> Non
     first call to fp32 rounding (the adds' order varies), match the reference, and leave the
     scratch zeroed."""
     fm = sys.modules["cellbench.tune.kernels.fused_moe"]
-    monkeypatch.setattr(fm, "DECODE_KERNEL", "slice")
+    policy = sys.modules["cellbench.tune.kernels.launch_policy"]
+    monkeypatch.setattr(policy, "DECODE_KERNEL", "slice")
     seed = fresh_seed()
     p = make_problem(MoEShape(16, 512, 1024, 8), m, "bf16", DEVICE, seed)
     cfg = {**CONFIGS[0], "BLOCK_SIZE_N": bn, "BLOCK_SIZE_K": 128}
@@ -381,7 +382,9 @@ def test_decode_slice_kernel_on_gpu_replays(monkeypatch, bn: int, m: int) -> Non
 
 @pytest.mark.parametrize("limit", [0, 2])
 def test_kernel_path_rules(limit: int, monkeypatch) -> None:
-    monkeypatch.setattr(sys.modules["cellbench.tune.kernels.fused_moe"], "DECODE_MAX_TOKENS", limit)
+    monkeypatch.setattr(
+        sys.modules["cellbench.tune.kernels.launch_policy"], "DECODE_MAX_TOKENS", limit
+    )
     q = QuantArgs("fp8_w8a8", torch.ones(1), torch.ones(1))
     for m in range(1, limit + 1):
         assert kernel_path(m, None) == "decode"
@@ -398,15 +401,15 @@ def test_kernel_path_rules(limit: int, monkeypatch) -> None:
 def test_kernel_path_default_rule() -> None:
     """Unforced, the few-token path is taken only where a measurement recorded for the config
     in hand says it wins, and only up to DECODE_RULE_MAX_TOKENS; else the grouped path."""
-    fm = sys.modules["cellbench.tune.kernels.fused_moe"]
-    assert fm.DECODE_MAX_TOKENS is None
-    cut = fm.DECODE_RULE_MAX_TOKENS
+    policy = sys.modules["cellbench.tune.kernels.launch_policy"]
+    assert policy.DECODE_MAX_TOKENS is None
+    cut = policy.DECODE_RULE_MAX_TOKENS
     cfg, other = CONFIGS[0], CONFIGS[1]
     try:
         assert [kernel_path(m, None, "auto", cfg) for m in (1, cut, cut + 1)] == ["grouped"] * 3
-        fm.record_path_choice(1, cfg, "decode")
-        fm.load_path_choices({str(cut + 1): {"config": cfg, "path": "decode"}})
-        fm.record_path_choice(cut, cfg, "grouped")
+        policy.record_path_choice(1, cfg, "decode")
+        policy.load_path_choices({str(cut + 1): {"config": cfg, "path": "decode"}})
+        policy.record_path_choice(cut, cfg, "grouped")
         assert kernel_path(1, None, "auto", cfg) == "decode"
         assert kernel_path(1, None, "auto", other) == "grouped"  # measured for cfg only
         assert kernel_path(1, None) == "grouped"  # no config: no measurement applies
@@ -415,14 +418,14 @@ def test_kernel_path_default_rule() -> None:
         q = QuantArgs("fp8_w8a8", torch.ones(1), torch.ones(1))
         assert kernel_path(1, q, "auto", cfg) == "grouped"
         with pytest.raises(ValueError, match="'decode' or 'grouped'"):
-            fm.record_path_choice(1, cfg, "auto")
+            policy.record_path_choice(1, cfg, "auto")
         with pytest.raises(ValueError, match="expected"):
-            fm.load_path_choices({"1": {"path": "decode"}})
+            policy.load_path_choices({"1": {"path": "decode"}})
         seed = fresh_seed()  # the recorded choice reaches the call: same result either way
         p = make_problem(TINY, 1, "fp32", DEVICE, seed)
         assert relative_error(run_fused(p, cfg), torch_moe_reference(p)) < error_bound("fp32")
     finally:
-        fm.clear_path_choices()
+        policy.clear_path_choices()
 
 
 def test_non_power_of_two_shape() -> None:
@@ -453,7 +456,7 @@ def test_fp8_gemm_with_torch_quantised_activations(block, b_tma: bool, monkeypat
     order differs. Weight tiles through pointers or through tensor descriptors."""
     from cellbench.tune.kernels.reference import _dequantise
 
-    monkeypatch.setattr(sys.modules["cellbench.tune.kernels.fused_moe"], "B_OPERAND_TMA", b_tma)
+    monkeypatch.setattr(sys.modules["cellbench.tune.kernels.launch_policy"], "B_OPERAND_TMA", b_tma)
     seed = fresh_seed()
     shape = MoEShape(8, 64, 128, 2, "fp8_w8a8", block)
     p = make_problem(shape, 5, "fp32", DEVICE, seed)
@@ -475,8 +478,8 @@ def test_fp8_gemm_with_torch_quantised_activations(block, b_tma: bool, monkeypat
 def test_fp8_gemm_persistent_gives_the_one_tile_result(block, monkeypatch) -> None:
     """The fp8 grouped GEMM run persistent (off by default for fp8: PERSISTENT_QUANTISED)
     writes what one tile per program writes, bit for bit: what turning it on would rest on."""
-    fm = sys.modules["cellbench.tune.kernels.fused_moe"]
-    monkeypatch.setattr(fm, "CHAIN_KERNELS", False)
+    policy = sys.modules["cellbench.tune.kernels.launch_policy"]
+    monkeypatch.setattr(policy, "CHAIN_KERNELS", False)
     seed = fresh_seed()
     p = make_problem(MoEShape(8, 64, 128, 2, "fp8_w8a8", block), 5, "fp32", DEVICE, seed)
     xq, xs = _torch_quant(p.hidden_states, block[1] if block else None)
@@ -484,13 +487,13 @@ def test_fp8_gemm_persistent_gives_the_one_tile_result(block, monkeypatch) -> No
     align = moe_align_block_size(p.topk_ids, cfg["BLOCK_SIZE_M"], 8)
     outs = []
     for gemms in ((), (1,)):
-        monkeypatch.setattr(fm, "PERSISTENT_GEMMS", gemms)
-        monkeypatch.setattr(fm, "PERSISTENT_MIN_PAIRS", 1)
-        monkeypatch.setattr(fm, "PERSISTENT_QUANTISED", True)
+        monkeypatch.setattr(policy, "PERSISTENT_GEMMS", gemms)
+        monkeypatch.setattr(policy, "PERSISTENT_MIN_PAIRS", 1)
+        monkeypatch.setattr(policy, "PERSISTENT_QUANTISED", True)
         c1 = torch.full((10, 128), float("nan"), device=DEVICE)
         _gemm(xq, xs, p.w1, p.quant.w1_scale, c1, p.topk_weights, align, 2, False, cfg, p.quant)
         outs.append(c1)
-    assert fm.m_dependent_choices(5, 2, p.quant)[3] == (True, False)
+    assert policy.m_dependent_choices(5, 2, p.quant)[3] == (True, False)
     assert torch.isfinite(outs[0]).all() and torch.equal(outs[0], outs[1]), f"seed {seed}"
 
 
@@ -539,15 +542,15 @@ def _sm90() -> bool:
 
 
 def test_chaining_rule_stays_off_where_it_cannot_run(monkeypatch) -> None:
-    fm = sys.modules["cellbench.tune.kernels.fused_moe"]
+    policy = sys.modules["cellbench.tune.kernels.launch_policy"]
     p = make_problem(TINY, 1, "fp32", DEVICE, seed=0)
-    monkeypatch.setattr(fm, "CHAIN_KERNELS", True)
-    assert fm._chain(p.hidden_states, 2) == _sm90()  # forced: still only where it can run
-    monkeypatch.setattr(fm, "CHAIN_KERNELS", None)
-    assert fm._chain(p.hidden_states, fm.CHAIN_MAX_PAIRS) == _sm90()
-    assert not fm._chain(p.hidden_states, fm.CHAIN_MAX_PAIRS + 1)
-    monkeypatch.setattr(fm, "CHAIN_KERNELS", False)
-    assert not fm._chain(p.hidden_states, 1)
+    monkeypatch.setattr(policy, "CHAIN_KERNELS", True)
+    assert policy._chain(p.hidden_states, 2) == _sm90()  # forced: still only where it can run
+    monkeypatch.setattr(policy, "CHAIN_KERNELS", None)
+    assert policy._chain(p.hidden_states, policy.CHAIN_MAX_PAIRS) == _sm90()
+    assert not policy._chain(p.hidden_states, policy.CHAIN_MAX_PAIRS + 1)
+    monkeypatch.setattr(policy, "CHAIN_KERNELS", False)
+    assert not policy._chain(p.hidden_states, 1)
 
 
 @pytest.mark.skipif(not _sm90(), reason="programmatic dependent launch needs CUDA sm90+")
@@ -560,7 +563,7 @@ def test_chained_kernels_give_the_unchained_result(monkeypatch, quant, m: int) -
     at every M here), eager and inside a CUDA graph (where they become programmatic graph
     edges), give exactly the unchained output, which matches the reference. Outputs are
     poisoned with NaN before each run."""
-    fm = sys.modules["cellbench.tune.kernels.fused_moe"]
+    policy = sys.modules["cellbench.tune.kernels.launch_policy"]
     seed = fresh_seed()
     if quant is None:
         shape = MoEShape(16, 256, 512, 4)
@@ -568,10 +571,10 @@ def test_chained_kernels_give_the_unchained_result(monkeypatch, quant, m: int) -
         shape = MoEShape(8, 256, 256, 2, "fp8_w8a8", None if quant == "tensor" else quant)
     p = make_problem(shape, m, "bf16", DEVICE, seed)
     cfg = {**CONFIGS[0], "BLOCK_SIZE_K": 64}
-    monkeypatch.setattr(fm, "CHAIN_KERNELS", False)
+    monkeypatch.setattr(policy, "CHAIN_KERNELS", False)
     _check_fused(p, cfg, seed)
     plain = run_fused(p, cfg)
-    monkeypatch.setattr(fm, "CHAIN_KERNELS", True)
+    monkeypatch.setattr(policy, "CHAIN_KERNELS", True)
     out = torch.full_like(p.hidden_states, float("nan"))
     run_fused(p, cfg, out=out)
     torch.cuda.synchronize()
@@ -742,7 +745,7 @@ def test_compile_only_worker_compiles_what_the_real_call_uses(
     in another process then compiles nothing at all: every kernel it launches is in the
     cache. M=2048 at top-4 is 8192 pairs: the persistent GEMMs, whose grid depends on the SM
     count."""
-    from cellbench.tune.kernels.fused_moe import device_facts
+    from cellbench.tune.kernels.launch_policy import device_facts
 
     cache = tmp_path / "cache"
     env = {**os.environ, "TRITON_CACHE_DIR": str(cache),
@@ -772,16 +775,16 @@ def test_decode_launch_key_names_what_the_kernel_reads(monkeypatch) -> None:
     """The tuner screens one config per distinct few-token launch: BLOCK_SIZE_M and
     GROUP_SIZE_M never matter there; BLOCK_SIZE_N below 32 gives the slice kernel the same
     16-column slices, while the ticket kernel tiles GEMM 2 by it."""
-    fm = sys.modules["cellbench.tune.kernels.fused_moe"]
+    policy = sys.modules["cellbench.tune.kernels.launch_policy"]
     base = {**CONFIGS[0], "BLOCK_SIZE_N": 16, "BLOCK_SIZE_K": 64, "num_warps": 4}
     wide = {**base, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_M": 64, "GROUP_SIZE_M": 8}
-    monkeypatch.setattr(fm, "DECODE_KERNEL", "slice")
-    assert fm.decode_launch_key(base) == fm.decode_launch_key(wide)
-    assert fm.decode_launch_key(base) != fm.decode_launch_key({**base, "num_warps": 8})
-    assert fm.decode_launch_key(base) != fm.decode_launch_key({**base, "BLOCK_SIZE_N": 64})
-    monkeypatch.setattr(fm, "DECODE_KERNEL", "ticket")
-    assert fm.decode_launch_key(base) != fm.decode_launch_key(wide)
-    assert fm.decode_launch_key(base) == fm.decode_launch_key({**base, "BLOCK_SIZE_M": 64})
+    monkeypatch.setattr(policy, "DECODE_KERNEL", "slice")
+    assert policy.decode_launch_key(base) == policy.decode_launch_key(wide)
+    assert policy.decode_launch_key(base) != policy.decode_launch_key({**base, "num_warps": 8})
+    assert policy.decode_launch_key(base) != policy.decode_launch_key({**base, "BLOCK_SIZE_N": 64})
+    monkeypatch.setattr(policy, "DECODE_KERNEL", "ticket")
+    assert policy.decode_launch_key(base) != policy.decode_launch_key(wide)
+    assert policy.decode_launch_key(base) == policy.decode_launch_key({**base, "BLOCK_SIZE_M": 64})
 
 
 @pytest.mark.parametrize("naive", [False, True], ids=["aligned", "naive"])
@@ -791,12 +794,12 @@ def test_naive_assignment_matches_reference(naive: bool, m: int, config: dict, m
     """Naive assignment (no alignment, one row block per pair) gives the reference result, also
     where pairs share an expert (M=5 over 8 experts at top-2 always has shared experts), for
     the whole call and for the GEMMs alone."""
-    fm = sys.modules["cellbench.tune.kernels.fused_moe"]
-    monkeypatch.setattr(fm, "NAIVE_ASSIGNMENT", naive)
+    policy = sys.modules["cellbench.tune.kernels.launch_policy"]
+    monkeypatch.setattr(policy, "NAIVE_ASSIGNMENT", naive)
     seed = fresh_seed()
     p = make_problem(TINY, m, "fp32", DEVICE, seed)
     _check_fused(p, config, seed)
-    with fm.kernel_options(SWAP_AB_UNQUANTISED=True):  # the unquantised swap (BM 16/32 < 64)
+    with policy.kernel_options(SWAP_AB_UNQUANTISED=True):  # the unquantised swap (BM 16/32 < 64)
         _check_fused(p, dict(config, BLOCK_SIZE_N=64), seed)
     c3 = run_gemms(p, config)
     (prep,) = p._prepared.values()
@@ -807,13 +810,13 @@ def test_naive_assignment_matches_reference(naive: bool, m: int, config: dict, m
 
 def test_naive_assignment_rule(monkeypatch) -> None:
     """By default naive assignment is taken while pairs * NAIVE_SPARSITY <= experts."""
-    fm = sys.modules["cellbench.tune.kernels.fused_moe"]
-    assert fm.NAIVE_ASSIGNMENT is None
-    assert fm._naive(32, 128) and not fm._naive(33, 128)  # Qwen3-30B-A3B: M <= 4 at top-8
-    assert fm.m_dependent_choices(4, 8, None, 128)[4] is True
-    assert fm.m_dependent_choices(5, 8, None, 128)[4] is False
-    monkeypatch.setattr(fm, "NAIVE_ASSIGNMENT", False)
-    assert not fm._naive(1, 128)
+    policy = sys.modules["cellbench.tune.kernels.launch_policy"]
+    assert policy.NAIVE_ASSIGNMENT is None
+    assert policy._naive(32, 128) and not policy._naive(33, 128)  # Qwen3-30B-A3B: M <= 4 at top-8
+    assert policy.m_dependent_choices(4, 8, None, 128)[4] is True
+    assert policy.m_dependent_choices(5, 8, None, 128)[4] is False
+    monkeypatch.setattr(policy, "NAIVE_ASSIGNMENT", False)
+    assert not policy._naive(1, 128)
 
 
 @pytest.mark.parametrize("naive", [False, True], ids=["aligned", "naive"])
@@ -827,9 +830,10 @@ def test_fp8_block_gemm_variants(naive, scalar, swap, b_tma, monkeypatch) -> Non
     from cellbench.tune.kernels.reference import _dequantise
 
     fm = sys.modules["cellbench.tune.kernels.fused_moe"]
+    policy = sys.modules["cellbench.tune.kernels.launch_policy"]
     for name, v in (("B_OPERAND_TMA", b_tma), ("FP8_SWAP_AB", swap),
                     ("FP8_SCALE_SCALAR", scalar)):  # fmt: skip
-        monkeypatch.setattr(fm, name, v)
+        monkeypatch.setattr(policy, name, v)
     seed = fresh_seed()
     block = (32, 32)
     shape = MoEShape(8, 64, 128, 2, "fp8_w8a8", block)
@@ -843,7 +847,7 @@ def test_fp8_block_gemm_variants(naive, scalar, swap, b_tma, monkeypatch) -> Non
         align = fm._naive_assignment(p.topk_ids)
     else:
         align = moe_align_block_size(p.topk_ids, cfg["BLOCK_SIZE_M"], 8)
-    assert fm._swap_ab(cfg, q, p.w1) is swap
+    assert policy._swap_ab(cfg, q, p.w1) is swap
     c1 = torch.full((10, 128), float("nan"), device=DEVICE)
     _gemm(xq, xs, p.w1, q.w1_scale, c1, p.topk_weights, align, 2, False, cfg, q, naive=naive)
     pairs = p.topk_ids.flatten().tolist()
@@ -856,21 +860,23 @@ def test_fp8_block_gemm_variants(naive, scalar, swap, b_tma, monkeypatch) -> Non
 def test_swap_rule_and_kernel_options() -> None:
     """The operand swap is for fp8 only and, by rule, only on a capability 9.0 GPU;
     kernel_options sets switches for a block and puts them back, refusing unknown names."""
-    fm = sys.modules["cellbench.tune.kernels.fused_moe"]
+    policy = sys.modules["cellbench.tune.kernels.launch_policy"]
     p = make_problem(MoEShape(8, 64, 128, 2, "fp8_w8a8", (32, 32)), 1, "fp32", DEVICE, 1)
     small = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 32, "GROUP_SIZE_M": 1}
     big = dict(small, BLOCK_SIZE_M=64)
-    sm90 = DEVICE == "cuda" and not torch.version.hip and fm.device_facts(p.w1.device)[0] == (9, 0)
-    assert fm._swap_ab(small, p.quant, p.w1) is (sm90 and not interpreter_active())
-    assert fm._swap_ab(big, p.quant, p.w1) is False
-    assert fm._swap_ab(small, None, p.w1) is False
-    with fm.kernel_options(FP8_SWAP_AB=True, NAIVE_ASSIGNMENT=False):
-        assert fm._swap_ab(big, p.quant, p.w1) and not fm._naive(1, 128)
-        assert fm._swap_ab(big, None, p.w1) is False  # unquantised: its own switch
-    with fm.kernel_options(SWAP_AB_UNQUANTISED=True):
-        assert fm._swap_ab(small, None, p.w1) and not fm._swap_ab(big, None, p.w1)
-    assert fm.FP8_SWAP_AB is None and fm.NAIVE_ASSIGNMENT is None
-    assert fm.SWAP_AB_UNQUANTISED is False
+    sm90 = (
+        DEVICE == "cuda" and not torch.version.hip and policy.device_facts(p.w1.device)[0] == (9, 0)
+    )
+    assert policy._swap_ab(small, p.quant, p.w1) is (sm90 and not interpreter_active())
+    assert policy._swap_ab(big, p.quant, p.w1) is False
+    assert policy._swap_ab(small, None, p.w1) is False
+    with policy.kernel_options(FP8_SWAP_AB=True, NAIVE_ASSIGNMENT=False):
+        assert policy._swap_ab(big, p.quant, p.w1) and not policy._naive(1, 128)
+        assert policy._swap_ab(big, None, p.w1) is False  # unquantised: its own switch
+    with policy.kernel_options(SWAP_AB_UNQUANTISED=True):
+        assert policy._swap_ab(small, None, p.w1) and not policy._swap_ab(big, None, p.w1)
+    assert policy.FP8_SWAP_AB is None and policy.NAIVE_ASSIGNMENT is None
+    assert policy.SWAP_AB_UNQUANTISED is False
     with pytest.raises(ValueError, match="unknown kernel option"):
-        with fm.kernel_options(FAST=True):
+        with policy.kernel_options(FAST=True):
             pass

@@ -31,16 +31,16 @@ CFG = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 32, "GROUP_SIZE_M
 def clean_choices():
     import sys
 
-    fm = sys.modules["cellbench.tune.kernels.fused_moe"]
-    fm.clear_path_choices()
+    policy = sys.modules["cellbench.tune.kernels.launch_policy"]
+    policy.clear_path_choices()
     config_lookup.clear_cache()
-    yield fm
-    fm.clear_path_choices()
+    yield policy
+    policy.clear_path_choices()
     config_lookup.clear_cache()
 
 
 def test_measured_choice_travels_from_tuner_to_kernel(tmp_path, monkeypatch, clean_choices):
-    fm = clean_choices
+    policy = clean_choices
     be = BuiltinBackend(SHAPE, "fp32", DEVICE)
     on_gpu = DEVICE == "cuda"
     got = {m: be.measure_paths(m, CFG, on_gpu, repeats=3) for m in (1, 2)}
@@ -49,7 +49,7 @@ def test_measured_choice_travels_from_tuner_to_kernel(tmp_path, monkeypatch, cle
         assert r["decode_error"] < be.error_bound
         faster = "decode" if r["decode_us"] < r["grouped_us"] else "grouped"
         assert r["path"] == faster
-    assert be.measure_paths(fm.DECODE_RULE_MAX_TOKENS + 1, CFG, on_gpu) is None
+    assert be.measure_paths(policy.DECODE_RULE_MAX_TOKENS + 1, CFG, on_gpu) is None
     name = config_lookup.config_file_name(8, 32, None, None, device="TEST_GPU")
     write_vllm_config(tmp_path, name, {1: CFG, 2: CFG}, None, False)
     write_path_choices(tmp_path, name, {m: {**r, "config": CFG} for m, r in got.items()})
@@ -62,7 +62,7 @@ def test_measured_choice_travels_from_tuner_to_kernel(tmp_path, monkeypatch, cle
     res = config_lookup.resolve(8, 32, None, None, device="TEST_GPU")
     table = res.path_choices
     assert table == config_lookup.read_path_choices(tmp_path / name)
-    assert fm.load_path_choices(table) == 2
+    assert policy.load_path_choices(table) == 2
     for m in (1, 2):
         assert kernels.kernel_path(m, None, "auto", CFG) == got[m]["path"]
 

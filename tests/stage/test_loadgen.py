@@ -21,14 +21,14 @@ import jsonschema
 import numpy as np
 import pytest
 import requests
-from cellbench.serve import loadgen
+from cellbench.serve import loadgen, random_prompts, sse_client
 from cellbench.serve.timed_server import launch
 
 TTFT_MS, ITL_MS, OSL = 200.0, 50.0, 16
 BENCH_SCHEMA = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "bench.schema.json"
 
 
-def _truth(base: str, results: list[loadgen.RequestResult]) -> tuple[float, float]:
+def _truth(base: str, results: list[sse_client.RequestResult]) -> tuple[float, float]:
     stats = requests.get(f"{base}/stats", timeout=10).json()["requests"]
     ttft, tpot = [], []
     for r in results:
@@ -47,7 +47,7 @@ def timed():
 @pytest.mark.slow
 @pytest.mark.parametrize("conc,prompts", [(1, 4), (32, 64), (256, 512)])
 def test_ttft_tpot_match_truth(timed, conc, prompts):
-    tok = loadgen.ServerTokenizer(timed, "timed-model")
+    tok = random_prompts.ServerTokenizer(timed, "timed-model")
     spec = loadgen.PointSpec(
         isl=16, osl=OSL, max_concurrency=conc, num_prompts=prompts, num_warmups=conc
     )
@@ -68,7 +68,7 @@ def test_ttft_tpot_match_truth(timed, conc, prompts):
 
 
 def test_keys_and_warmups_excluded(timed):
-    tok = loadgen.ServerTokenizer(timed, "timed-model")
+    tok = random_prompts.ServerTokenizer(timed, "timed-model")
     before = requests.get(f"{timed}/stats", timeout=10).json()["n_completions"]
     spec = loadgen.PointSpec(isl=8, osl=3, max_concurrency=2, num_prompts=6, num_warmups=4)
     pt = loadgen.run_point(timed, "timed-model", tok, spec, ignore_eos=True, keep_results=True)
@@ -92,17 +92,17 @@ def test_keys_and_warmups_excluded(timed):
 
 
 def test_prompts_have_exact_length(timed):
-    tok = loadgen.ServerTokenizer(timed, "timed-model")
-    for p in loadgen.make_prompts(tok, 5, 37, seed=3):
+    tok = random_prompts.ServerTokenizer(timed, "timed-model")
+    for p in random_prompts.make_prompts(tok, 5, 37, seed=3):
         assert len(tok.encode(p.text)) == 37 == p.prompt_len
-    a = loadgen.make_prompts(tok, 3, 10, seed=1)
-    b = loadgen.make_prompts(tok, 3, 10, seed=1)
+    a = random_prompts.make_prompts(tok, 3, 10, seed=1)
+    b = random_prompts.make_prompts(tok, 3, 10, seed=1)
     assert [p.text for p in a] == [p.text for p in b]
 
 
 def test_failed_requests_counted_and_threshold():
     with launch("--ttft-ms", "5", "--itl-ms", "1", "--fail-share", "0.25") as (base, _):
-        tok = loadgen.ServerTokenizer(base, "timed-model")
+        tok = random_prompts.ServerTokenizer(base, "timed-model")
         spec = loadgen.PointSpec(isl=4, osl=4, max_concurrency=4, num_prompts=40, num_warmups=0)
         pt = loadgen.run_point(base, "timed-model", tok, spec, ignore_eos=True)
         server_failed = requests.get(f"{base}/stats", timeout=10).json()["n_failed"]
@@ -121,7 +121,7 @@ def test_stream_without_done_and_no_ignore_eos():
     args = ("--style", "transformers", "--reject-ignore-eos", "--eos-after", "5")
     with launch("--ttft-ms", "20", "--itl-ms", "5", *args) as (base, _):
         assert loadgen.probe_ignore_eos(base, "timed-model") is False
-        tok = loadgen.ServerTokenizer(base, "timed-model")
+        tok = random_prompts.ServerTokenizer(base, "timed-model")
         spec = loadgen.PointSpec(isl=4, osl=12, max_concurrency=2, num_prompts=4, num_warmups=0)
         pt = loadgen.run_point(base, "timed-model", tok, spec, ignore_eos=False)
         bad = loadgen.run_point(base, "timed-model", tok, spec, ignore_eos=True)
@@ -132,7 +132,7 @@ def test_stream_without_done_and_no_ignore_eos():
 
 def test_server_gone_counts_failures():
     with launch("--ttft-ms", "5", "--itl-ms", "1", "--exit-after", "3") as (base, _):
-        tok = loadgen.ServerTokenizer(base, "timed-model")
+        tok = random_prompts.ServerTokenizer(base, "timed-model")
         spec = loadgen.PointSpec(isl=4, osl=3, max_concurrency=1, num_prompts=6, num_warmups=0)
         pt = loadgen.run_point(base, "timed-model", tok, spec, ignore_eos=True)
     # Completion requests 0-2 are served; request 3 kills the server, the rest find it gone.
@@ -143,15 +143,15 @@ def test_server_gone_counts_failures():
 def test_compute_metrics_definitions():
     # Two hand-built results: the formulas of vllm bench serve, checked by hand.
     # The server counted one token more per prompt than was asked for (a BOS, say).
-    ok = loadgen.RequestResult(
+    ok = sse_client.RequestResult(
         success=True, prompt_len=10, ttft=0.1, itl=[0.02, 0.03], latency=0.15, output_tokens=3,
         prompt_tokens=11,
     )  # fmt: skip
-    ok2 = loadgen.RequestResult(
+    ok2 = sse_client.RequestResult(
         success=True, prompt_len=10, ttft=0.3, itl=[], latency=0.3, output_tokens=1,
         prompt_tokens=11,
     )  # fmt: skip
-    bad = loadgen.RequestResult(success=False, prompt_len=10, error="x")
+    bad = sse_client.RequestResult(success=False, prompt_len=10, error="x")
     m = loadgen.compute_metrics([ok, ok2, bad], duration=2.0)
     assert m["completed"] == 2 and m["failed"] == 1
     # vLLM's key counts what the server counted; the requested lengths sit beside it.
@@ -190,7 +190,7 @@ def test_poisson_offsets_are_seeded():
 
 
 def test_finite_request_rate_paces_requests(timed):
-    tok = loadgen.ServerTokenizer(timed, "timed-model")
+    tok = random_prompts.ServerTokenizer(timed, "timed-model")
     spec = loadgen.PointSpec(
         isl=4, osl=2, max_concurrency=64, num_prompts=30, num_warmups=0, request_rate=20.0
     )
@@ -213,8 +213,8 @@ def test_idle_connection_closed_by_server_is_replaced():
     import asyncio
     import time
 
-    async def two_requests(base: str) -> list[loadgen.RequestResult]:
-        client = loadgen._Client(base)
+    async def two_requests(base: str) -> list[sse_client.RequestResult]:
+        client = sse_client._Client(base)
         body = json.dumps({"model": "timed-model", "prompt": "w1", "max_tokens": 2, "stream": True})
         first = await client.request(body.encode(), 1)
         await asyncio.sleep(0.6)
@@ -276,9 +276,9 @@ def _usage(prompt_tokens: int | None, completion_tokens: int) -> dict:
     return {"id": "cmpl-1", "choices": [], "usage": u}
 
 
-def _requests(base: str, n: int, prompt_len: int) -> list[loadgen.RequestResult]:
-    async def go() -> list[loadgen.RequestResult]:
-        client = loadgen._Client(base)
+def _requests(base: str, n: int, prompt_len: int) -> list[sse_client.RequestResult]:
+    async def go() -> list[sse_client.RequestResult]:
+        client = sse_client._Client(base)
         body = json.dumps({"model": "m", "prompt": "w1", "max_tokens": 5, "stream": True})
         try:
             return [await client.request(body.encode(), prompt_len) for _ in range(n)]

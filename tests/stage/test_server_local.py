@@ -23,7 +23,7 @@ import pytest
 from cellbench.assets import build as assets
 from cellbench.common import paths
 from cellbench.gsm8k import evaluate as gsm8k
-from cellbench.results import loaders as results
+from cellbench.results import loaders
 from cellbench.serve import job as serve_job
 from cellbench.serve import measure as serve_measure
 from cellbench.serve import stage as serve_stage
@@ -332,7 +332,7 @@ def test_stage_on_transformers_serve(tiny_assets, tmp_path):
     assert pt["server_metrics"]["available"] is False
     assert "/metrics" in pt["server_metrics"]["reason"]
     assert pt["telemetry"]["available"] is False
-    (kept,) = results.load_requests(out / "requests.jsonl.gz")
+    (kept,) = loaders.load_requests(out / "requests.jsonl.gz")
     assert len(kept["ttfts"]) == 4 and kept["seq"] == pt["seq"]
     assert "Uvicorn running" in (out / "server.log").read_text()
     port = int(bench["server"]["command"][bench["server"]["command"].index("--port") + 1])
@@ -442,7 +442,7 @@ def test_image(docker_client, registry):  # noqa: F811
 def test_docker_launcher_tuned_arm(docker_client, test_image, tmp_path):  # noqa: F811
     import uuid
 
-    from cellbench.serve import loadgen
+    from cellbench.serve import loadgen, random_prompts
 
     run_id = uuid.uuid4().hex
     tuned = tmp_path / "configs"
@@ -458,7 +458,7 @@ def test_docker_launcher_tuned_arm(docker_client, test_image, tmp_path):  # noqa
         mounts = {m["Destination"]: m for m in c.attrs["Mounts"]}
         assert mounts["/cellbench/tuned-configs"]["Source"] == str(tuned.resolve())
         assert mounts["/cellbench/tuned-configs"]["RW"] is False
-        tok = loadgen.ServerTokenizer(server.base_url, server.model_id)
+        tok = random_prompts.ServerTokenizer(server.base_url, server.model_id)
         pt = loadgen.run_point(
             server.base_url,
             server.model_id,

@@ -21,11 +21,12 @@ import numpy as np
 import pytest
 from cellbench.report import build as report
 from cellbench.report import frames
-from cellbench.results import loaders as results
+from cellbench.results import loaders, result_file
 from cellbench.serve import (
     load_shapes,
     loadgen,
     observed_point,
+    random_prompts,
     request_detail,
     server_metrics,
     telemetry,
@@ -84,7 +85,7 @@ def test_request_rate_point_goodput_and_kept_requests_on_the_timed_server(timed)
     the server's E2E latency passes every request, one below it none; the per-request data
     recompute the stored summary exactly; a server without /metrics and a cell without a GPU
     are recorded as such."""
-    tok = loadgen.ServerTokenizer(timed, "timed-model")
+    tok = random_prompts.ServerTokenizer(timed, "timed-model")
     e2el_ms = TTFT_MS + (OSL - 1) * ITL_MS  # what the server is set to take per request
     spec = loadgen.PointSpec(
         isl=4, osl=OSL, max_concurrency=24, num_prompts=24, num_warmups=2, request_rate=20.0
@@ -172,7 +173,7 @@ def test_serve_stage_runs_rate_points_beside_concurrency_points_and_keeps_every_
         assert shapes == expected * 2  # per repeat, both kinds, in the arms' interleaved order
         assert all(p["burstiness"] == "inf" and p["request_goodput"] is not None for p in points)
         # The sidecar: checksummed, one record per point, its summary recomputed exactly.
-        records = results.load_requests(out / request_detail.FILE_NAME)
+        records = loaders.load_requests(out / request_detail.FILE_NAME)
         assert [r["seq"] for r in records] == [p["seq"] for p in points]
         for rec, point in zip(records, points, strict=True):
             assert len(rec["ttfts"]) == point["num_prompts"]
@@ -231,11 +232,11 @@ def test_request_sidecar_refused_when_changed_after_writing(tmp_path):
     path = tmp_path / request_detail.FILE_NAME
     rec = {"seq": 0, **{k: [0] for k in request_detail.DETAIL_KEYS}}
     request_detail.write(path, [rec])
-    assert results.load_requests(path) == [rec]
+    assert loaders.load_requests(path) == [rec]
     tampered = dict(rec, ttfts=[9])
     path.write_bytes(gzip.compress((json.dumps(tampered) + "\n").encode()))
-    with pytest.raises(results.ResultError, match="changed after it was written"):
-        results.load_requests(path)
+    with pytest.raises(result_file.ResultError, match="changed after it was written"):
+        loaders.load_requests(path)
 
 
 def test_stage_refuses_bad_load_shape_flags_before_any_server(tmp_path, capsys):
@@ -388,7 +389,7 @@ def test_vllm_cpu_metrics_series_and_server_latencies_per_point(tmp_path):
     )
     isl, osl, prompts = 16, 8, 6
     with serve(spec) as server:
-        tok = loadgen.load_tokenizer(str(model), server.base_url, server.model_id)
+        tok = random_prompts.load_tokenizer(str(model), server.base_url, server.model_id)
         pt, detail = observed_point.run(
             server.base_url,
             server.model_id,

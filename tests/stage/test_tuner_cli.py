@@ -113,7 +113,7 @@ def test_few_token_path_chosen_by_measurement_with_the_kept_config(tuned: Path) 
     """Issue 23 item 3: at M <= DECODE_RULE_MAX_TOKENS the tuner timed the kept config on both
     paths side by side; the faster is recorded in the summary and the sidecar, which the
     transformers experts follow (experts_tf.launch_path); above it nothing is recorded."""
-    fm = importlib.import_module("cellbench.tune.kernels.fused_moe")
+    policy = importlib.import_module("cellbench.tune.kernels.launch_policy")
     summary = json.loads((tuned / "summary.json").read_text())
     name = summary["config_file"]
     side = json.loads((tuned / "configs" / artifacts.path_choices_file_name(name)).read_text())
@@ -123,7 +123,7 @@ def test_few_token_path_chosen_by_measurement_with_the_kept_config(tuned: Path) 
         faster = "decode" if choice["decode_us"] < choice["grouped_us"] else "grouped"
         assert choice["path"] == faster == side[m]["path"]
         assert side[m]["config"] == summary["entries"][m]["config"]
-    assert "path_choice" not in summary["entries"]["16"] and fm.DECODE_RULE_MAX_TOKENS < 16
+    assert "path_choice" not in summary["entries"]["16"] and policy.DECODE_RULE_MAX_TOKENS < 16
 
 
 def test_rerun_without_few_token_sizes_drops_the_old_path_choices(tuned: Path, tmp_path) -> None:
@@ -190,8 +190,8 @@ def test_few_token_path_tuning(tiny_cfg, tmp_path, monkeypatch) -> None:
     """With the few-token path enabled for M <= 2, the tuner tunes it at M=1: configs that
     differ only in BLOCK_SIZE_M/GROUP_SIZE_M (which that kernel ignores) are pruned as the
     same kernel, the entry says which path it tuned, and the AITER CSV row is 1-stage."""
-    fm = importlib.import_module("cellbench.tune.kernels.fused_moe")  # the module, not the function
-    monkeypatch.setattr(fm, "DECODE_MAX_TOKENS", 2)
+    policy = importlib.import_module("cellbench.tune.kernels.launch_policy")
+    monkeypatch.setattr(policy, "DECODE_MAX_TOKENS", 2)
     out = tmp_path / "out"
     args = ["--model-config", str(tiny_cfg), "--tp", "1", "--batch-sizes", "1,4", "--out"]
     assert cli.main([*args, str(out)]) == 0

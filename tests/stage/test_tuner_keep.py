@@ -12,7 +12,7 @@ import copy
 import json
 
 import pytest
-from cellbench.results import loaders as results
+from cellbench.results import loaders
 from cellbench.tune import cli, outputs
 
 PICK = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1,
@@ -93,4 +93,4 @@ def test_a_real_run_records_the_rule_and_the_file_agrees(tmp_path, capsys):
         assert entry["config"] == {k: v for k, v in entry["baseline"]["config"].items()
                                    if k in outputs._VLLM_KEYS + outputs._ROCM_KEYS}  # fmt: skip
     # The loader checks the vLLM file holds exactly the summary's configs.
-    assert results.load_tune(out / "summary.json").data["entries"]["1"]["config"] == entry["config"]
+    assert loaders.load_tune(out / "summary.json").data["entries"]["1"]["config"] == entry["config"]

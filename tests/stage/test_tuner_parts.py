@@ -411,8 +411,8 @@ def test_default_mode_queues_the_next_batch_sizes_round0(
     from cellbench.tune.search import TuneOptions, Tuner
     from cellbench.tune.shapes import MoEShape
 
-    fm = importlib.import_module("cellbench.tune.kernels.fused_moe")
-    monkeypatch.setattr(fm, "DECODE_MAX_TOKENS", 2)  # M=1 on the few-token path
+    policy = importlib.import_module("cellbench.tune.kernels.launch_policy")
+    monkeypatch.setattr(policy, "DECODE_MAX_TOKENS", 2)  # M=1 on the few-token path
     shape = MoEShape(num_experts=8, intermediate_size=32, hidden_size=64, topk=2)
     backend = make_backend("builtin", shape, "fp32", "cpu")
     opts = TuneOptions(on_gpu=False, rotate=1, repeats=2, halving_repeats=(1, 2),
@@ -484,9 +484,9 @@ def test_default_search_replayed_on_recorded_h200_timings(dtype: str, monkeypatc
     first, later = TuneOptions().compile_budget  # type: ignore[misc]
     rows = {r["M"]: r for r in search_replay.evaluate(RECORDED[dtype], seeds=4)}
     assert sorted(rows) == [1, 16, 64, 256, 1024, 4096]
-    fm = sys.modules["cellbench.tune.kernels.fused_moe"]
-    assert fm.DECODE_MAX_TOKENS is None  # the replay put the CUDA path rule back
-    assert fm.PERSISTENT_GEMMS == (1, 2)  # and the persistence rule (off for these logs)
+    policy = sys.modules["cellbench.tune.kernels.launch_policy"]
+    assert policy.DECODE_MAX_TOKENS is None  # the replay put the CUDA path rule back
+    assert policy.PERSISTENT_GEMMS == (1, 2)  # and the persistence rule (off for these logs)
     for m, r in rows.items():
         assert statistics.median(r["ratios"]) <= (1.01 if m <= 256 else 1.03), (m, r)
         if dtype == "bf16" and m == 1:  # the few-token path: every distinct kernel, as exhaustive

@@ -14,7 +14,7 @@ from cellbench.common import atomicio
 from cellbench.report import build as report
 from cellbench.report import frames, plots, tidy
 from cellbench.results import archived
-from cellbench.results.loaders import ResultError
+from cellbench.results.result_file import ResultError
 from cellbench.stats import comparison
 from support import result_fixtures as fx
 from support import t21_cells as cells

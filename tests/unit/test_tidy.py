@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from cellbench.archive import write as archive
 from cellbench.report import tidy
-from cellbench.results.loaders import ResultError
+from cellbench.results.result_file import ResultError
 from support import t21_cells as cells
 
 KEYS = ["run", "image", "digest", "model", "tp", "ep", "arm", "config_source", "isl", "osl",

@@ -23,7 +23,7 @@ from cellbench.archive import write as archive
 from cellbench.gates import check as gates
 from cellbench.report import build as report
 from cellbench.report import tidy
-from cellbench.results import loaders as results
+from cellbench.results import whole_sets
 from support import result_fixtures as fx
 from support.workflow_runs import fresh_copy
 
@@ -181,7 +181,7 @@ def test_tidy_refuses_a_set_with_a_missing_result_naming_it(two_cells, capsys):
     assert len(tidy.tidy(two_cells)) > 0
     missing = two_cells / A / "serve/tuned/bench.json"
     missing.unlink()
-    with pytest.raises(results.IncompleteResults) as err:
+    with pytest.raises(whole_sets.IncompleteResults) as err:
         tidy.tidy(two_cells)
     message = str(err.value)
     assert str(missing) in message and "snakemake all --cores 2" in message
@@ -190,12 +190,12 @@ def test_tidy_refuses_a_set_with_a_missing_result_naming_it(two_cells, capsys):
     assert str(missing) in err_text and "Traceback" not in err_text
     # A cell whose tune summary is gone is still seen (by its other stage folders) and named.
     (two_cells / CELLS[1] / "tune/summary.json").unlink()
-    message = str(pytest.raises(results.IncompleteResults, tidy.tidy, two_cells).value)
+    message = str(pytest.raises(whole_sets.IncompleteResults, tidy.tidy, two_cells).value)
     assert f"{CELLS[1]}/tune/summary.json" in message and str(missing) in message
 
 
 def test_report_cli_refuses_a_cell_without_an_arm(two_cells, tmp_path, capsys):
-    files = [two_cells / c / rel for c in CELLS for rel in results.CELL_STAGE_FILES]
+    files = [two_cells / c / rel for c in CELLS for rel in whole_sets.CELL_STAGE_FILES]
     files = [f for f in files if "gsm8k/tuned" not in str(f) or CELLS[1] not in str(f)]
     out = tmp_path / "report"
     assert report.main(["--out-dir", str(out), *map(str, files)]) == 1
@@ -207,7 +207,7 @@ def test_report_cli_refuses_a_cell_without_an_arm(two_cells, tmp_path, capsys):
 def test_archive_refuses_a_cell_without_a_result(two_cells, tmp_path):
     (two_cells / A / "gsm8k/untuned.json").unlink()
     root = tmp_path / "archive"
-    with pytest.raises(results.IncompleteResults, match=re.escape(f"{A}/gsm8k/untuned.json")):
+    with pytest.raises(whole_sets.IncompleteResults, match=re.escape(f"{A}/gsm8k/untuned.json")):
         archive.build_run("embedded-cpu", two_cells, list(CELLS), {}, "h", root, "local")
     assert not root.exists() or not any(root.rglob("MANIFEST.json"))
 
@@ -229,7 +229,7 @@ def test_report_names_a_missing_figure_instead_of_linking_it(two_cells, tmp_path
     from cellbench.report import plots
 
     out = tmp_path / "report"
-    files = [two_cells / c / rel for c in CELLS for rel in results.CELL_STAGE_FILES]
+    files = [two_cells / c / rel for c in CELLS for rel in whole_sets.CELL_STAGE_FILES]
     plots.main(["--results", str(two_cells), "--cell", A, "--out-dir", str(out / "plots" / A)])
     (out / "plots" / A / "latency.png").unlink()
     text = report.write_report(files, out, results=two_cells).read_text()

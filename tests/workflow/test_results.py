@@ -17,9 +17,8 @@ import pytest
 from cellbench.archive import write as archive
 from cellbench.common import atomicio
 from cellbench.report import build as report
-from cellbench.results import archived
-from cellbench.results import loaders as results
-from cellbench.results.loaders import ResultError
+from cellbench.results import archived, loaders, result_file
+from cellbench.results.result_file import ResultError
 from support import result_fixtures as fx
 from support.workflow_runs import fresh_copy
 
@@ -41,7 +40,7 @@ def _cell(res: Path, cell: str = CELL) -> list[Path]:
 
 def _refused(path: Path, res: Path | None = None) -> str:
     with pytest.raises(ResultError) as info:
-        results.load(path, res)
+        loaders.load(path, res)
     message = str(info.value)
     assert str(path) in message  # the file, by name
     assert "--forcerun" in message  # and the job to rerun
@@ -62,10 +61,10 @@ def _rewrite(path: Path, edit, *, checksum: bool = True) -> None:
 def test_whole_results_load_and_are_verified(tmp_path):
     res = tmp_path / "results"
     for path in _cell(res):
-        loaded = results.load(path, res)
-        assert loaded.checksum == results.VERIFIED
+        loaded = loaders.load(path, res)
+        assert loaded.checksum == result_file.VERIFIED
         assert loaded.sha256 == atomicio.sha256_file(path)
-    assert results.load(res / CELL / "tune/summary.json").data["entries"]["4"]["config"]
+    assert loaders.load(res / CELL / "tune/summary.json").data["entries"]["4"]["config"]
 
 
 def test_negative_ttft_is_refused(tmp_path):
@@ -151,7 +150,7 @@ def test_a_file_changed_after_it_was_written_is_refused_by_its_checksum(tmp_path
     assert "changed after it was written" in message and "bench.json.sha256" in message
     # Without a sidecar the file is read, and marked as not vouched for.
     atomicio.checksum_path(path).unlink()
-    assert results.load(path).checksum == results.UNVERIFIED
+    assert loaders.load(path).checksum == result_file.UNVERIFIED
 
 
 def test_missing_file_is_refused(tmp_path):
@@ -226,7 +225,7 @@ def test_comparison_points_are_checked(tmp_path):
     }
     path = res / "compare" / comparison / "bench.json"
     atomicio.write_json(path, data, checksum=True)
-    assert results.load(path, res).kind == results.COMPARISON
+    assert loaders.load(path, res).kind == result_file.COMPARISON
     _rewrite(path, lambda d: d["points"][1].update(failed=3))
     assert "points[1].completed = 160" in _refused(path, res)
     _rewrite(path, lambda d: d["points"][1].update(failed=0, p99_e2el_ms=-1))
@@ -244,7 +243,7 @@ def test_report_cli_refuses_a_bad_file_and_keeps_the_previous_report(tmp_path):
     index = json.loads((out / "INDEX.json").read_text())
     tables = {"report.md", "serve.csv", "gsm8k.csv", "tune.csv", "tidy.csv", "tidy.parquet"}
     assert set(index["files"]) == tables | {"pr/qwen3-30b-a3b-fp8.md"}
-    assert {i["checksum"] for i in index["inputs"]} == {results.VERIFIED}
+    assert {i["checksum"] for i in index["inputs"]} == {result_file.VERIFIED}
     bad = res / CELL / "serve/tuned/bench.json"
     bad.write_text(bad.read_text()[:100])
     proc = subprocess.run(

@@ -46,7 +46,7 @@ from cellbench.common.gitstate import git_state
 from cellbench.report import build as report
 from cellbench.report import plots
 from cellbench.report.previous import diff_runs
-from cellbench.results import loaders as results_mod
+from cellbench.results import whole_sets
 from cellbench.results.archived import (
     DEFAULT_ROOT,
     LATEST,
@@ -62,8 +62,8 @@ from cellbench.results.archived import (
     server_versions,
     stage_results,
 )
-from cellbench.results.loaders import ResultError
 from cellbench.results.loaders import load as load_result
+from cellbench.results.result_file import ResultError
 
 PACKAGES = (
     "cellbench",
@@ -214,7 +214,7 @@ def _check_inputs(results: Path, cells: list[str]) -> None:
             if path.exists():
                 load_result(path, results)
     # A run archived without one of its results would verify as whole later on.
-    results_mod.check_whole(results, cells)
+    whole_sets.check_whole(results, cells)
 
 
 def _read_only(root: Path) -> None:

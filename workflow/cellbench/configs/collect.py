@@ -45,7 +45,7 @@ from typing import Any
 from cellbench.common import atomicio, paths
 from cellbench.common.atomicio import sha256_file
 from cellbench.common.gitstate import git_state
-from cellbench.results import loaders as results_mod
+from cellbench.results import loaders, result_file
 from cellbench.tune.artifacts import AITER_COLUMNS, vllm_config_json
 
 __all__ = [
@@ -138,10 +138,10 @@ def _read_csv(path: Path) -> list[dict[str, str]] | None:
 def _load_cell(results: Path, cell: str) -> CellTune:
     tune = results / cell / "tune"
     try:
-        summary = results_mod.load_tune(tune / "summary.json", results)
+        summary = loaders.load_tune(tune / "summary.json", results)
         cfg_path = tune / "configs" / summary.data["config_file"]
-        config = results_mod.load_vllm_config(cfg_path, results)
-    except results_mod.ResultError as exc:
+        config = loaders.load_vllm_config(cfg_path, results)
+    except result_file.ResultError as exc:
         raise ConfigsError(f"cell {cell}: {exc}") from None
     return CellTune(
         cell=cell,
@@ -204,7 +204,7 @@ def _entry_verdicts(cf: ConfigFile, min_pct: float) -> dict[int, dict[str, Any]]
     out: dict[int, dict[str, Any]] = {}
     for ct in cf.cells:
         for key, entry in ct.summary["entries"].items():
-            base = results_mod.baseline_of(entry)
+            base = loaders.baseline_of(entry)
             gain = entry.get("improvement_pct") if base is not None else None
             rec: dict[str, Any] = {
                 "improvement_pct": gain,

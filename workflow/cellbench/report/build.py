@@ -58,8 +58,8 @@ from cellbench.report.sections import (
     parallelism_note,
     tune_table,
 )
-from cellbench.results import loaders as results_mod
-from cellbench.results.loaders import ResultError
+from cellbench.results import result_file, whole_sets
+from cellbench.results.result_file import ResultError
 from cellbench.stats import comparison
 from cellbench.stats import core as stats
 
@@ -299,7 +299,7 @@ def write_report(
             previous = previous_run_sections(
                 archive_root, results, cells, min_change_pct=min_change_pct
             )
-        gates = {r.data["cell"]: r.data for r in loaded if r.kind == results_mod.GATE}
+        gates = {r.data["cell"]: r.data for r in loaded if r.kind == result_file.GATE}
 
         written = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S")
         git = git_state(REPO_DIR)
@@ -369,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
     out_dir = Path(args.out_dir)
     try:
         # The whole-run report refuses a cell with a stage result missing, naming each.
-        results_mod.check_whole_files(args.files)
+        whole_sets.check_whole_files(args.files)
         path = write_report(
             args.files,
             out_dir,

@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from cellbench.results import loaders as results_mod
-from cellbench.results.loaders import Result
+from cellbench.results import result_file
 from cellbench.results.loaders import load as load_result
+from cellbench.results.result_file import Result
 from cellbench.serve import observed_point
 
 ARM_LABELS = {"untuned": "Triton MoE Untuned", "tuned": "Triton MoE Tuned"}
@@ -58,7 +58,7 @@ def comparison_frame(loaded: Iterable[Result]) -> pd.DataFrame:
     with its comparison, its image (side) and that side's digest."""
     rows = []
     for r in loaded:
-        if r.kind != results_mod.COMPARISON:
+        if r.kind != result_file.COMPARISON:
             continue
         data = r.data
         image_a, image_b = data["images"]
@@ -87,7 +87,7 @@ def comparison_frame(loaded: Iterable[Result]) -> pd.DataFrame:
 def load_comparisons(files: Iterable[str | Path], results: str | Path = "results") -> pd.DataFrame:
     """The image comparisons among ``files``, checked, as ``comparison_frame``."""
     results = Path(results)
-    chosen = [f for f in files if results_mod.kind_of(f, results) == results_mod.COMPARISON]
+    chosen = [f for f in files if result_file.kind_of(f, results) == result_file.COMPARISON]
     return comparison_frame(load_inputs(chosen, results))
 
 
@@ -98,7 +98,7 @@ def cell_frames(loaded: Iterable[Result]) -> tuple[pd.DataFrame, pd.DataFrame, p
     tuning summaries, which do not record it."""
     serve_rows, gsm_rows, tune_rows = [], [], []
     for r in loaded:
-        if r.kind == results_mod.BENCH:
+        if r.kind == result_file.BENCH:
             bench = r.data
             cell = _split_cell(bench["cell"])
             for point in bench["points"]:
@@ -122,7 +122,7 @@ def cell_frames(loaded: Iterable[Result]) -> tuple[pd.DataFrame, pd.DataFrame, p
                 row["telemetry_how"] = _telemetry_how(point.get("telemetry") or {})
                 row["gpus_shared_by_sides"] = bench.get("gpus_shared_by_sides")
                 serve_rows.append(row)
-        elif r.kind == results_mod.GSM8K:
+        elif r.kind == result_file.GSM8K:
             g = r.data
             gsm_rows.append(
                 {
@@ -140,7 +140,7 @@ def cell_frames(loaded: Iterable[Result]) -> tuple[pd.DataFrame, pd.DataFrame, p
                     "api": g.get("api"),
                 }
             )
-        elif r.kind == results_mod.TUNE:
+        elif r.kind == result_file.TUNE:
             s = r.data
             cell = _split_cell("/".join(r.path.parts[-5:-2]))
             for m, entry in sorted(s.get("entries", {}).items(), key=lambda kv: int(kv[0])):

@@ -39,9 +39,11 @@ import pandas as pd  # noqa: E402
 
 from cellbench.common import atomicio
 from cellbench.report import frames, tidy
-from cellbench.results import archived
-from cellbench.results import loaders as results_mod  # noqa: E402
-from cellbench.results.loaders import ResultError  # noqa: E402
+from cellbench.results import (
+    archived,
+    result_file,  # noqa: E402
+)
+from cellbench.results.result_file import ResultError  # noqa: E402
 from cellbench.stats import comparison
 from cellbench.stats import core as stats
 
@@ -362,7 +364,7 @@ def previous_run_plots(
 def _frames(root: Path, cell: str):
     files = tidy.stage_files(Path(root), [cell], whole=False)
     loaded = frames.load_inputs(files, root)
-    summary = next((r.data for r in loaded if r.kind == results_mod.TUNE), None)
+    summary = next((r.data for r in loaded if r.kind == result_file.TUNE), None)
     return (*frames.cell_frames(loaded), summary)
 
 

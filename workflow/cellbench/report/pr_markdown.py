@@ -37,8 +37,8 @@ import pandas as pd
 from cellbench.common import atomicio
 from cellbench.report import frames
 from cellbench.report.frames import median_spread
-from cellbench.results import loaders as results_mod
-from cellbench.results.loaders import Result, ResultError
+from cellbench.results import result_file
+from cellbench.results.result_file import Result, ResultError
 
 GSM8K_ROWS = (
     ("exact_match, strict-match", "strict_match"),
@@ -279,9 +279,9 @@ def render_model(
     benches: dict[str, dict[str, dict]] = {}
     summaries: dict[str, dict] = {}
     for r in loaded:
-        if r.kind == results_mod.BENCH:
+        if r.kind == result_file.BENCH:
             benches.setdefault(r.data["cell"], {})[r.data["arm"]] = r.data
-        elif r.kind == results_mod.TUNE:
+        elif r.kind == result_file.TUNE:
             summaries["/".join(r.path.parts[-5:-2])] = r.data
     cells = sorted(
         c for c in set(benches) | set(summaries) | set(gsm.get("cell", [])) if model_of(c) == model
@@ -311,9 +311,9 @@ def models_of(loaded: Iterable[Result]) -> list[str]:
     """The models that the results cover."""
     found = set()
     for r in loaded:
-        if r.kind in (results_mod.BENCH, results_mod.GSM8K):
+        if r.kind in (result_file.BENCH, result_file.GSM8K):
             found.add(model_of(r.data["cell"]))
-        elif r.kind == results_mod.TUNE:
+        elif r.kind == result_file.TUNE:
             found.add(r.path.parts[-4])
     return sorted(found)
 

@@ -17,7 +17,7 @@ from cellbench.results.archived import (
     server_versions,
     stage_results,
 )
-from cellbench.results.loaders import ResultError
+from cellbench.results.result_file import ResultError
 from cellbench.stats import comparison
 
 

@@ -29,8 +29,8 @@ from pathlib import Path
 import pandas as pd
 
 from cellbench.common import atomicio
-from cellbench.results import loaders as results_mod
-from cellbench.results.loaders import Result, ResultError
+from cellbench.results import loaders, result_file, whole_sets
+from cellbench.results.result_file import Result, ResultError
 
 COLUMNS = (
     "run",
@@ -98,7 +98,7 @@ def tune_metrics(entry: Mapping) -> list[tuple[str, str | None, float | None]]:
     out: list[tuple[str, str | None, float | None]] = [
         ("time_us", "tuned", _number(entry.get("time_us")))
     ]
-    base = results_mod.baseline_of(entry)
+    base = loaders.baseline_of(entry)
     if base is not None:
         out += [
             ("baseline_us", base.get("source"), _number(base.get("time_us"))),
@@ -131,7 +131,7 @@ def tidy_frame(
     seen_digest: dict[str, str] = {}
     source: dict[tuple[str, str], str | None] = {}
     for r in loaded:
-        if r.kind == results_mod.BENCH:
+        if r.kind == result_file.BENCH:
             d = r.data
             if d.get("image_digest"):
                 seen_digest.setdefault(d["cell"], d["image_digest"])
@@ -142,7 +142,7 @@ def tidy_frame(
 
     rows: list[dict] = []
     for r in loaded:
-        if r.kind == results_mod.BENCH:
+        if r.kind == result_file.BENCH:
             d = r.data
             keys = _cell_keys(d["cell"])
             base = {
@@ -165,7 +165,7 @@ def tidy_frame(
                     if metric in POINT_KEYS or number is None:
                         continue
                     rows.append({**base, **where, "metric": metric, "value": number})
-        elif r.kind == results_mod.GSM8K:
+        elif r.kind == result_file.GSM8K:
             d = r.data
             base = {
                 **_cell_keys(d["cell"]),
@@ -178,7 +178,7 @@ def tidy_frame(
             for metric in GSM8K_METRICS:
                 if _number(d.get(metric)) is not None:
                     rows.append({**base, "metric": metric, "value": float(d[metric])})
-        elif r.kind == results_mod.TUNE:
+        elif r.kind == result_file.TUNE:
             cell = _tune_cell(r)
             base = {**_cell_keys(cell), "run": run, "stage": "tune", "digest": digest_of(cell)}
             for m, entry in r.data.get("entries", {}).items():
@@ -240,16 +240,16 @@ def stage_files(root: Path, cells: Iterable[str], whole: bool = True) -> list[Pa
     absent in the figure itself)."""
     cells = list(cells)
     if not whole:
-        every = [root / cell / rel for cell in cells for rel in results_mod.CELL_STAGE_FILES]
+        every = [root / cell / rel for cell in cells for rel in whole_sets.CELL_STAGE_FILES]
         return [f for f in every if f.is_file()]
     manifest = _manifest(root)
     if manifest is None:
-        rebuild = results_mod.LIVE_REBUILD
+        rebuild = whole_sets.LIVE_REBUILD
     else:
         ref = f"{manifest.get('label', '?')}/{manifest.get('run', root.name)}"
         rebuild = f"nothing rebuilds an archived run; check it: cellbench archive verify {ref}"
-    results_mod.check_whole(root, cells, rebuild)
-    return [root / cell / rel for cell in cells for rel in results_mod.CELL_STAGE_FILES]
+    whole_sets.check_whole(root, cells, rebuild)
+    return [root / cell / rel for cell in cells for rel in whole_sets.CELL_STAGE_FILES]
 
 
 def tidy(path: str | Path) -> pd.DataFrame:
@@ -271,7 +271,7 @@ def tidy(path: str | Path) -> pd.DataFrame:
     if manifest is not None:
         run = f"{manifest.get('label', '?')}/{manifest.get('run', root.name)}"
         digests = manifest.get("images", {})
-    loaded = [results_mod.load(f, root) for f in stage_files(root, cells)]
+    loaded = [loaders.load(f, root) for f in stage_files(root, cells)]
     return tidy_frame(loaded, run, digests)
 
 

@@ -18,31 +18,32 @@ the job to rerun. Checked, in order:
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import math
-import os
 import sys
-from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import jsonschema
-
-from cellbench.common import atomicio, paths
-
-SCHEMA_DIR = paths.SCHEMA_DIR
-TUNE, VLLM_CONFIG, BENCH, GSM8K, COMPARISON, GATE = (
-    "tune",
-    "vllm_config",
-    "bench",
-    "gsm8k",
-    "comparison",
-    "gate",
+from cellbench.common import atomicio
+from cellbench.results.result_file import (
+    BENCH,
+    COMPARISON,
+    GATE,
+    GSM8K,
+    TUNE,
+    VLLM_CONFIG,
+    Result,
+    ResultError,
+    _check_schema,
+    _expect_equal,
+    _place,
+    _read,
+    _schema,
+    kind_of,
+    rerun_hint,
 )
-KINDS = (TUNE, VLLM_CONFIG, BENCH, GSM8K, COMPARISON, GATE)
+
 # vLLM's six fused-MoE keys (positive integers) and the ROCm extras (non-negative integers).
 VLLM_KEYS = (
     "BLOCK_SIZE_M",
@@ -57,178 +58,6 @@ LATENCIES = ("ttft", "tpot", "itl", "e2el")
 # lm-eval writes the score and the per-sample results from the same run; they agree to
 # rounding of a float mean.
 SCORE_TOLERANCE = 1e-9
-VERIFIED, UNVERIFIED = "verified", "unverified (no checksum recorded)"
-
-
-class ResultError(Exception):
-    """A result file that must not be used. ``str()`` is the whole message for the user."""
-
-    def __init__(self, path: Path | str, field: str, value: Any, expected: str, rerun: str):
-        self.path, self.field, self.value = str(path), field, value
-        self.expected, self.rerun = expected, rerun
-        # Markers such as "(absent)" as they are; values as JSON, so "4" reads apart from 4.
-        marker = isinstance(value, str) and value.startswith("(") and value.endswith(")")
-        shown = value if marker else json.dumps(value, default=str)
-        if len(shown) > 200:
-            shown = shown[:200] + "..."
-        super().__init__(
-            f"bad result file {self.path}: {field} = {shown}: {expected}; "
-            f"rerun the job that wrote it: {rerun}"
-        )
-
-
-@dataclass(frozen=True)
-class Result:
-    """A checked result file: its kind, content and sha256, and whether a recorded checksum
-    vouched for it."""
-
-    path: Path
-    kind: str
-    data: dict[str, Any]
-    sha256: str
-    checksum: str
-
-    def index_entry(self) -> dict[str, str]:
-        return {
-            "path": str(self.path),
-            "kind": self.kind,
-            "sha256": self.sha256,
-            "checksum": self.checksum,
-        }
-
-
-def rerun_hint(path: Path | str, kind: str) -> str:
-    """The command that rebuilds ``path`` (and, through newer inputs, what reads it)."""
-    path = Path(path)
-    if kind == VLLM_CONFIG:
-        # The configs folder and the summary come from one tune job; force it by its summary.
-        path = path.parent.parent / "summary.json"
-    return f"snakemake --cores 2 --forcerun {path} (with your --configfile, if any)"
-
-
-def kind_of(path: Path | str, results: Path | str | None = None) -> str:
-    """Which result ``path`` is, from where it lies (the layout of docs/design.md)."""
-    path = Path(path)
-    parts = path.parts
-    if results is not None:
-        try:
-            parts = path.resolve().relative_to(Path(results).resolve()).parts
-        except ValueError:
-            pass
-    if path.name == "bench.json" and "compare" in parts[:1]:
-        return COMPARISON
-    if path.name == "bench.json" and len(parts) >= 3 and parts[-3] == "serve":
-        return BENCH
-    if path.name == "summary.json" and path.parent.name == "tune":
-        return TUNE
-    if (
-        path.suffix == ".json"
-        and path.parent.name == "configs"
-        and path.parent.parent.name == "tune"
-    ):
-        return VLLM_CONFIG
-    if path.suffix == ".json" and path.parent.name == "gsm8k":
-        return GSM8K
-    if path.name == "gate.json":
-        return GATE
-    raise ResultError(
-        path,
-        "(file name)",
-        path.name,
-        "not a stage result (expected tune/summary.json, tune/configs/*.json, "
-        "serve/{arm}/bench.json, gsm8k/{arm}.json, gate.json or compare/.../bench.json)",
-        "nothing: pass only stage results",
-    )
-
-
-@functools.cache
-def _schema(name: str) -> dict[str, Any]:
-    return json.loads((SCHEMA_DIR / name).read_text())
-
-
-def _field(path: Iterable[Any]) -> str:
-    out = ""
-    for p in path:
-        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
-    return out or "(top level)"
-
-
-def _check_schema(
-    data: Any, schema: dict[str, Any], path: Path, rerun: str, prefix: str = ""
-) -> None:
-    errors = list(jsonschema.Draft202012Validator(schema).iter_errors(data))
-    if not errors:
-        return
-    error = jsonschema.exceptions.best_match(errors)
-    where = list(error.absolute_path)
-    value: Any = error.instance
-    expected = error.message
-    if error.validator == "required":
-        missing = [k for k in error.validator_value if k not in error.instance]
-        where.append(missing[0])
-        value, expected = "(absent)", "a required field"
-    field = _field(where)
-    if prefix and where:
-        field = prefix + ("" if field.startswith("[") else ".") + field
-    elif prefix:
-        field = prefix
-    raise ResultError(path, field, value, f"schema: {expected}", rerun)
-
-
-def _read(path: Path, kind: str) -> tuple[Any, str, str]:
-    """The parsed JSON, its sha256, and whether a recorded checksum vouched for it."""
-    rerun = rerun_hint(path, kind)
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise ResultError(path, "(file)", "(absent)", "the file must exist", rerun) from None
-    except OSError as exc:
-        raise ResultError(path, "(file)", str(exc), "the file must be readable", rerun) from None
-    digest = hashlib.sha256(raw).hexdigest()
-    recorded = atomicio.recorded_checksum(path)
-    if recorded is not None and recorded != digest:
-        raise ResultError(
-            path,
-            "(sha256)",
-            digest,
-            f"changed after it was written: its stage recorded {recorded or '(empty)'} in "
-            f"{atomicio.checksum_path(path).name}",
-            rerun,
-        )
-    try:
-        data = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise ResultError(
-            path,
-            "(whole file)",
-            f"({len(raw)} bytes)",
-            f"whole JSON expected; truncated or corrupt at line {exc.lineno} column "
-            f"{exc.colno} ({exc.msg})",
-            rerun,
-        ) from None
-    except UnicodeDecodeError as exc:
-        raise ResultError(
-            path, "(whole file)", f"({len(raw)} bytes)", f"UTF-8 JSON expected ({exc})", rerun
-        ) from None
-    if not isinstance(data, dict):
-        raise ResultError(path, "(top level)", type(data).__name__, "a JSON object", rerun)
-    return data, digest, VERIFIED if recorded is not None else UNVERIFIED
-
-
-def _place(path: Path, results: Path | None, depth: int) -> list[str] | None:
-    """The path's parts below ``results`` (None when it does not lie there)."""
-    if results is None:
-        return None
-    try:
-        parts = path.resolve().relative_to(Path(results).resolve()).parts
-    except ValueError:
-        return None
-    return list(parts) if len(parts) >= depth else None
-
-
-def _expect_equal(path: Path, rerun: str, field: str, found: Any, expected: Any, why: str) -> None:
-    if found != expected:
-        raise ResultError(path, field, found, f"{why} ({json.dumps(expected)})", rerun)
 
 
 def _check_point(point: dict[str, Any], path: Path, rerun: str, field: str) -> None:
@@ -612,85 +441,6 @@ def load(path: Path | str, results: Path | str | None = None) -> Result:
     """Check and load any stage result, its kind told by where it lies under ``results``."""
     kind = kind_of(path, results)
     return LOADERS[kind](path, results)
-
-
-# --- whole sets -------------------------------------------------------------------------------
-# A table over cells is whole only when every cell has all five of its stage results: a set
-# with one missing would be read as a smaller experiment, not as a broken one.
-CELL_STAGE_FILES = (
-    "tune/summary.json",
-    "serve/untuned/bench.json",
-    "serve/tuned/bench.json",
-    "gsm8k/untuned.json",
-    "gsm8k/tuned.json",
-)
-LIVE_REBUILD = "snakemake all --cores 2 (with your --configfile, if any)"
-
-
-class IncompleteResults(ResultError):
-    """Stage results a whole-run table needs are missing; the message names every one."""
-
-    def __init__(self, root: Path | str, missing: list[str], rebuild: str):
-        Exception.__init__(
-            self,
-            f"incomplete results in {root}: {len(missing)} stage result(s) missing: "
-            f"{', '.join(missing)}; every cell needs {', '.join(CELL_STAGE_FILES)}; "
-            f"rebuild them: {rebuild}",
-        )
-        self.path, self.field, self.value = str(root), "(cells)", missing
-        self.expected, self.rerun = "every cell's stage results", rebuild
-
-
-def cell_of(path: Path | str, results: Path | str | None = None) -> str | None:
-    """The IMAGE/MODEL/tpN-epM cell a per-cell stage result belongs to (None otherwise)."""
-    path = Path(path)
-    for rel in CELL_STAGE_FILES:
-        depth = len(Path(rel).parts)
-        if path.parts[-depth:] == Path(rel).parts and len(path.parts) >= depth + 3:
-            return "/".join(path.parts[-depth - 3 : -depth])
-    return None
-
-
-def missing_stage_files(root: Path | str, cells: Iterable[str]) -> list[str]:
-    """Of ``cells``' stage results under ``root``, those that are not files, as paths."""
-    root = Path(root)
-    return [
-        str(root / cell / rel)
-        for cell in sorted(set(cells))
-        for rel in CELL_STAGE_FILES
-        if not (root / cell / rel).is_file()
-    ]
-
-
-def check_whole(root: Path | str, cells: Iterable[str], rebuild: str = LIVE_REBUILD) -> None:
-    """Raise ``IncompleteResults`` unless every cell has each of its stage results."""
-    missing = missing_stage_files(root, cells)
-    if missing:
-        raise IncompleteResults(root, missing, rebuild)
-
-
-def check_whole_files(files: Iterable[Path | str], rebuild: str = LIVE_REBUILD) -> None:
-    """Like ``check_whole`` for a list of files (a job's inputs): every cell that one of them
-    belongs to must have all of its stage results among them, each an existing file."""
-    given: dict[str, dict[str, Path]] = {}
-    for f in map(Path, files):
-        cell = cell_of(f)
-        if cell is not None:
-            cell_dir = Path(*f.parts[: len(f.parts) - len(Path(_rel_of(f)).parts)])
-            given.setdefault(cell, {"(dir)": cell_dir})[_rel_of(f)] = f
-    missing = []
-    for _cell, found in sorted(given.items()):
-        for rel in CELL_STAGE_FILES:
-            path = found.get(rel, found["(dir)"] / rel)
-            if rel not in found or not path.is_file():
-                missing.append(str(path))
-    if missing:
-        root = os.path.commonpath([str(given[c]["(dir)"]) for c in given]) if given else "."
-        raise IncompleteResults(root, missing, rebuild)
-
-
-def _rel_of(path: Path) -> str:
-    return next(r for r in CELL_STAGE_FILES if path.parts[-len(Path(r).parts) :] == Path(r).parts)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,6 +1,7 @@
 """The serve stage (serve and compare rules): the servers (`server`; `tf_serve` and
 `experts_tf` for transformers on the local runtime; `timed_server`, the test stand-in), the load
-generator (`loadgen`, `load_shapes`), per-request detail and observed points (`request_detail`,
+generator (`loadgen`, `load_shapes`; its prompts, `random_prompts`, and its HTTP client,
+`sse_client`), per-request detail and observed points (`request_detail`,
 `observed_point`), GPU telemetry and server metrics (`telemetry`, `server_metrics`), the tuned
 arm's evidence (`moe_evidence`) and the job itself: `job` (what it measures, `StageConfig`,
 checked once), `args` (its command line), `measure` (the grid against live servers,

@@ -23,7 +23,8 @@ import torch
 
 from cellbench.tune import kernels  # noqa: F401 - first: decides TRITON_INTERPRET before triton loads
 from cellbench.tune.kernels import config_lookup
-from cellbench.tune.kernels.fused_moe import DECODE_RULE_MAX_TOKENS, fused_moe
+from cellbench.tune.kernels.fused_moe import fused_moe
+from cellbench.tune.kernels.launch_policy import DECODE_RULE_MAX_TOKENS
 
 __all__ = ["NAME", "experts_forward", "launch_config", "register", "unsupported_reason"]
 

@@ -24,6 +24,7 @@ from cellbench.serve import (
     loadgen,
     moe_evidence,
     observed_point,
+    random_prompts,
     request_detail,
 )
 from cellbench.serve.job import IMAGES, WARM_MARKER, Side, StageConfig
@@ -210,7 +211,7 @@ def _measure(cfg: StageConfig, sides: list[Side], point_tag: str | None = None) 
                 _log(f"{side.name} server refuses ignore_eos: real output lengths are recorded")
             # Before any number is taken: did this server load the config its arm needs?
             moe_config = check_moe_config(cfg, side, server)
-            tok = loadgen.load_tokenizer(cfg.model, server.base_url, server.model_id)
+            tok = random_prompts.load_tokenizer(cfg.model, server.base_url, server.model_id)
             runs[side.name] = _SideRun(
                 side, server, ready_s, ignore_eos, tok, tuple(gpus), cache_at_start, moe_config
             )

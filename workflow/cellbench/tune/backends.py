@@ -160,8 +160,8 @@ class BuiltinBackend:
         from cellbench.tune.timing import time_side_by_side
 
         k = self._k
-        fm = inspect.getmodule(k.fused_moe)
-        if self.base.quant is not None or m > fm.DECODE_RULE_MAX_TOKENS:
+        policy = inspect.getmodule(k.kernel_path)  # the launch policy
+        if self.base.quant is not None or m > policy.DECODE_RULE_MAX_TOKENS:
             return None
         problems = [self.make_problem(m, seed * 1000 + i) for i in range(4 if on_gpu else 2)]
         out: dict[str, Any] = {"path": "grouped"}

@@ -159,9 +159,9 @@ def _assume(facts: dict[str, Any]) -> None:
     from triton.backends.compiler import GPUTarget
     from triton.runtime.driver import driver
 
-    fused = importlib.import_module(f"{_PKG}.kernels.fused_moe")
+    policy = importlib.import_module(f"{_PKG}.kernels.launch_policy")
     cap = tuple(facts["capability"])
-    fused.assume_device(_W["device"], cap, facts["sm_count"])
+    policy.assume_device(_W["device"], cap, facts["sm_count"])
     target = GPUTarget("cuda", cap[0] * 10 + cap[1], 32)
     driver.set_active(_CompileOnlyDriver(target, int(_W["device"].split(":")[1])))
     _W["facts"] = facts

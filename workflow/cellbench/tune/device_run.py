@@ -152,7 +152,7 @@ def _run_device(plan: Plan, batch_sizes: list[int], device_index: int) -> dict[s
             torch.cuda.set_device(device_index)
             device = torch.device("cuda", device_index)
             if pool is not None and pool.compile_only:
-                from cellbench.tune.kernels.fused_moe import device_facts
+                from cellbench.tune.kernels.launch_policy import device_facts
 
                 pool.assume_device(*device_facts(device))
         else:

@@ -17,12 +17,12 @@ if "TRITON_INTERPRET" not in os.environ and not torch.cuda.is_available():
     os.environ["TRITON_INTERPRET"] = "1"
 
 from cellbench.tune.kernels.align import moe_align_block_size  # noqa: E402
-from cellbench.tune.kernels.fused_moe import (  # noqa: E402
+from cellbench.tune.kernels.fused_moe import fused_moe  # noqa: E402
+from cellbench.tune.kernels.launch_policy import (  # noqa: E402
     CONFIG_KEYS,
     DECODE_MAX_TOKENS,
     QuantArgs,
     decode_launch_key,
-    fused_moe,
     interpreter_active,
     kernel_options,
     kernel_path,

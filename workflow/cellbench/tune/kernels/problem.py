@@ -16,8 +16,10 @@ import torch
 from cellbench.tune.shapes import MoEShape
 
 # The kernel module itself, not the function the package re-exports under its name: its
-# switches and launchers are read at call time, where kernel_options and tests set them.
+# launchers, and the launch policy's switches, are read at call time, where kernel_options and
+# tests set them.
 fm = importlib.import_module("cellbench.tune.kernels.fused_moe")
+policy = importlib.import_module("cellbench.tune.kernels.launch_policy")
 
 
 @dataclass
@@ -36,7 +38,7 @@ class MoEProblem:
     w2: torch.Tensor
     topk_weights: torch.Tensor
     topk_ids: torch.Tensor
-    quant: fm.QuantArgs | None = None
+    quant: policy.QuantArgs | None = None
     _prepared: dict[tuple[int, bool], dict[str, Any]] = field(default_factory=dict, repr=False)
 
     @property
@@ -48,7 +50,7 @@ def _quantise_weight(
     w: torch.Tensor, block: tuple[int, int] | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """fp8 weights and float32 scales: per expert, or per (bn x bk) block."""
-    f8 = fm.fp8_dtype()
+    f8 = policy.fp8_dtype()
     fmax = torch.finfo(f8).max
     e, r, c = w.shape
     if block is None:
@@ -85,12 +87,12 @@ def make_problem(
         raise ValueError(f"m={m} must be >= 1")
     if shape.dtype is not None and dtype == shape.dtype:
         dtype = "bf16"
-    name = fm._DTYPE_ALIASES.get(dtype, dtype)
-    if name not in fm._DTYPES:
-        raise ValueError(f"dtype={dtype!r} must be one of {', '.join(fm._DTYPES)}")
+    name = policy._DTYPE_ALIASES.get(dtype, dtype)
+    if name not in policy._DTYPES:
+        raise ValueError(f"dtype={dtype!r} must be one of {', '.join(policy._DTYPES)}")
     if shape.dtype not in (None, "fp8_w8a8"):
         raise ValueError(f"shape dtype {shape.dtype!r} is not supported by the builtin kernel")
-    act = fm._DTYPES[name]
+    act = policy._DTYPES[name]
     dev = torch.device(device)
     gen = torch.Generator(device="cpu").manual_seed(seed)
     e, n, k, topk = shape.num_experts, shape.intermediate_size, shape.hidden_size, shape.topk
@@ -119,7 +121,7 @@ def make_problem(
     if shape.dtype == "fp8_w8a8":
         w1, s1 = _quantise_weight(w1f, shape.block_shape)
         w2, s2 = _quantise_weight(w2f, shape.block_shape)
-        quant = fm.QuantArgs("fp8_w8a8", s1, s2, shape.block_shape)
+        quant = policy.QuantArgs("fp8_w8a8", s1, s2, shape.block_shape)
     else:
         w1, w2 = w1f.to(act), w2f.to(act)
     del w1f, w2f
@@ -131,7 +133,7 @@ def _prepare(problem: MoEProblem, config: dict[str, Any]) -> dict[str, Any]:
     BLOCK_SIZE_M, since that is all the alignment depends on)."""
     bm = config["BLOCK_SIZE_M"]
     p, q = problem, problem.quant
-    naive = fm._naive(p.topk_ids.numel(), p.shape.num_experts)
+    naive = policy._naive(p.topk_ids.numel(), p.shape.num_experts)
     if (bm, naive) in problem._prepared:
         return problem._prepared[(bm, naive)]
     if naive:
@@ -156,11 +158,11 @@ def run_gemms(problem: MoEProblem, config: dict[str, Any], path: str = "auto") -
     """Only the two GEMMs. Grouped path: on inputs aligned and quantised beforehand (once per
     BLOCK_SIZE_M); returns GEMM 2's (M*topk, K) output, routing weight applied. Few-token
     path (see `fused_moe`): the one launch that does both (and the activation), same output."""
-    fm.check_config(config, problem.quant)
+    policy.check_config(config, problem.quant)
     p, q = problem, problem.quant
-    ch = fm._chain(p.hidden_states, p.topk_ids.numel())  # as in fused_moe: the same kernels
-    if fm.kernel_path(p.m, q, path, config) == "decode":
-        if fm.DECODE_KERNEL == "slice":  # one launch does it all: the GEMMs are the whole call
+    ch = policy._chain(p.hidden_states, p.topk_ids.numel())  # as in fused_moe: the same kernels
+    if policy.kernel_path(p.m, q, path, config) == "decode":
+        if policy.DECODE_KERNEL == "slice":  # one launch does it all: the GEMMs are the whole call
             return fm._decode_slice(p.hidden_states, p.w1, p.w2, p.topk_weights, p.topk_ids, config)
         return fm._decode(p.hidden_states, p.w1, p.w2, p.topk_weights, p.topk_ids, config, ch)
     prep = _prepare(problem, config)

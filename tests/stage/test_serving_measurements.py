@@ -242,10 +242,7 @@ def test_request_sidecar_refused_when_changed_after_writing(tmp_path):
 def test_stage_refuses_bad_load_shape_flags_before_any_server(tmp_path, capsys):
     for extra, message in (
         (["--request-rates", "2,x"], "--request-rates must be comma-separated numbers"),
-        (["--request-rates", "0"], "--request-rates must be finite numbers > 0"),
-        (["--burstiness", "0"], "--burstiness must be > 0 or inf"),
         (["--goodput", "ttfb:5"], "unknown SLO 'ttfb'"),
-        (["--metrics-interval", "0"], "--metrics-interval must be a number of seconds > 0"),
     ):
         assert serve_stage.main(_stage_args(tmp_path, *extra)) == 2
         assert message in capsys.readouterr().err

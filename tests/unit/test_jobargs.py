@@ -5,7 +5,7 @@ run is tests/workflow/test_pipeline_local.py::test_rerun_trigger_table."""
 from __future__ import annotations
 
 import copy
-import shlex
+import json
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -16,16 +16,12 @@ from cellbench.runtime import pins
 
 ROOT = Path(__file__).resolve().parents[2]
 CELL = SimpleNamespace(image="rocm7.2", model="qwen3-30b-a3b-fp8", tp="2", ep="2")
-HOST_ONLY = {"--lease-dir", "--ready-timeout", "--total-gpus", "--hf-cache", "--mount"}
+HOST_KEYS = {"lease_dir", "ready_timeout_s", "total_gpus", "hf_cache", "vllm_python"}
 
 
 @pytest.fixture
 def production():
     return cbconfig.load(ROOT / "config/config.yaml")
-
-
-def _flags(text: str) -> set[str]:
-    return {word for word in shlex.split(text) if word.startswith("--")}
 
 
 def _all_settings(config) -> list[str]:
@@ -39,13 +35,11 @@ def _all_settings(config) -> list[str]:
 
 def test_settings_hold_no_host_detail(production):
     p = pins.Pins.for_config(production)
-    serve = jobargs.serve_settings(production, p, CELL, "pair")
-    assert not _flags(serve) & HOST_ONLY
-    assert {"--grid-json", "--repeats", "--gsm8k-fewshot", "--image-digest", "--gpus"} <= _flags(
-        serve
-    )
-    host = jobargs.serve_host(production, SimpleNamespace(keys=lambda: [], tuned=None))
-    assert _flags(host) <= HOST_ONLY
+    serve = json.loads(jobargs.serve_settings(production, p, CELL, "pair"))
+    assert not set(serve) & HOST_KEYS
+    assert {"grid", "repeats", "gsm8k_fewshot", "image_digest", "gpus"} <= set(serve)
+    host = json.loads(jobargs.serve_host(production, SimpleNamespace(keys=lambda: [], tuned=None)))
+    assert set(host) <= HOST_KEYS
     tune = jobargs.tune_settings(production, p, CELL)
     assert "--total-gpus" not in tune and "lease" not in tune and "huggingface" not in tune
 
@@ -81,3 +75,45 @@ def test_shaping_settings_change_the_tracked_values(production, section, key, va
     before, after = _all_settings(production), _all_settings(edited)
     assert after[2] != before[2]  # the archive's settings hash
     assert after[0] != before[0] or after[1] != before[1]
+
+
+def test_serve_settings_are_the_job_as_canonical_json(production):
+    """params.settings is the stage's job itself, byte-stable (keys sorted, no spaces), and
+    the stage reads it, with params.host, into the one typed object it runs."""
+    from cellbench.serve.args import parse_args
+    from cellbench.serve.job import StageConfig
+
+    p = pins.Pins.for_config(production)
+    settings = jobargs.serve_settings(production, p, CELL, "untuned")
+    job = json.loads(settings)
+    assert settings == json.dumps(job, sort_keys=True, separators=(",", ":"))
+    assert settings == jobargs.serve_settings(copy.deepcopy(production), p, CELL, "untuned")
+    host = jobargs.serve_host(production, SimpleNamespace(keys=lambda: [], tuned=None))
+    job["gsm8k"] = False  # no question file on this host
+    job["image_ref"] = "r@sha256:" + "0" * 64  # the production config's images are not locked
+    cfg = parse_args(["--job", json.dumps(job), "--host", host, "--out-dir", "out"])
+    assert cfg == StageConfig.from_job({**job, **json.loads(host), "out_dir": "out"})
+    assert (cfg.grid, cfg.repeats, cfg.tp, cfg.ep) == (
+        production["serve"]["grid"],
+        production["serve"]["repeats"],
+        2,
+        2,
+    )
+    assert cfg.ready_timeout_s == production["serve"]["ready_timeout_s"]
+
+
+def test_every_serve_key_but_the_hosts_is_the_jobs(production):
+    """A new serve setting needs no line here: the section's keys go into the job as they
+    are, but for the host's and the rules' own, and each is a StageConfig field."""
+    from dataclasses import fields
+
+    from cellbench.serve.job import StageConfig
+
+    p = pins.Pins.for_config(production)
+    job = jobargs.serve_job(production, p, CELL, "pair")
+    skipped = set(jobargs.SERVE_HOST_KEYS) | set(jobargs.SERVE_RULE_KEYS)
+    assert not production["serve"]["request_rates"]  # then these two shape nothing
+    skipped |= {"request_rate_prompts", "burstiness"}
+    assert set(production["serve"]) - skipped <= set(job)
+    assert set(job) <= {f.name for f in fields(StageConfig)}
+    assert set(jobargs.SERVE_HOST_KEYS) <= {f.name for f in fields(StageConfig)}

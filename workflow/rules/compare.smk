@@ -21,8 +21,8 @@ rule compare_images:
         # Two servers of TP GPUs each, alive together.
         gpu=lambda wildcards: 2 * gpus_for(wildcards),
     params:
-        # Tracked: both pins and the load grid. The full command line names input folders,
-        # so it is built untracked (compare_args) from the same values.
+        # Tracked: both pins and the load grid. The whole job names input folders, so it
+        # is built untracked (compare_args) from the same values.
         settings=compare_settings,
         check=lambda wildcards: result_problem(
             f"results/compare/{COMPARE_ID.format(**wildcards)}/bench.json"
@@ -30,4 +30,4 @@ rule compare_images:
         args=compare_args,
         out=lambda wildcards, output: str(Path(output.bench).parent),
     shell:
-        logged("python -m cellbench.serve {params.args} --out-dir {params.out}")
+        logged("python -m cellbench.serve --job {params.args:q} --out-dir {params.out}")

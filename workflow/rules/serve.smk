@@ -5,9 +5,11 @@
 # per-arm files, so the gsm8k, report and archive rules read either.
 
 
-# params.settings is tracked (every flag that shapes a number), params.host is not.
+# The stage's job (cellbench.config.jobargs.serve_job) as canonical JSON: params.settings is
+# tracked (every value that shapes a number), params.host is not.
 SERVE_SHELL = logged(
-    "python -m cellbench.serve {params.settings} {params.host} --out-dir {params.out}"
+    "python -m cellbench.serve --job {params.settings:q} --host {params.host:q}"
+    " --out-dir {params.out}"
 )
 
 

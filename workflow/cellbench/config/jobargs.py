@@ -5,7 +5,7 @@ plain values computed from wildcards and config. A params function that names ``
 ``output``, ``threads`` or ``resources`` is "derived" and left out of that comparison. So each
 measuring rule gets two params built here:
 
-* ``settings`` (tracked): every flag whose value changes the job's output (the model and its
+* ``settings`` (tracked): every value that changes the job's output (the model and its
   layout, the load grid, repeats, GSM8K shots, the pinned digest, the GPU vendor ...). Editing
   any of these in the config reruns the job and everything downstream of it.
 * ``host`` (deliberately untracked: the rules wrap it in a function of ``input``): where things
@@ -73,14 +73,6 @@ def _gpu_flags(config: dict, wildcards: Any) -> list[str]:
     if config["runtime"] != "docker":
         return []
     return ["--gpu-vendor", config["gpu_vendor"], "--gpus", str(gpus_per_server(config, wildcards))]
-
-
-def _server_gpu_flags(config: dict, wildcards: Any) -> list[str]:
-    """The GPUs of a serving job: a container's per server, or on the local runtime the
-    config's ``gpus``, which both arms' host processes share (none: the CPU, no flags)."""
-    if config["runtime"] == "docker" or config["gpus"] == 0:
-        return _gpu_flags(config, wildcards)
-    return ["--gpu-vendor", config["gpu_vendor"], "--gpus", str(config["gpus"])]
 
 
 # --- tune -----------------------------------------------------------------------------------
@@ -152,6 +144,33 @@ def step_flags(config: dict, pins: Any, wildcards: Any) -> str:
 
 
 # --- serve ----------------------------------------------------------------------------------
+#
+# A serving job is a dict of ``cellbench.serve.job.StageConfig`` fields: ``serve_job`` (tracked,
+# as canonical JSON: params.settings) and ``serve_host`` (untracked: params.host). The rule
+# passes both to ``python -m cellbench.serve --job ... --host ...``; ``StageConfig.from_job``
+# reads them. The config's serve section goes in as it is, but for the keys below.
+
+# serve keys that are not the job's settings: this host's details (serve_host) and which rules
+# the workflow has (serve.smk, compare.smk).
+SERVE_HOST_KEYS = ("vllm_python", "ready_timeout_s")
+SERVE_RULE_KEYS = ("interleave_arms", "compare_images")
+
+# The gsm8k keys a serving job reads, and their StageConfig fields (local_questions makes the
+# question file, an input; min_change_pct is the report's).
+GSM8K_FIELDS = {
+    "num_fewshot": "gsm8k_fewshot",
+    "limit": "gsm8k_limit",
+    "max_gen_toks": "gsm8k_max_gen_toks",
+    "num_concurrent": "gsm8k_concurrency",
+    "dataset": "gsm8k_dataset",
+    "api": "gsm8k_api",
+    "instances": "gsm8k_instances",
+}
+
+
+def canonical(job: dict[str, Any]) -> str:
+    """A job as byte-stable JSON: a tracked param reruns its job exactly when a value changes."""
+    return json.dumps(job, sort_keys=True, separators=(",", ":"))
 
 
 def local_device(config: dict) -> str:
@@ -160,120 +179,85 @@ def local_device(config: dict) -> str:
     return "cuda" if config["gpus"] > 0 else "cpu"
 
 
-def _load_flags(config: dict, wildcards: Any) -> list[str]:
-    """The model, its layout and the load grid: shared by every serving job."""
+def _server_gpus(config: dict, wildcards: Any) -> dict[str, Any]:
+    """The GPUs of a serving job: a container's per server, or on the local runtime the
+    config's ``gpus``, which both arms' host processes share (none: the CPU, no keys)."""
+    if config["runtime"] == "docker":
+        return {"gpu_vendor": config["gpu_vendor"], "gpus": gpus_per_server(config, wildcards)}
+    if config["gpus"] == 0:
+        return {}
+    return {"gpu_vendor": config["gpu_vendor"], "gpus": config["gpus"]}
+
+
+def _load_job(config: dict, wildcards: Any) -> dict[str, Any]:
+    """The model, its layout, the load grid and the serve section's settings: shared by every
+    serving job. A gate (max_failed_share) is tracked too: a stricter gate must re-judge
+    results that passed the old one."""
     model = config["models"][wildcards.model]
-    serve = config["serve"]
-    return [
-        "--model",
-        model_source(config, wildcards.model),
-        "--served-model-name",
-        wildcards.model,
-        "--tp",
-        str(wildcards.tp),
-        "--ep",
-        str(wildcards.ep),
-        "--serve-args-json",
-        json.dumps(model["serve_args"]),
-        "--server",
-        serve["server"],
-        "--model-dtype",
-        model["dtype"],
-        *(["--device", local_device(config)] if config["runtime"] == "local" else []),
-        "--grid-json",
-        json.dumps(serve["grid"]),
-        "--concurrency",
-        ",".join(map(str, serve["concurrency"])),
-        "--prompts-per-concurrency",
-        str(serve["prompts_per_concurrency"]),
-        "--warmups-per-concurrency",
-        str(serve["warmups_per_concurrency"]),
-        "--repeats",
-        str(serve["repeats"]),
-        "--ignore-eos" if serve["ignore_eos"] else "--no-ignore-eos",
-        # A gate, not a measurement; still tracked, since a stricter gate must re-judge
-        # results that passed the old one.
-        "--max-failed-share",
-        str(serve["max_failed_share"]),
-        *_load_shape_flags(serve),
-    ]
+    skip = SERVE_HOST_KEYS + SERVE_RULE_KEYS
+    job = {k: v for k, v in config["serve"].items() if k not in skip}
+    if not job["request_rates"]:  # they shape request-rate points only: none, no number
+        del job["request_rate_prompts"], job["burstiness"]
+    job.update(
+        model=model_source(config, wildcards.model),
+        served_model_name=wildcards.model,
+        tp=int(wildcards.tp),
+        ep=int(wildcards.ep),
+        serve_args=list(model["serve_args"]),
+        model_dtype=model["dtype"],
+        **_server_gpus(config, wildcards),
+    )
+    if config["runtime"] == "local":
+        job["device"] = local_device(config)
+    return job
 
 
-def _load_shape_flags(serve: dict) -> list[str]:
-    """Request-rate points, goodput SLOs and the probes' sampling intervals (issue 24). Each
-    only when it differs from its default, so configs without them keep their recorded
-    params (and their finished jobs); the defaults are serve_stage's own."""
-    args: list[str] = []
-    if serve["request_rates"]:
-        args += ["--request-rates", ",".join(f"{r:g}" for r in serve["request_rates"])]
-        args += ["--request-rate-prompts", str(serve["request_rate_prompts"])]
-        args += ["--burstiness", str(serve["burstiness"])]
-    if serve["goodput"]:
-        args += ["--goodput", *(f"{k}:{v:g}" for k, v in sorted(serve["goodput"].items()))]
-    if serve["metrics_interval_s"] != 0.5:
-        args += ["--metrics-interval", str(serve["metrics_interval_s"])]
-    if serve["telemetry_interval_s"] != 0.2:
-        args += ["--telemetry-interval", str(serve["telemetry_interval_s"])]
-    return args
+def serve_job(config: dict, pins: Any, wildcards: Any, arm: str) -> dict[str, Any]:
+    """The serve stage's tracked job for one arm, or both (``arm="pair"``)."""
+    job = {
+        "runtime": config["runtime"],
+        "cell_id": cell_id(wildcards),
+        "arm": arm,
+        **_load_job(config, wildcards),
+        **{field: config["gsm8k"][key] for key, field in GSM8K_FIELDS.items()},
+        "image_digest": pins.digest(wildcards.image),
+    }
+    env = cell_env(config, wildcards)
+    if env:  # both arms' servers get them
+        job["server_env"] = env
+    if config["runtime"] == "docker":
+        job["image_ref"] = pins.ref(wildcards.image)
+    return job
 
 
 def serve_settings(config: dict, pins: Any, wildcards: Any, arm: str) -> str:
-    """serve_stage's tracked flags for one arm, or both (``arm="pair"``)."""
-    gsm8k = config["gsm8k"]
-    args = [
-        "--runtime",
-        config["runtime"],
-        "--cell-id",
-        cell_id(wildcards),
-        "--arm",
-        arm,
-        *_load_flags(config, wildcards),
-        "--gsm8k-fewshot",
-        str(gsm8k["num_fewshot"]),
-    ]
-    if gsm8k["limit"]:
-        args += ["--gsm8k-limit", str(gsm8k["limit"])]
-    args += ["--gsm8k-max-gen-toks", str(gsm8k["max_gen_toks"])]
-    args += ["--gsm8k-concurrency", str(gsm8k["num_concurrent"])]
-    # The questions (a local file's content is tracked as the serve rule's input), how lm-eval
-    # asks (chat prompts differ from plain ones) and how many server starts run them.
-    args += ["--gsm8k-dataset", gsm8k["dataset"], "--gsm8k-api", gsm8k["api"]]
-    args += ["--gsm8k-instances", str(gsm8k["instances"])]
-    env = cell_env(config, wildcards)
-    if env:  # both arms' servers get them; only when set, as in tune_settings
-        args += ["--server-env-json", json.dumps(env, sort_keys=True)]
-    if config["runtime"] == "docker":
-        args += ["--image-ref", pins.ref(wildcards.image)]
-    args += ["--image-digest", pins.digest(wildcards.image)]
-    args += _server_gpu_flags(config, wildcards)
-    return shlex.join(args)
+    """params.settings of the serve rules: ``serve_job`` as canonical JSON."""
+    return canonical(serve_job(config, pins, wildcards, arm))
 
 
-def _server_host_flags(config: dict) -> list[str]:
+def _host_job(config: dict) -> dict[str, Any]:
     """Host details of serving jobs: none of them changes a number."""
-    args = ["--lease-dir", LEASE_DIR, "--ready-timeout", str(config["serve"]["ready_timeout_s"])]
+    job: dict[str, Any] = {
+        "lease_dir": LEASE_DIR,
+        "ready_timeout_s": config["serve"]["ready_timeout_s"],
+    }
     if config["runtime"] == "local" and config["serve"]["server"] == "vllm":
         # Where vLLM is installed on this host (its own environment): what it serves is
-        # tracked through --server and the model, not through the interpreter's path.
-        args += ["--vllm-python", str(Path(config["serve"]["vllm_python"]).expanduser())]
+        # tracked through the server and the model, not through the interpreter's path.
+        job["vllm_python"] = str(Path(config["serve"]["vllm_python"]).expanduser())
     if config["runtime"] == "docker":
-        args += [
-            "--total-gpus",
-            str(config["gpus"]),
-            "--hf-cache",
-            str(Path(config["hf_cache"]).expanduser()),
-        ]
-    return args
+        job["total_gpus"] = config["gpus"]
+        job["hf_cache"] = str(Path(config["hf_cache"]).expanduser())
+    return job
 
 
 def serve_host(config: dict, input: Any) -> str:
-    """serve_stage's untracked flags: host details and the input folders (whose content is
-    tracked through Snakemake's input triggers)."""
-    args = _server_host_flags(config)
-    names = set(input.keys())
-    if "tuned" in names:
-        args += ["--tuned-config-dir", input.tuned]
-    return shlex.join(args)
+    """params.host of the serve rules (untracked): host details and the tuned configs' folder
+    (whose content is tracked through Snakemake's input triggers)."""
+    job = _host_job(config)
+    if "tuned" in set(input.keys()):
+        job["tuned_config_dir"] = input.tuned
+    return canonical(job)
 
 
 # --- image comparisons ----------------------------------------------------------------------
@@ -296,37 +280,31 @@ def compare_sides(config: dict, pins: Any, wildcards: Any) -> list[dict[str, Any
     return sides
 
 
-def _compare_flags(config: dict, wildcards: Any) -> list[str]:
-    return [
-        "--runtime",
-        config["runtime"],
-        "--cell-id",
-        f"{wildcards.image_a}-vs-{wildcards.image_b}/{wildcards.model}"
+def compare_job(config: dict, pins: Any, wildcards: Any) -> dict[str, Any]:
+    """A comparison's tracked job: both images' pins and the shared load grid."""
+    return {
+        "runtime": config["runtime"],
+        "cell_id": f"{wildcards.image_a}-vs-{wildcards.image_b}/{wildcards.model}"
         f"/tp{wildcards.tp}-ep{wildcards.ep}",
-        "--arm",
-        "images",
-        *_load_flags(config, wildcards),
-        "--no-gsm8k",
-        *_server_gpu_flags(config, wildcards),
-    ]
+        "arm": "images",
+        **_load_job(config, wildcards),
+        "gsm8k": False,
+        "images": compare_sides(config, pins, wildcards),
+    }
 
 
 def compare_settings(config: dict, pins: Any, wildcards: Any) -> str:
-    """A comparison's tracked values (a rerun trigger): both images' pins and the shared
-    load grid."""
-    sides = compare_sides(config, pins, wildcards)
-    return shlex.join(_compare_flags(config, wildcards)) + " " + json.dumps(sides, sort_keys=True)
+    """params.settings of a comparison (a rerun trigger): ``compare_job`` as canonical JSON."""
+    return canonical(compare_job(config, pins, wildcards))
 
 
 def compare_args(config: dict, pins: Any, wildcards: Any, input: Any) -> str:
-    """The whole command line of a comparison. ``--images-json`` names the tuned folders,
-    which are inputs, so this is passed untracked; ``compare_settings`` is its tracked twin."""
-    sides = compare_sides(config, pins, wildcards)
-    sides[0]["tuned_config_dir"] = input.tuned_a
-    sides[1]["tuned_config_dir"] = input.tuned_b
-    args = _compare_flags(config, wildcards)
-    args += ["--images-json", json.dumps(sides), *_server_host_flags(config)]
-    return shlex.join(args)
+    """The whole job of a comparison, host details and each side's tuned folder (inputs)
+    included, so passed untracked; ``compare_settings`` is its tracked twin."""
+    job = compare_job(config, pins, wildcards)
+    job["images"][0]["tuned_config_dir"] = input.tuned_a
+    job["images"][1]["tuned_config_dir"] = input.tuned_b
+    return canonical({**job, **_host_job(config)})
 
 
 # --- configs --------------------------------------------------------------------------------

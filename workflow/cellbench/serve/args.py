@@ -1,184 +1,134 @@
-"""The serve stage's command line: the flags the serve and compare rules build from the config,
-parsed into a ``StageConfig`` (``cellbench.serve.job``).
+"""The serve stage's command line, a thin way to a job (``StageConfig.from_job``).
+
+The rules pass the job whole: ``--job JSON`` (its tracked settings, as
+``cellbench.config.jobargs.serve_job`` builds them) and ``--host JSON`` (this host's details:
+lease folder, timeouts, input folders), both dicts of ``StageConfig`` fields, and ``--out-dir``.
+By hand, or to override one field of a job, each field also has a flag (``--repeats 2``,
+``--grid-json '[...]'``); a key given twice is refused. The flags convert text to the field's
+value and nothing more: ``StageConfig.from_job`` is the one place a job is built and checked.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 from typing import Any
 
-from cellbench.gsm8k.evaluate import (
-    APIS,
-    HUB_DATASET,
-)
-from cellbench.serve import (
-    load_shapes,
-    server_metrics,
-    telemetry,
-)
-from cellbench.serve.job import ARMS, IMAGES, PAIR, SERVERS, ImageSpec, StageConfig, _env_arg
+from cellbench.gsm8k.evaluate import APIS
+from cellbench.serve.job import ARMS, IMAGES, PAIR, SERVERS, StageConfig
 
 
-def _json_arg(text: str, flag: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{flag}: not valid JSON ({e}): {text!r}") from None
+def _json(flag: str):
+    def parse(text: str) -> Any:
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{flag}: not valid JSON ({e}): {text!r}") from None
+
+    return parse
 
 
-def _int_list(text: str, flag: str) -> list[int]:
-    try:
-        return [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise ValueError(f"{flag}: expected comma-separated integers, got {text!r}") from None
+def _list(kind: type, flag: str):
+    what = "integers" if kind is int else "numbers"
+
+    def parse(text: str) -> list:
+        try:
+            return [kind(x) for x in text.split(",") if x.strip()]
+        except ValueError:
+            raise ValueError(f"{flag} must be comma-separated {what}, got {text!r}") from None
+
+    return parse
+
+
+# Flags whose text becomes another type (after parsing, so a bad value's message is ours).
+_CONVERT = {
+    "job": _json("--job"),
+    "host": _json("--host"),
+    "serve_args": _json("--serve-args-json"),
+    "server_command": _json("--server-command-json"),
+    "grid": _json("--grid-json"),
+    "concurrency": _list(int, "--concurrency"),
+    "request_rates": _list(float, "--request-rates"),
+    "images": _json("--images-json"),
+    "server_env": _json("--server-env-json"),
+}
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m cellbench.serve",
+        description=__doc__.split("\n")[0],
+        argument_default=argparse.SUPPRESS,  # only what is given joins the job
+    )
+    a = p.add_argument
+    a("--job", help="the job: a JSON object of fields")
+    a("--host", help="this host's fields, a JSON object (untracked)")
+    a("--out-dir", dest="out_dir")
+    a("--runtime", choices=["local", "docker"])
+    a("--cell-id", dest="cell_id")
+    a("--arm", choices=[*ARMS, PAIR, IMAGES])
+    a("--model")
+    a("--served-model-name", dest="served_model_name")
+    a("--tp", type=int)
+    a("--ep", type=int)
+    a("--image-ref", dest="image_ref")
+    a("--image-digest", dest="image_digest")
+    a("--gpu-vendor", dest="gpu_vendor", choices=["amd", "nvidia", "none"])
+    a("--gpus", type=int)
+    a("--total-gpus", dest="total_gpus", type=int)
+    a("--hf-cache", dest="hf_cache")
+    a("--cache-dir", dest="cache_dir")
+    a("--lease-dir", dest="lease_dir")
+    a("--serve-args-json", dest="serve_args")
+    a("--server", choices=list(SERVERS))
+    a("--model-dtype", dest="model_dtype", help="the model's dtype in the config (fp16, ...)")
+    a("--device", help="local runtime: the torch device the server runs on")
+    a("--vllm-python", dest="vllm_python", help="--server vllm, local: Python with vLLM")
+    a("--server-command-json", dest="server_command")
+    a("--grid-json", dest="grid")
+    a("--concurrency")
+    a("--prompts-per-concurrency", dest="prompts_per_concurrency", type=int)
+    a("--warmups-per-concurrency", dest="warmups_per_concurrency", type=int)
+    a("--repeats", type=int)
+    a("--request-rate", dest="request_rate")
+    a("--request-rates", dest="request_rates")
+    a("--burstiness", help="gamma shape of arrival gaps (1 Poisson, inf constant)")
+    a("--request-rate-prompts", dest="request_rate_prompts", type=int)
+    a("--goodput", nargs="*", help="SLOs as vllm bench serve: ttft:MS tpot:MS e2el:MS")
+    a("--metrics-interval", dest="metrics_interval_s", type=float)
+    a("--telemetry-interval", dest="telemetry_interval_s", type=float)
+    a("--seed", type=int)
+    a("--ignore-eos", dest="ignore_eos", action=argparse.BooleanOptionalAction)
+    a("--ready-timeout", dest="ready_timeout_s", type=float)
+    a("--max-failed-share", dest="max_failed_share", type=float)
+    a("--tuned-config-dir", dest="tuned_config_dir")
+    a("--gsm8k", action=argparse.BooleanOptionalAction)
+    a("--gsm8k-dataset", dest="gsm8k_dataset", help="hub id or a local .jsonl file")
+    a("--gsm8k-api", dest="gsm8k_api", choices=APIS)
+    a("--gsm8k-instances", dest="gsm8k_instances", type=int)
+    a("--gsm8k-fewshot", dest="gsm8k_fewshot", type=int)
+    a("--gsm8k-limit", dest="gsm8k_limit", type=int)
+    a("--gsm8k-timeout", dest="gsm8k_timeout_s", type=float)
+    a("--gsm8k-max-gen-toks", dest="gsm8k_max_gen_toks", type=int)
+    a("--gsm8k-concurrency", dest="gsm8k_concurrency", type=int)
+    a("--images-json", dest="images")
+    a("--server-env-json", dest="server_env")
+    return p
 
 
 def parse_args(argv: list[str] | None = None) -> StageConfig:
-    """Turn the command line into a validated ``StageConfig``."""
-    p = argparse.ArgumentParser(
-        prog="python -m cellbench.serve", description=__doc__.split("\n")[0]
-    )
-    a = p.add_argument
-    a("--runtime", required=True, choices=["local", "docker"])
-    a("--cell-id", required=True)
-    a("--arm", required=True, choices=[*ARMS, PAIR, IMAGES])
-    a("--model", required=True)
-    a("--served-model-name", default=None)
-    a("--tp", type=int, default=1)
-    a("--ep", type=int, default=1)
-    a("--image-ref", default=None)
-    a("--image-digest", default=None)
-    a("--gpu-vendor", default="none", choices=["amd", "nvidia", "none"])
-    a("--gpus", type=int, default=0)
-    a("--total-gpus", type=int, default=0)
-    a("--hf-cache", type=Path, default=None)
-    a("--cache-dir", type=Path, default=None)
-    a("--lease-dir", type=Path, default=Path("results/.leases"))
-    a("--serve-args-json", default="[]")
-    a("--server", choices=list(SERVERS), default=None)
-    a("--model-dtype", default=None, help="the model's dtype in the config (fp16, bf16, ...)")
-    a("--device", default="cpu", help="local runtime: the torch device the server runs on")
-    a("--vllm-python", default=None, help="--server vllm, local runtime: Python with vLLM")
-    a("--server-command-json", default=None)
-    a("--grid-json", required=True)
-    a("--concurrency", required=True)
-    a("--prompts-per-concurrency", type=int, default=10)
-    a("--warmups-per-concurrency", type=int, default=2)
-    a("--repeats", type=int, default=1)
-    a("--request-rate", default="inf")
-    a("--request-rates", default="", help="request-rate points, req/s, comma-separated")
-    a("--burstiness", default="1", help="gamma shape of arrival gaps (1 Poisson, inf constant)")
-    a("--request-rate-prompts", type=int, default=32, help="measured requests per rate point")
-    a("--goodput", nargs="*", default=[], help="SLOs as vllm bench serve: ttft:MS tpot:MS e2el:MS")
-    a("--metrics-interval", type=float, default=server_metrics.DEFAULT_INTERVAL_S)
-    a("--telemetry-interval", type=float, default=telemetry.DEFAULT_INTERVAL_S)
-    a("--seed", type=int, default=0)
-    a("--ignore-eos", action=argparse.BooleanOptionalAction, default=True)
-    a("--ready-timeout", type=float, default=600.0)
-    a("--max-failed-share", type=float, default=0.05)
-    a("--tuned-config-dir", type=Path, default=None)
-    a("--gsm8k", action=argparse.BooleanOptionalAction, default=True)
-    a("--gsm8k-dataset", default=HUB_DATASET, help="hub id or a local .jsonl file")
-    a("--gsm8k-api", choices=APIS, default="auto")
-    a("--gsm8k-instances", type=int, default=1, help="server starts per arm that run GSM8K")
-    a("--gsm8k-fewshot", type=int, default=5)
-    a("--gsm8k-limit", type=int, default=None)
-    a("--gsm8k-timeout", type=float, default=6 * 3600.0)
-    a("--gsm8k-max-gen-toks", type=int, default=256)
-    a("--gsm8k-concurrency", type=int, default=1, help="lm-eval's num_concurrent")
-    a("--images-json", default=None)
-    a("--server-env-json", default="{}", help="variables for every server of the job")
-    a("--out-dir", required=True, type=Path)
-    ns = p.parse_args(argv)
-    serve_args = _json_arg(ns.serve_args_json, "--serve-args-json")
-    if not isinstance(serve_args, list) or not all(isinstance(x, str) for x in serve_args):
-        raise ValueError(f"--serve-args-json must be a JSON list of strings: {serve_args!r}")
-    command = None
-    if ns.server_command_json is not None:
-        command = _json_arg(ns.server_command_json, "--server-command-json")
-        if (
-            not isinstance(command, list)
-            or not command
-            or not all(isinstance(x, str) for x in command)
-        ):
-            raise ValueError(
-                f"--server-command-json must be a non-empty list of strings: {command!r}"
-            )
-    images = None
-    if ns.images_json is not None:
-        raw = _json_arg(ns.images_json, "--images-json")
-        if not isinstance(raw, list):
-            raise ValueError(f"--images-json must be a JSON list of objects: {raw!r}")
-        images = [ImageSpec.from_json(obj, f"--images-json[{i}]") for i, obj in enumerate(raw)]
-    try:
-        rate = float(ns.request_rate)
-    except ValueError:
-        raise ValueError(
-            f"--request-rate must be a number or inf, got {ns.request_rate!r}"
-        ) from None
-    try:
-        request_rates = [float(x) for x in ns.request_rates.split(",") if x.strip()]
-        burstiness = float(ns.burstiness)
-    except ValueError:
-        raise ValueError(
-            f"--request-rates must be comma-separated numbers and --burstiness a number or "
-            f"inf, got {ns.request_rates!r} and {ns.burstiness!r}"
-        ) from None
-    cfg = StageConfig(
-        runtime=ns.runtime,
-        cell_id=ns.cell_id,
-        arm=ns.arm,
-        model=ns.model,
-        out_dir=ns.out_dir,
-        grid=_json_arg(ns.grid_json, "--grid-json"),
-        concurrency=_int_list(ns.concurrency, "--concurrency"),
-        served_model_name=ns.served_model_name,
-        tp=ns.tp,
-        ep=ns.ep,
-        image_ref=ns.image_ref,
-        image_digest=ns.image_digest,
-        gpu_vendor=ns.gpu_vendor,
-        gpus=ns.gpus,
-        total_gpus=ns.total_gpus,
-        hf_cache=ns.hf_cache,
-        cache_dir=ns.cache_dir,
-        lease_dir=ns.lease_dir,
-        serve_args=serve_args,
-        server=ns.server or ("transformers" if ns.runtime == "local" else "vllm"),
-        model_dtype=ns.model_dtype,
-        device=ns.device,
-        vllm_python=ns.vllm_python,
-        server_command=command,
-        prompts_per_concurrency=ns.prompts_per_concurrency,
-        warmups_per_concurrency=ns.warmups_per_concurrency,
-        repeats=ns.repeats,
-        request_rate=rate,
-        request_rates=request_rates,
-        burstiness=burstiness,
-        request_rate_prompts=ns.request_rate_prompts,
-        goodput=load_shapes.parse_goodput(ns.goodput, "--goodput"),
-        metrics_interval_s=ns.metrics_interval,
-        telemetry_interval_s=ns.telemetry_interval,
-        seed=ns.seed,
-        ignore_eos=ns.ignore_eos,
-        ready_timeout_s=ns.ready_timeout,
-        max_failed_share=ns.max_failed_share,
-        tuned_config_dir=ns.tuned_config_dir,
-        gsm8k=ns.gsm8k,
-        gsm8k_dataset=ns.gsm8k_dataset,
-        gsm8k_api=ns.gsm8k_api,
-        gsm8k_instances=ns.gsm8k_instances,
-        gsm8k_fewshot=ns.gsm8k_fewshot,
-        gsm8k_limit=ns.gsm8k_limit,
-        gsm8k_timeout_s=ns.gsm8k_timeout,
-        gsm8k_max_gen_toks=ns.gsm8k_max_gen_toks,
-        gsm8k_concurrency=ns.gsm8k_concurrency,
-        images=images,
-        server_env=_env_arg(
-            _json_arg(ns.server_env_json, "--server-env-json"), "--server-env-json"
-        ),
-    )
-    cfg.validate()
-    return cfg
+    """Turn the command line into a checked ``StageConfig``: ``--job`` and ``--host`` merged
+    with the flags given, each key once."""
+    flags = vars(_parser().parse_args(argv))
+    for name, convert in _CONVERT.items():
+        if name in flags:
+            flags[name] = convert(flags[name])
+    job: dict[str, Any] = {}
+    for part in (flags.pop("job", {}), flags.pop("host", {}), flags):
+        if not isinstance(part, dict):
+            raise ValueError(f"--job and --host must be JSON objects, got {part!r}")
+        twice = sorted(set(job) & set(part))
+        if twice:
+            raise ValueError(f"given twice (job, host or a flag): {', '.join(twice)}")
+        job.update(part)
+    return StageConfig.from_job(job)

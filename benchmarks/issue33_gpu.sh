@@ -11,8 +11,8 @@
 # (vllm_ops_check.py); the parts that pass run as vLLM's in every step after, the others stay
 # the project's and every table says which.
 # STEP:
-#   sbs               builtin_vs_vllm_h200.py, bf16 and fp8, vLLM's 18 batch sizes (SBS_BUDGET_S)
-#   tuner:DTYPE:MS    tuner_vllm_kernel_h200.py, default and exhaustive both at exactly the
+#   sbs               builtin_vs_vllm_kernel_speed.py, bf16 and fp8, vLLM's 18 batch sizes (SBS_BUDGET_S)
+#   tuner:DTYPE:MS    tuner_default_vs_exhaustive_vllm_kernel.py, default and exhaustive both at exactly the
 #                     batch sizes MS (comma list), each mode one tuner process (TUNER_BUDGET_S)
 # Everything lands in $OUT/results.tar.gz (tables, JSON, tuning logs, console), the console in
 # $OUT/console.log and the tables in $OUT/*.txt (the device tool returns 8 files at most).
@@ -71,7 +71,7 @@ for step in "$@"; do
       b="${SBS_BUDGET_S:-180}"
       say "step sbs (budget $b s)"
       mkdir -p "$RUN/sbs"
-      timeout -s INT -k 10 "$((b + 40))" python3 benchmarks/builtin_vs_vllm_h200.py \
+      timeout -s INT -k 10 "$((b + 40))" python3 benchmarks/builtin_vs_vllm_kernel_speed.py \
         --out "$RUN/sbs" --budget-s "$b" --vllm-source "$SRC" 2>&1 | tee -a "$RUN/console.log"
       s=${PIPESTATUS[0]}
       ;;
@@ -81,7 +81,7 @@ for step in "$@"; do
       d="$RUN/tuner_${dtype}_${ms//,/-}"
       say "step tuner $dtype M=$ms (budget $b s)"
       mkdir -p "$d"
-      timeout -s INT -k 10 "$((b + 40))" python3 benchmarks/tuner_vllm_kernel_h200.py \
+      timeout -s INT -k 10 "$((b + 40))" python3 benchmarks/tuner_default_vs_exhaustive_vllm_kernel.py \
         --out "$d" --budget-s "$b" --default-budget-s 150 --dtypes "$dtype" \
         --batch-sizes "$ms" --exhaustive-ms "$ms" --vllm-source "$SRC" 2>&1 |
         tee -a "$RUN/console.log"

@@ -17,7 +17,7 @@ What this measures: whether the search reaches the best configs of a real landsc
 what cost in timings and compiles. What it does not: GPU time, or noise as a GPU run meets
 it. The recorded medians carry the exhaustive run's own noise (a sequential screen: up to
 3 % drift at M=4096 on the H200), so ratios within about 1-2 % are not told apart; only a
-GPU run (benchmarks/tuner_h200.py) can say which of two near-equal configs is faster.
+GPU run (benchmarks/tuner_default_mode_cost.py) can say which of two near-equal configs is faster.
 
     PYTHONPATH=workflow python benchmarks/search_replay.py \\
         benchmarks/results/tuner_h200_2026-12-03_bf16-6ms-both_run15_log-exhaustive.jsonl.gz
@@ -52,7 +52,7 @@ from cellbench.tune.shapes import MoEShape  # noqa: E402
 from cellbench.tune.timing import Timing  # noqa: E402
 
 CONFIG_DIR = ROOT / "tests" / "data" / "vllm-configs"
-SHAPES = {  # Qwen3-30B-A3B at TP=1, as benchmarks/tuner_h200.py tunes it
+SHAPES = {  # Qwen3-30B-A3B at TP=1, as benchmarks/tuner_default_mode_cost.py tunes it
     "bf16": MoEShape(128, 768, 2048, 8),
     "fp8": MoEShape(128, 768, 2048, 8, "fp8_w8a8", (128, 128)),
 }

@@ -1,4 +1,5 @@
-"""benchmarks/builtin_vs_vllm_h200.py (issue 23, item 3): its CPU smoke runs the whole script
+"""benchmarks/builtin_vs_vllm_kernel_speed.py (issue 23, item 3): its CPU smoke runs the whole
+script
 (vLLM's kernel from its sources beside every builtin variant, output checks, interleaved
 timing, tables) on a tiny shape under the interpreter, and it refuses bad input before any
 work. The smoke's times are interpreter timings: only their presence is checked."""
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "benchmarks" / "builtin_vs_vllm_h200.py"
+SCRIPT = ROOT / "benchmarks" / "builtin_vs_vllm_kernel_speed.py"
 SRC = Path(os.environ.get("CELLBENCH_VLLM_SOURCE") or ROOT / ".vllm-src" / "vllm-0.34.0")
 
 
@@ -62,7 +63,7 @@ def test_smoke_times_every_variant_beside_vllm(tmp_path) -> None:
 _WARM = """
 import sys
 sys.path[:0] = ["benchmarks", "workflow"]
-import builtin_vs_vllm_h200 as b
+import builtin_vs_vllm_kernel_speed as b
 from cellbench.tune.shapes import MoEShape
 shape = MoEShape(128, 768, 2048, 8, "fp8_w8a8", (128, 128))
 pool = b.start_workers(1, shape, "bf16")

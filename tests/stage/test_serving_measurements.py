@@ -340,7 +340,9 @@ def test_nvml_without_a_driver_is_reported_not_raised():
         pass
     else:
         pynvml.nvmlShutdown()
-        pytest.skip("this machine has an NVIDIA driver: benchmarks/telemetry_h200.py covers it")
+        pytest.skip(
+            "this machine has an NVIDIA driver: benchmarks/telemetry_energy_per_work.py covers it"
+        )
     sampler = telemetry.GpuSampler("nvidia", [0], 0.1)
     sampler.begin()
     record = sampler.end()

@@ -1,4 +1,5 @@
-"""benchmarks/tuner_vllm_kernel_h200.py (issue 23): its CPU smoke mode runs the whole script
+"""benchmarks/tuner_default_vs_exhaustive_vllm_kernel.py (issue 23): its CPU smoke mode runs the
+whole script
 (default and exhaustive tuner runs on vLLM's kernel from its sources, the side-by-side re-time,
 with --builtin against the builtin kernel too) on a tiny shape under the interpreter, and it
 refuses bad input before any work. The smoke's numbers are interpreter timings: only their
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "benchmarks" / "tuner_vllm_kernel_h200.py"
+SCRIPT = ROOT / "benchmarks" / "tuner_default_vs_exhaustive_vllm_kernel.py"
 SRC = Path(os.environ.get("CELLBENCH_VLLM_SOURCE") or ROOT / ".vllm-src" / "vllm-0.34.0")
 
 
@@ -41,7 +42,7 @@ def test_bad_input_is_refused_before_any_work(tmp_path) -> None:
 def _bench():
     sys.path.insert(0, str(ROOT / "benchmarks"))
     sys.path.insert(0, str(ROOT / "workflow"))
-    import tuner_vllm_kernel_h200 as bench
+    import tuner_default_vs_exhaustive_vllm_kernel as bench
 
     return bench
 

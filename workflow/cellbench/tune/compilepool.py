@@ -39,7 +39,8 @@ from cellbench.tune.spaces import config_key
 __all__ = ["CompilePool", "COMPILE_ONLY_WORKERS", "FORK_COMPILE_ONLY", "SHARED_WARMUPS"]
 
 # Default for CompilePool(compile_only=None), and whether compile-only workers are forked
-# (see CompilePool._start_method); benchmarks/compile_workers_h200.py flips them to compare.
+# (see CompilePool._start_method); benchmarks/compile_workers_start_and_reuse.py flips them to
+# compare.
 COMPILE_ONLY_WORKERS = True
 FORK_COMPILE_ONLY = True
 # Whether compile-only workers also compile each batch size's config-independent kernels

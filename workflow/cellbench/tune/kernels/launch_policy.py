@@ -230,7 +230,7 @@ CHAIN_QUANT = True
 # M=4096 two GEMMs 718.8 / 706.8 us against 768.6 / 772.7 (two configs; 55-56 % of the
 # matmul ceiling against 51 %), M=1024 even or better; run 20's table with the rule in place:
 # 699.9 us, 56.4 % (benchmarks/NOTES-kernel.md). Unquantised calls only until fp8 is
-# measured the same way (benchmarks/kernel_h200.py --persistent-ms). Never with chaining,
+# measured the same way (benchmarks/kernel_vs_roofline.py --persistent-ms). Never with chaining,
 # which is for small calls.
 PERSISTENT_GEMMS: tuple[int, ...] = (1, 2)
 PERSISTENT_MIN_PAIRS = 8192

@@ -12,7 +12,8 @@ the idle power's share (the load's own energy). Also checks the NVML path's erro
 past the GPU count is refused with a reason, not raised.
 
 Usage (from the repository root, on an NVIDIA GPU machine with torch and nvidia-ml-py):
-    PYTHONPATH=workflow python3 benchmarks/telemetry_h200.py --out $OUT/telemetry_h200.json
+    PYTHONPATH=workflow python3 benchmarks/telemetry_energy_per_work.py \
+        --out $OUT/telemetry_h200.json
 """
 
 from __future__ import annotations

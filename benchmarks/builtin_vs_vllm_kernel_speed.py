@@ -4,7 +4,8 @@
 Shape: Qwen3-30B-A3B at TP=1 (E=128, N=768, K=2048, top-8), bf16 and fp8 block [128,128],
 vLLM's 18 batch sizes, vLLM's shipped H200 configs (nearest batch-size key). Per batch size,
 on the same four input sets: vLLM's kernel (run from its wheel's sources, as in
-tuner_vllm_kernel_h200.py) and each builtin variant below, interleaved CUDA-graph replays,
+tuner_default_vs_exhaustive_vllm_kernel.py) and each builtin variant below, interleaved
+CUDA-graph replays,
 whole fused calls and the two GEMMs alone; every output is first checked against the float64
 reference. A variant is a set of the kernel module's switches (`kernels.kernel_options`)
 plus a path; "new" is the kernel's default now, "old" the switches as they were before
@@ -19,7 +20,7 @@ left out); batch sizes run in --order (the ones the issue names first).
 `--smoke`: a tiny shape under the CPU interpreter, fp32 compute (a check that the script
 runs end to end; its times mean nothing).
 
-Usage: python benchmarks/builtin_vs_vllm_h200.py --out $OUT [--budget-s 240]
+Usage: python benchmarks/builtin_vs_vllm_kernel_speed.py --out $OUT [--budget-s 240]
 """
 
 from __future__ import annotations
@@ -35,8 +36,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "workflow"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import tuner_h200 as th  # noqa: E402 - shipped configs, batch sizes, number format
-import tuner_vllm_kernel_h200 as tv  # noqa: E402 - shipped file names, vLLM source folder
+import tuner_default_mode_cost as th  # noqa: E402 - shipped configs, batch sizes, number format
+import tuner_default_vs_exhaustive_vllm_kernel as tv  # noqa: E402 - shipped file names, vLLM source folder
 
 QWEN = {"bf16": ("bf16", None), "fp8": ("bf16", (128, 128))}
 SMOKE = {"bf16": ("fp32", None), "fp8": ("fp32", (32, 32))}

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The device call for benchmarks/builtin_vs_vllm_h200.py (issue 23, item 3), on one H200:
+# The device call for benchmarks/builtin_vs_vllm_kernel_speed.py (issue 23, item 3), on one H200:
 #
-#   command:   BUDGET_S=240 bash benchmarks/builtin_vs_vllm_h200.sh
+#   command:   BUDGET_S=240 bash benchmarks/builtin_vs_vllm_kernel_speed.sh
 #   carry:     [".vllm-src/vllm-0.34.0"]   (made here by workflow/scripts/vllm-kernel-src.sh)
-#   timeout_s: 330 (alone; add it to the same call as tuner_vllm_kernel_h200.sh if both fit)
+#   timeout_s: 330 (alone; add it to the same call as tuner_default_vs_exhaustive_vllm_kernel.sh if both fit)
 #
 # Builtin kernel variants beside vLLM's kernel, shipped configs, bf16 then fp8, under a wall
 # budget of BUDGET_S (batch sizes past it are listed as not timed) and a hard stop 40 s later
@@ -22,7 +22,7 @@ BUDGET_S="${BUDGET_S:-240}"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv \
   >"$OUT/nvidia-smi-builtin-vs-vllm.csv" 2>&1 || true
 export PYTHONPATH="$PWD/workflow${PYTHONPATH:+:$PYTHONPATH}"
-timeout -s INT -k 10 "$((BUDGET_S + 40))" python3 benchmarks/builtin_vs_vllm_h200.py \
+timeout -s INT -k 10 "$((BUDGET_S + 40))" python3 benchmarks/builtin_vs_vllm_kernel_speed.py \
   --out "$OUT" --budget-s "$BUDGET_S" --vllm-source "$SRC" "$@" 2>&1 |
   tee "$OUT/builtin_vs_vllm_h200.log"
 exit "${PIPESTATUS[0]}"

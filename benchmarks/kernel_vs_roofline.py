@@ -11,7 +11,7 @@ tokens in and out; FLOPs = 2 * M * topk * (2N*K + N*K); floor = max(bytes / read
 FLOPs / matmul rate), both measured here first. Fraction = floor / measured time.
 
 Usage (from the repository root, on a GPU machine):
-    PYTHONPATH=workflow python3 benchmarks/kernel_h200.py [--out FILE] [--ms 1,16,...]
+    PYTHONPATH=workflow python3 benchmarks/kernel_vs_roofline.py [--out FILE] [--ms 1,16,...]
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The device call for benchmarks/tuner_vllm_kernel_h200.py (issue 23), on one H200:
+# The device call for benchmarks/tuner_default_vs_exhaustive_vllm_kernel.py (issue 23), on one H200:
 #
-#   command:   BUDGET_S=270 bash benchmarks/tuner_vllm_kernel_h200.sh
+#   command:   BUDGET_S=270 bash benchmarks/tuner_default_vs_exhaustive_vllm_kernel.sh
 #   carry:     [".vllm-src/vllm-0.34.0"]   (made here by workflow/scripts/vllm-kernel-src.sh)
 #   timeout_s: 600
 #
@@ -10,7 +10,7 @@
 # exhaustive at M=16,256, ~140 s, and their re-time; fp8 only with more) and a hard stop 50 s
 # later (SIGINT: the tables written after each finished stage stay). Everything lands in
 # $OUT: the .txt/.json per dtype, the tuning logs, the console log, nvidia-smi's view of the
-# GPU. `python3 benchmarks/tuner_vllm_kernel_h200.py --count-only` plans it on the CPU.
+# GPU. `python3 benchmarks/tuner_default_vs_exhaustive_vllm_kernel.py --count-only` plans it on the CPU.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-benchmarks/results/tmp}"
@@ -24,7 +24,7 @@ BUDGET_S="${BUDGET_S:-270}"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv \
   >"$OUT/nvidia-smi.csv" 2>&1 || true
 export PYTHONPATH="$PWD/workflow${PYTHONPATH:+:$PYTHONPATH}"
-timeout -s INT -k 10 "$((BUDGET_S + 50))" python3 benchmarks/tuner_vllm_kernel_h200.py \
+timeout -s INT -k 10 "$((BUDGET_S + 50))" python3 benchmarks/tuner_default_vs_exhaustive_vllm_kernel.py \
   --out "$OUT" --budget-s "$BUDGET_S" --vllm-source "$SRC" "$@" 2>&1 |
   tee "$OUT/tuner_vllm_kernel_h200.log"
 exit "${PIPESTATUS[0]}"

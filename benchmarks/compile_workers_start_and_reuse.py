@@ -20,7 +20,7 @@ entries its launches add (0 = every kernel it launched, config-independent ones 
 was the workers'; compiling would add one entry per kernel).
 
 Usage (repository root, GPU machine):
-    PYTHONPATH=workflow python3 benchmarks/compile_workers_h200.py [--out FILE.json]
+    PYTHONPATH=workflow python3 benchmarks/compile_workers_start_and_reuse.py [--out FILE.json]
 """
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path)
     a = ap.parse_args()
     if not torch.cuda.is_available():
-        sys.exit("compile_workers_h200.py needs a GPU")
+        sys.exit("compile_workers_start_and_reuse.py needs a GPU")
     torch.cuda.set_device(0)
     shape = MoEShape(num_experts=128, intermediate_size=768, hidden_size=2048, topk=8)
     cfgs = gemm_configs(a.configs)

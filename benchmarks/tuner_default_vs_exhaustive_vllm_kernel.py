@@ -25,7 +25,7 @@ project's alignment, SiLU-and-mul, activation quantisation and top-k sum around 
 3. per batch size, the exhaustive ones first, on the same inputs, interleaved CUDA-graph
    replays of vLLM's kernel with default's pick, the shipped config and exhaustive's pick,
    each output checked against the float64 reference first; with --builtin also the builtin
-   kernel with the same configs (benchmarks/builtin_vs_vllm_h200.py is that comparison).
+   kernel with the same configs (benchmarks/builtin_vs_vllm_kernel_speed.py is that comparison).
 
 A table after each stage (a run cut short keeps what it measured), ending with the targets
 judged on the run's figures. Outputs: OUT/tuner_vllm_kernel_h200_<dtype>.json and .txt
@@ -34,8 +34,8 @@ judged on the run's figures. Outputs: OUT/tuner_vllm_kernel_h200_<dtype>.json an
 `--smoke` runs the same code on a tiny shape under the CPU interpreter (fp32 compute): a check
 that the script runs, not a measurement. `--count-only` needs neither GPU nor vLLM sources.
 
-Usage: python benchmarks/tuner_vllm_kernel_h200.py --out $OUT [--budget-s 270]
-       python benchmarks/tuner_vllm_kernel_h200.py --count-only
+Usage: python benchmarks/tuner_default_vs_exhaustive_vllm_kernel.py --out $OUT [--budget-s 270]
+       python benchmarks/tuner_default_vs_exhaustive_vllm_kernel.py --count-only
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "workflow"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import tuner_h200 as th  # noqa: E402 - the tuner runs and shipped-config helpers
+import tuner_default_mode_cost as th  # noqa: E402 - the tuner runs and shipped-config helpers
 
 SHIP = {
     "bf16": "E=128,N=768,device_name=NVIDIA_H200.json",
@@ -502,7 +502,7 @@ def main() -> int:
         "--builtin",
         action="store_true",
         help="also re-time the picks on the builtin kernel (whole call and GEMMs alone); "
-        "benchmarks/builtin_vs_vllm_h200.py is the builtin-vs-vLLM comparison",
+        "benchmarks/builtin_vs_vllm_kernel_speed.py is the builtin-vs-vLLM comparison",
     )
     ap.add_argument(
         "--compile-workers",

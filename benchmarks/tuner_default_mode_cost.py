@@ -17,7 +17,8 @@ on the builtin kernel, over vLLM's 18 default batch sizes:
 `--smoke` runs the same code on a tiny shape under the CPU interpreter (a typo check, not a
 measurement). Outputs: OUT/tuner_h200_<dtype>.json and .txt, and the printed tables.
 
-Usage: python benchmarks/tuner_h200.py --out $OUT [--budget-s 270] [--exhaustive-ms 1,64]
+Usage: python benchmarks/tuner_default_mode_cost.py --out $OUT [--budget-s 270]
+           [--exhaustive-ms 1,64]
 """
 
 from __future__ import annotations

@@ -15,8 +15,6 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "workflow" / "cellbench"
 RULES = ROOT / "workflow" / "rules"
@@ -275,13 +273,6 @@ def _source_files() -> list[Path]:
     return sorted(p for p in files if "__pycache__" not in p.parts)
 
 
-# Issue 31 item 4 is not finished: these are over the limit today (lines at the time of writing).
-OVER_LIMIT = {
-    "benchmarks/kernel_vs_roofline.py": 694,
-    "benchmarks/tuner_default_vs_exhaustive_vllm_kernel.py": 689,
-}
-
-
 def _over_limit() -> dict[str, int]:
     out = {}
     for path in _source_files():
@@ -291,18 +282,9 @@ def _over_limit() -> dict[str, int]:
     return out
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 31 item 4 not finished; over 650 lines: " + ", ".join(sorted(OVER_LIMIT)),
-)
 def test_no_source_file_over_650_lines():
+    """Issue 31 item 4: every Python file of the package and of benchmarks/ under the limit."""
     assert _over_limit() == {}
-
-
-def test_no_file_joins_the_ones_over_650_lines():
-    """Until item 4 is done: no other file crosses the limit, and none of these grows."""
-    grown = {name: n for name, n in _over_limit().items() if n > OVER_LIMIT.get(name, MAX_LINES)}
-    assert grown == {}
 
 
 TESTS = ROOT / "tests"

@@ -128,7 +128,8 @@ def test_exit_mid_run(tmp_path, capsys):
 
 def test_bad_input_rejected_before_any_server(tmp_path, capsys):
     # A grid point's limits (osl >= 1 ...) are the config schema's, checked where the config
-    # enters (tests/test_bad_input.py); the stage checks what the job's own shape can break.
+    # enters (tests/workflow/test_bad_input.py); the stage checks what the job's own shape
+    # can break.
     args = _timed_stage(tmp_path, [])
     args[args.index("--arm") + 1] = "tuned"  # tuned without --tuned-config-dir
     assert serve_stage.main(args) == 2

@@ -51,8 +51,10 @@ def test_dry_run_checks_the_environment_and_plans_the_gpu_config(tmp_path):
     # served by transformers on cuda with the tuned folder given, then GSM8K, report, archive.
     assert "cellbench.assets model --kind small-qwen3-moe" in plan
     assert "--batch-sizes 1,2,4,8,16,32,64,128,256,512,1024,2048" in plan
-    assert "--server transformers --model-dtype bf16 --device cuda" in plan
-    assert "--tuned-config-dir results/host-cuda/small-qwen3-moe/tp1-ep1/tune/configs" in plan
+    # The serve job goes to the stage as one canonical JSON object (issue 31 item 3).
+    for part in ('"server":"transformers"', '"model_dtype":"bf16"', '"device":"cuda"',
+                 '"tuned_config_dir":"results/host-cuda/small-qwen3-moe/tp1-ep1/tune/configs"'):
+        assert part in plan, part  # fmt: skip
     assert "--no-cb-use-cuda-graph" in plan
     for job in ("tune", "serve_pair", "gsm8k", "report", "archive"):
         assert re.search(rf"^{job}\s+\d+$", plan, re.M), job

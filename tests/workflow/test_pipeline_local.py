@@ -39,9 +39,9 @@ CELLS = ["host-cpu/tiny-qwen3-moe/tp1-ep1", "host-cpu/tiny-qwen3-moe-16e/tp1-ep1
 def snakemake(
     workdir: Path, *args: str, timeout: int = 1800, env: dict | None = None
 ) -> subprocess.CompletedProcess:
-    # 1800 s: the whole embedded default took 11 min 2 s on an idle 2-core VM
-    # (benchmarks/results/embedded_default_time_2026-12-04_wave19.txt, before the plots, tidy
-    # tables and per-point observations); the margin is for a loaded CI machine.
+    # 1800 s: the whole embedded default took 10 min 42 s on an idle 2-core VM
+    # (benchmarks/results/embedded_default_time_2026-12-06.txt); the margin is for a loaded
+    # CI machine.
     return subprocess.run(
         [sys.executable, "-m", "snakemake", "--cores", "2", *args],
         cwd=workdir,

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from cellbench import cli
+from cellbench.common import atomicio
 from cellbench.config import cost, loader
 from cellbench.report import sections
 from cellbench.results import job_times
@@ -53,7 +54,7 @@ def last_run(results: Path, cfg: dict, durations: dict[tuple[int, int], float]) 
     summary = results / CELL / "tune" / "summary.json"
     data = json.loads(summary.read_text())
     data["max_configs"] = cfg["tune"]["max_configs"]
-    summary.write_text(json.dumps(data))
+    atomicio.write_json(summary, data, checksum=True)  # as the tune stage writes it
     write_tsv(results, CELL, "tune.tsv", 60.0)
     write_tsv(results, CELL, "serve-pair.tsv", 200.0)
 

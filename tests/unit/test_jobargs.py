@@ -117,3 +117,11 @@ def test_every_serve_key_but_the_hosts_is_the_jobs(production):
     assert set(production["serve"]) - skipped <= set(job)
     assert set(job) <= {f.name for f in fields(StageConfig)}
     assert set(jobargs.SERVE_HOST_KEYS) <= {f.name for f in fields(StageConfig)}
+
+
+def test_the_plans_assumptions_shape_no_tracked_setting(production):
+    """Issue 32 item 4: `plan` feeds only `cellbench plan`'s estimate, so editing it reruns
+    no job (no tune or serve params, no archive hash change)."""
+    before = _all_settings(production)
+    production["plan"] = {**production["plan"], "tpot_ms": 1.0, "server_start_s": 9.0}
+    assert _all_settings(production) == before

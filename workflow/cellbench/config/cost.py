@@ -35,10 +35,10 @@ from cellbench.results import loaders as results_loaders
 ARMS = loader.ARMS
 
 
-def _tune_work(config: dict) -> int:
-    tune = config["tune"]
-    per_batch = tune.get("max_configs") or 0
-    return len(loader.batch_sizes(config)) * max(int(per_batch), 1)
+def _tune_work(batch_sizes: list, max_configs: int | None) -> int:
+    """What a tune job's wall scales with: batch sizes x configs per batch size (1 when the
+    search is not capped: then only the batch sizes are known to scale it)."""
+    return len(batch_sizes) * max(int(max_configs or 0), 1)
 
 
 def _points(config: dict) -> list[tuple[int, int, int]]:
@@ -68,12 +68,16 @@ def _history_points(results: Path, cell: str) -> tuple[dict, float] | str:
 
 
 def _previous_tune_work(results: Path, cell: str) -> int | None:
+    """The last tune job's work, from its summary.json read by the checked loader (None when
+    there is none the report would accept)."""
     path = results / cell / "tune" / "summary.json"
-    try:
-        summary = json.loads(path.read_text())
-        return len(summary["batch_sizes"]) * max(int(summary.get("max_configs") or 0), 1)
-    except (OSError, ValueError, KeyError, TypeError):
+    if not path.is_file():
         return None
+    try:
+        summary = results_loaders.load_tune(path, results).data
+    except results_loaders.ResultError:
+        return None
+    return _tune_work(summary["batch_sizes"], summary.get("max_configs"))
 
 
 def _assumed_point_s(config: dict, isl: int, osl: int) -> float:
@@ -93,7 +97,7 @@ def estimate_cell(config: dict, cell: loader.Cell, results: Path) -> dict[str, d
     out: dict[str, dict[str, Any]] = {}
 
     # tune
-    work = _tune_work(config)
+    work = _tune_work(loader.batch_sizes(config), config["tune"].get("max_configs"))
     prev_work = _previous_tune_work(results, cell.cell_id)
     if "tune" in history and prev_work:
         seconds = history["tune"].seconds * work / prev_work

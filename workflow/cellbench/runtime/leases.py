@@ -6,6 +6,11 @@ port, under a shared lease folder. Locks die with their process, so a lease is r
 the job ends, a kill -9 included. A job that finds too few free GPUs releases what it took
 (no partial holds, so no deadlock between jobs) and waits, saying so on stderr.
 
+Ports belong to the host, not to a results folder: their locks live in one folder per user
+on the host (``/tmp/cellbench-ports-UID``), so two checkouts (or two test runs) serving on one
+machine never hand out the same port. With per-folder port locks a run's readiness probe once
+reached another checkout's server on the port its own server had not yet bound.
+
 Under Slurm (``SLURM_JOB_ID`` set) the lease files would only coordinate the jobs of one node
 through a shared folder and could not see the other nodes' jobs, so they take no part in the
 choice of GPUs: Slurm's allocation decides, read from the job's environment
@@ -31,8 +36,8 @@ from filelock import FileLock, Timeout
 DEFAULT_TIMEOUT_S = 24 * 3600.0
 PORT_SPAN = 200  # ports tried above port_base
 LEASE_FILES = "lease files"  # gpu_source of a lease decided by this module's own locks
-# Port locks under Slurm: on the node itself (/tmp, not a per-job TMPDIR), since two jobs of
-# one node share its ports and jobs of different nodes never do.
+# Port locks: on the host itself (/tmp, not a per-job TMPDIR or a results folder), since every
+# job and checkout of one host shares its ports and jobs of different nodes never do.
 NODE_PORT_LOCKS = Path("/tmp")
 # Where Slurm names a job's GPUs. The visible-devices variables are what a process on the node
 # sees (with ConstrainDevices they are renumbered from 0 inside the job's cgroup); the
@@ -192,6 +197,13 @@ def _take_port(port_base: int, lease_dir: Path, stack: ExitStack, start: int = 0
     return None
 
 
+def host_port_dir() -> Path:
+    """The folder of this user's port locks on this host (made if missing)."""
+    node_dir = NODE_PORT_LOCKS / f"cellbench-ports-{os.getuid()}"
+    node_dir.mkdir(parents=True, exist_ok=True)
+    return node_dir
+
+
 @contextmanager
 def gpu_lease(
     count: int,
@@ -214,7 +226,7 @@ def gpu_lease(
 
     Under Slurm (``env``, default os.environ, has SLURM_JOB_ID) the allocation gives the GPUs
     (``allocated_gpus`` with ``vendor`` and ``for_container``), ``total`` is not consulted and
-    the port is locked in a node-local folder instead of ``lease_dir``.
+    the port is locked in the node's folder as always.
     """
     if count < 0 or total < 0:
         raise ValueError(f"gpu lease: count={count}, total={total}: must be >= 0")
@@ -222,8 +234,7 @@ def gpu_lease(
         raise ValueError(f"gpu lease: port_base={port_base} out of range")
     if under_slurm(env):
         gpus, source = allocated_gpus(count, env, vendor=vendor, for_container=for_container)
-        node_dir = NODE_PORT_LOCKS / f"cellbench-ports-{os.getuid()}"
-        node_dir.mkdir(parents=True, exist_ok=True)
+        node_dir = host_port_dir()
         with ExitStack() as stack:
             # Other users' jobs on the node lock ports elsewhere; starting each job's search
             # at its own place in the span makes two jobs rarely race for one free port.
@@ -260,10 +271,11 @@ def gpu_lease(
                 )
                 told = True
             time.sleep(poll_s)
-        port = _take_port(port_base, lease_dir, stack)
+        port = _take_port(port_base, host_port_dir(), stack)
         if port is None:
             raise RuntimeError(
-                f"gpu lease: no free port in {port_base}..{port_base + PORT_SPAN - 1}"
+                f"gpu lease: no free port in {port_base}..{port_base + PORT_SPAN - 1} "
+                f"on this host ({host_port_dir()})"
             )
         if told and out is not None:
             print(f"[cellbench] got GPUs {list(gpus)}, port {port}", file=out, flush=True)

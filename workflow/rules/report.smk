@@ -60,6 +60,16 @@ rule report:
             if compare_targets()
             else []
         ),
+        # Each point's percentile claims, where report.latency_bounds is set.
+        claims=(
+            [
+                report_table(
+                    "results/report/percentile_claims.csv", "percentile_claims_csv"
+                )
+            ]
+            if config["report"].get("latency_bounds")
+            else []
+        ),
         # One PR-ready Markdown file per model (cellbench.report.pr_markdown).
         pr=[
             report_table(f"results/report/pr/{model}.md", "pr_markdown")
@@ -73,8 +83,9 @@ rule report:
         HOST_ENV
     params:
         runtime=RUNTIME,
-        # Tracked: the floor changes verdicts, so an edit reruns the report (only).
-        settings=f"--min-change-pct {config['report']['min_change_pct']}",
+        # Tracked: the floor changes verdicts and the latency bounds the percentile claims,
+        # so an edit reruns the report (only).
+        settings=jobargs.report_settings(config),
     shell:
         logged(
             "python -m cellbench.report --results results --runtime {params.runtime} "

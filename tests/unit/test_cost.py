@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 import pytest
+import yaml
 from cellbench import cli
 from cellbench.common import atomicio
 from cellbench.config import cost, loader
@@ -187,3 +188,17 @@ def test_the_plan_warns_per_point_whose_prompts_cannot_support_its_bound(tmp_pat
     assert out[-3].startswith("total: ")
     assert out[-2].startswith("warning: report.latency_bounds at 32-8 c2 (ttft_ms), 4 prompts")
     assert out[-1].startswith("warning: report.latency_bounds at 64-8 c2 (ttft_ms)")
+
+
+def test_the_readmes_bounds_example_loads_on_the_production_config(tmp_path):
+    """config/README.md's example is a valid section for config.yaml, whose points (16 x 10
+    prompts x 3 repeats = 480 queries) can support a p99 claim: no warning there."""
+    text = (ROOT / "config" / "README.md").read_text().split("## Latency bounds")[1]
+    example = yaml.safe_load(text.split("```yaml\n")[1].split("```")[0])
+    cfg = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    cfg.setdefault("report", {}).update(example["report"])
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    loaded = loader.load(path)
+    assert loaded["report"]["latency_bounds"]["points"][0]["ttft_ms"] == 8000
+    assert cost.estimate(loaded, tmp_path)["warnings"] == []

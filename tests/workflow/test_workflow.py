@@ -210,7 +210,7 @@ def test_latency_bounds_reach_the_report_job_alone(tmp_path):
     }
     (report_before,), (report_after,) = before["report"], after["report"]
     assert "--latency-bounds" not in report_before
-    flag = "--latency-bounds '{\"confidence\":99,\"percentile\":99,\"points\":[],\"tpot_ms\":200,"
+    flag = '--latency-bounds \'{"confidence":99,"percentile":99,"points":[],"tpot_ms":200,'
     assert flag in report_after
     assert re.sub(r" --latency-bounds '[^']*'", "", report_after) == report_before
     jobs = planned_jobs("results/report/percentile_claims.csv", "--configfile", str(bounded))

@@ -1,7 +1,7 @@
 """Percentile claims from per-request files written by hand (cellbench.report.percentile_claims,
 issue 32 item 5): failed requests count as over the bound, repeats are pooled, per-point bounds
 override the section's, a missing sidecar is said, a sidecar that disagrees with its bench.json
-is refused. The real serve job's files are tests/stage/test_percentile_claims.py's."""
+is refused. The real serve job's files are tests/stage/test_claims_from_serve_job.py's."""
 
 from __future__ import annotations
 
@@ -146,3 +146,23 @@ def test_no_bounds_parse_to_none_and_defaults_fill_in():
         "points": [],
         "tpot_ms": 40,
     }
+
+
+def test_a_bad_sidecar_stops_the_report_and_keeps_the_previous_one(tmp_path, capsys):
+    res, out = tmp_path / "results", tmp_path / "report"
+    files = [fx.write_tune(res, CELL)]
+    for arm in ("untuned", "tuned"):
+        files += [_arm(res, arm, [(500, 0)]), fx.write_gsm8k(res, CELL, arm, [True, False])]
+    argv = ["--results", str(res), "--out-dir", str(out), "--latency-bounds", '{"ttft_ms": 100}']
+    assert report.main([*argv, *map(str, files)]) == 0
+    kept = (out / "report.md").read_text()
+    assert "| 500 | 0 | yes | 459 |" in kept
+    # the tuned arm's requests edited after they were written: their checksum no longer holds
+    sidecar = res / CELL / "serve" / "tuned" / request_detail.file_name()
+    sidecar.write_bytes(sidecar.read_bytes() + b"\n")
+    capsys.readouterr()
+    assert report.main([*argv, *map(str, files)]) == 1
+    err = capsys.readouterr().err
+    assert f"bad result file {sidecar}: (sha256)" in err and "changed after it was written" in err
+    assert "the previous report was kept" in err
+    assert (out / "report.md").read_text() == kept

@@ -342,7 +342,8 @@ def write_report(
                 },
                 **{f"{PR_FOLDER}/{p.name}": atomicio.sha256_file(p) for p in pr_files},
             },
-            "inputs": [r.index_entry() for r in loaded],
+            "inputs": [r.index_entry() for r in loaded]
+            + percentile_claims.index_entries(loaded, latency_bounds),
         }
         atomicio.write_json(staging / INDEX_NAME, index)  # last: the rule's output
         carried = _carry_plots(out_dir, staging)

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from cellbench.common import atomicio
 from cellbench.report.frames import ARM_LABELS
 from cellbench.results import result_file
 from cellbench.results.loaders import load_requests
@@ -175,6 +176,23 @@ def claims_frame(loaded: Iterable[Result], bounds: Mapping[str, Any] | None) -> 
         if col in frame:
             frame[col] = frame[col].astype("Int64")
     return frame
+
+
+def index_entries(loaded: Iterable[Result], bounds: Mapping[str, Any] | None) -> list[dict]:
+    """The per-request files the claims were read from, as report INDEX.json lists its inputs
+    (path, kind, sha256, whether a recorded checksum vouched for it)."""
+    out = []
+    for r in loaded if bounds else ():
+        path = r.path.with_name(request_detail.file_name())
+        if r.kind == result_file.BENCH and path.is_file():
+            vouched = atomicio.recorded_checksum(path) is not None
+            out.append({
+                "path": str(path),
+                "kind": "requests",
+                "sha256": atomicio.sha256_file(path),
+                "checksum": result_file.VERIFIED if vouched else result_file.UNVERIFIED,
+            })  # fmt: skip
+    return out
 
 
 def _num(value: Any, digits: int = 0) -> str:

@@ -110,6 +110,11 @@ def test_claims_from_a_real_serve_job(served, tmp_path):
     assert csv[0].startswith("cell,arm,isl,osl,load,metric") and len(csv) == 9
     pr = (tmp_path / "report" / "pr" / "timed.md").read_text()
     assert "#### Latency bounds: p99 at 99% confidence" in pr
+    # INDEX.json names the per-request files read, each vouched for by its recorded checksum
+    index = json.loads((tmp_path / "report" / "INDEX.json").read_text())
+    read = [i for i in index["inputs"] if i["kind"] == "requests"]
+    assert sorted(Path(i["path"]).parent.name for i in read) == ["tuned", "untuned"]
+    assert {i["checksum"] for i in read} == {"verified"}
 
 
 def test_no_bounds_no_section_and_no_table(served, tmp_path):

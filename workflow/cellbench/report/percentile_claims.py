@@ -114,7 +114,7 @@ def _groups(points: Iterable[Mapping]) -> dict[tuple, list[Mapping]]:
 def claims_frame(loaded: Iterable[Result], bounds: Mapping[str, Any] | None) -> pd.DataFrame:
     """One row per cell, arm, point and bounded metric: the bound, the observed percentile
     (of the successful requests), queries, failed, over, the verdict and the queries needed
-    (empty for ``no``: more queries cannot rescue a percentile shown above the bound)."""
+    (empty for ``no``: the requests already show the percentile above the bound)."""
     if not bounds:
         return pd.DataFrame()
     bounds = {**DEFAULTS, **bounds}

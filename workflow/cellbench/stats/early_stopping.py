@@ -50,7 +50,7 @@ def bound_exceeded(
 ) -> bool:
     """Whether ``over`` of ``queries`` requests above the bound show, at ``confidence``, that
     the ``percentile``-th percentile lies above it: the mirror test, P(Binomial(queries,
-    1 - percentile) >= over) <= 1 - confidence. More queries cannot rescue such a claim."""
+    1 - percentile) >= over) <= 1 - confidence: the claim is refuted at that confidence."""
     _check(percentile, confidence)
     if queries < 0 or not 0 <= over <= queries:
         raise ValueError(f"need 0 <= over <= queries, got over={over}, queries={queries}")

@@ -168,6 +168,12 @@ def test_every_step_ran_in_a_pinned_vllm_container(rehearsal):
         )
     report = (workdir / "results" / "report" / "report.md").read_text()
     assert "cannot differ" in report
+    # report.latency_bounds is on: 2 prompts x 2 repeats per point cannot support a p99 claim,
+    # which the plan said at the start and the report's verdicts show (never "yes").
+    assert "warning: report.latency_bounds at 32-16 c2" in (workdir / "first-run.log").read_text()
+    claims = report.split("#### Latency bounds: p99 at 99% confidence")[1].split("\n####")[0]
+    assert "| 8 | " in claims and "| yes |" not in claims, claims
+    assert (workdir / "results" / "report" / "percentile_claims.csv").is_file()
     manifests = list((workdir / "results" / "archive").glob("*/*/MANIFEST.json"))
     assert manifests, "nothing archived"
     manifest = json.loads(manifests[0].read_text())

@@ -135,3 +135,29 @@ def write_tune(results: Path, cell: str, batch_sizes: tuple[int, ...] = (1, 4)) 
     atomicio.write_json(tune / "configs" / CONFIG_FILE, vllm, checksum=True)
     atomicio.write_json(tune / "summary.json", summary, checksum=True)
     return tune / "summary.json"
+
+
+def write_requests(bench_path: Path, ttft_s: float = 0.05, itl_s: float = 0.01) -> Path:
+    """The per-request file beside a bench.json written here, as the serve stage writes it: per
+    point, its num_prompts requests, every one successful with ``ttft_s`` to the first token
+    and ``itl_s`` between the later ones of its OSL."""
+    import json
+
+    from cellbench.serve import request_detail
+
+    records = []
+    for p in json.loads(Path(bench_path).read_text())["points"]:
+        n, osl = p["num_prompts"], p["osl"]
+        detail = {
+            "input_lens": [p["isl"]] * n,
+            "output_lens": [osl] * n,
+            "ttfts": [ttft_s] * n,
+            "itls": [[itl_s] * (osl - 1)] * n,
+            "latencies": [ttft_s + itl_s * (osl - 1)] * n,
+            "start_times": [0.001 * i for i in range(n)],
+            "errors": [""] * n,
+        }
+        records.append(request_detail.record(p, detail))
+    path = Path(bench_path).with_name(request_detail.file_name())
+    request_detail.write(path, records)
+    return path

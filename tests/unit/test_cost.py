@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 import pytest
+import yaml
 from cellbench import cli
 from cellbench.common import atomicio
 from cellbench.config import cost, loader
@@ -149,3 +150,55 @@ def test_cellbench_plan_prints_writes_and_refuses_a_bad_config(tmp_path, capsys)
     assert cli.main(["plan", "--configfile", str(bad)]) == 2
     err = capsys.readouterr().err
     assert "plan" in err and "tpot_ms" in err
+
+
+def test_the_plan_warns_per_point_whose_prompts_cannot_support_its_bound(tmp_path, capsys):
+    """Issue 32 item 5: each bounded point's queries are its prompts over all repeats (what the
+    report pools); below MLPerf's 459 for p99 at 99% the plan says so, point by point."""
+    # c2 x 2 prompts x 3 repeats = 12 queries; c200 x 2 prompts x 3 repeats = 1200
+    cfg = config(concurrency=[2, 200])
+    assert cost.estimate(cfg, tmp_path)["warnings"] == []  # no bounds, no claim, no warning
+    cfg["report"]["latency_bounds"] = {
+        "percentile": 99,
+        "confidence": 99,
+        "ttft_ms": 500,
+        # 64-8 keeps TPOT alone at c2 (TTFT unbounded there)
+        "points": [{"isl": 64, "osl": 8, "concurrency": 2, "ttft_ms": None, "tpot_ms": 50}],
+    }
+    warnings = cost.estimate(cfg, tmp_path)["warnings"]
+    assert warnings == [
+        "report.latency_bounds at 32-8 c2 (ttft_ms), 4 prompts x 3 repeats pooled: 12 prompts "
+        "cannot support a p99 latency claim at 99% confidence: even with none over the bound it "
+        "needs 459 (MLPerf's early-stopping rule); raise the point's prompt count or drop its "
+        "bound",
+        "report.latency_bounds at 64-8 c2 (tpot_ms), 4 prompts x 3 repeats pooled: 12 prompts "
+        "cannot support a p99 latency claim at 99% confidence: even with none over the bound it "
+        "needs 459 (MLPerf's early-stopping rule); raise the point's prompt count or drop its "
+        "bound",
+    ]
+    # A looser claim needs fewer queries: p90 at 90% needs 22, which 12 still cannot give.
+    cfg["report"]["latency_bounds"] |= {"percentile": 90, "confidence": 90}
+    assert "needs 22 " in cost.estimate(cfg, tmp_path)["warnings"][0]
+    # `cellbench plan` prints them after the totals (Snakemake's start prints the same render).
+    bounded = tmp_path / "bounded.yaml"
+    text = (ROOT / "config" / "local.yaml").read_text()
+    bounded.write_text(text + "\nreport:\n  latency_bounds: {ttft_ms: 500}\n")
+    assert cli.main(["plan", "--configfile", str(bounded), "--results", str(tmp_path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-3].startswith("total: ")
+    assert out[-2].startswith("warning: report.latency_bounds at 32-8 c2 (ttft_ms), 4 prompts")
+    assert out[-1].startswith("warning: report.latency_bounds at 64-8 c2 (ttft_ms)")
+
+
+def test_the_readmes_bounds_example_loads_on_the_production_config(tmp_path):
+    """config/README.md's example is a valid section for config.yaml, whose points (16 x 10
+    prompts x 3 repeats = 480 queries) can support a p99 claim: no warning there."""
+    text = (ROOT / "config" / "README.md").read_text().split("## Latency bounds")[1]
+    example = yaml.safe_load(text.split("```yaml\n")[1].split("```")[0])
+    cfg = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    cfg.setdefault("report", {}).update(example["report"])
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    loaded = loader.load(path)
+    assert loaded["report"]["latency_bounds"]["points"][0]["ttft_ms"] == 8000
+    assert cost.estimate(loaded, tmp_path)["warnings"] == []

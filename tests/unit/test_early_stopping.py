@@ -61,3 +61,21 @@ def test_the_plan_warns_when_a_point_cannot_support_its_claim():
     assert "459" in text
     assert es.plan_warning(459) is None
     assert "needs 45" in es.plan_warning(10, percentile=0.95, confidence=0.9)
+
+
+def test_a_percentile_shown_above_the_bound_is_told_from_too_few_queries():
+    # the mirror test: P(Binomial(n, 0.01) >= k) <= 0.01 shows the p99 above the bound
+    def tail(k: int, n: int) -> float:
+        return 1 - _cdf(k - 1, n, 0.01)
+
+    assert tail(2, 8) <= 0.01 < tail(1, 8)  # of 8 queries, 2 over show it; 1 does not
+    assert es.bound_exceeded(8, 2) and not es.bound_exceeded(8, 1)
+    assert not es.bound_exceeded(1000, 0)
+    assert [es.verdict(8, k) for k in (0, 1, 2)] == ["cannot tell", "cannot tell", "no"]
+    assert es.verdict(459, 0) == "yes" and es.verdict(0, 0) == "cannot tell"
+    # 700 queries: 1 over still meets it, 5 over neither meets nor fails it, many over fail
+    assert es.verdict(700, 1) == "yes"
+    assert tail(5, 700) > 0.01 and es.verdict(700, 5) == "cannot tell"
+    assert tail(15, 700) <= 0.01 and es.verdict(700, 15) == "no"
+    with pytest.raises(ValueError, match="over <= queries"):
+        es.bound_exceeded(3, 4)

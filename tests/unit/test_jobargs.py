@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import copy
 import json
+import shlex
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 from cellbench.config import jobargs
 from cellbench.config import loader as cbconfig
+from cellbench.report.percentile_claims import parse_bounds
 from cellbench.runtime import pins
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -125,3 +127,23 @@ def test_the_plans_assumptions_shape_no_tracked_setting(production):
     before = _all_settings(production)
     production["plan"] = {**production["plan"], "tpot_ms": 1.0, "server_start_s": 9.0}
     assert _all_settings(production) == before
+
+
+def test_latency_bounds_change_the_reports_settings_only(production):
+    """Issue 32 item 5: the bounds are read by the report alone. Editing them changes the
+    report rule's tracked settings and no tune or serve params nor the archive's hash; a config
+    without bounds keeps the report's settings as they were before bounds existed, so a
+    finished run reruns nothing for the upgrade."""
+    before, report_before = _all_settings(production), jobargs.report_settings(production)
+    assert report_before == f"--min-change-pct {production['report']['min_change_pct']}"
+    production["report"]["latency_bounds"] = {"percentile": 99, "ttft_ms": 2000, "points": []}
+    assert _all_settings(production) == before
+    with_bounds = jobargs.report_settings(production)
+    assert with_bounds != report_before
+    production["report"]["latency_bounds"]["ttft_ms"] = 3000
+    assert _all_settings(production) == before
+    assert jobargs.report_settings(production) not in (with_bounds, report_before)
+    # the flag's value reaches the report as the config's section, intact through the shell
+    words = shlex.split(jobargs.report_settings(production))
+    assert words[2] == "--latency-bounds"
+    assert parse_bounds(words[3])["ttft_ms"] == 3000

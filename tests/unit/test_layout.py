@@ -44,7 +44,7 @@ LAYERS = (
 # job that writes report.md. A module imports only the groups before its own.
 REPORT_LAYERS = (
     ("frames",),
-    ("tidy", "sections"),
+    ("tidy", "sections", "percentile_claims"),
     ("plots", "previous"),
     ("pr_markdown",),
     ("build",),

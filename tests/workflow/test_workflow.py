@@ -173,3 +173,43 @@ def test_python_and_rules_are_formatted_and_lint_clean() -> None:
     ):
         proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, " ".join(cmd) + "\n" + proc.stdout + proc.stderr
+
+
+def _shell_commands(config: Path) -> dict[str, list[str]]:
+    """Each planned job's shell command by rule, from a dry run that prints them."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "all", "-n", "-p", "--cores", "2",
+         "--configfile", str(config)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    commands: dict[str, list[str]] = {}
+    rule = None
+    for line in proc.stdout.splitlines():
+        if m := re.match(r"(?:local)?rule (\w+):", line):
+            rule = m.group(1)
+        elif line.startswith("Shell command: ") and rule:
+            commands.setdefault(rule, []).append(line)
+    return commands
+
+
+def test_latency_bounds_reach_the_report_job_alone(tmp_path):
+    """Issue 32 item 5: report.latency_bounds is read by the report only. With bounds on, the
+    report's command carries them; every other job's command (tune, serve, GSM8K, gates,
+    archive) is what it was. What a finished run reruns: test_latency_bounds_rerun.py."""
+    config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    plain = tmp_path / "plain.yaml"
+    plain.write_text(yaml.safe_dump(config))
+    config.setdefault("report", {})["latency_bounds"] = {"ttft_ms": 2000, "tpot_ms": 200}
+    bounded = tmp_path / "bounded.yaml"
+    bounded.write_text(yaml.safe_dump(config))
+    before, after = _shell_commands(plain), _shell_commands(bounded)
+    assert {"tune", "serve_pair", "report"} <= set(before)
+    assert {r: c for r, c in after.items() if r != "report"} == {
+        r: c for r, c in before.items() if r != "report"
+    }
+    (report_before,), (report_after,) = before["report"], after["report"]
+    assert "--latency-bounds" not in report_before
+    flag = '--latency-bounds \'{"confidence":99,"percentile":99,"points":[],"tpot_ms":200,'
+    assert flag in report_after
+    assert re.sub(r" --latency-bounds '[^']*'", "", report_after) == report_before

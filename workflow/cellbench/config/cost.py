@@ -12,6 +12,10 @@ and GPU-hours. Each figure says what it rests on:
 - **assumed**: no history; the ``plan`` section of the config (every value there is an
   assumption the user can set, and is printed as one).
 
+Where ``report.latency_bounds`` is set, the estimate also warns per point whose prompts over
+all repeats cannot support the percentile claim even with none over the bound
+(``config.latency_bounds.plan_warnings``; MLPerf's 459 queries for p99 at 99%).
+
 The workflow's start writes the estimate (``results/plan/estimate.json``); the report sets it
 against the jobs' measured walls.
 """
@@ -27,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from cellbench.common import atomicio
-from cellbench.config import loader
+from cellbench.config import latency_bounds, loader
 from cellbench.config.jobargs import gpus_per_server
 from cellbench.results import job_times
 from cellbench.results import loaders as results_loaders
@@ -175,6 +179,8 @@ def estimate(config: dict, results: Path | str = "results") -> dict[str, Any]:
         "cells": cells,
         "totals": totals,
         "assumptions": dict(config["plan"]),
+        # Points whose prompts cannot support report.latency_bounds' claim (issue 32 item 5).
+        "warnings": latency_bounds.plan_warnings(config),
     }
 
 
@@ -205,6 +211,7 @@ def render(est: dict[str, Any]) -> str:
         f"total: {_hms(wall)} of jobs one after another, {gpu_h:.2f} GPU-hours "
         f"({len(est['cells'])} cells; jobs side by side shorten the wall, not the GPU-hours)"
     )
+    lines += [f"warning: {w}" for w in est.get("warnings", [])]
     return "\n".join(lines)
 
 

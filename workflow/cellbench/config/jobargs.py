@@ -339,3 +339,18 @@ def results_hash(config: dict, pins: Any, cells: list) -> str:
         parts += [serve_settings(config, pins, c, arm) for arm in serve_arms]
     blob = json.dumps(parts, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()
+
+
+# --- report ---------------------------------------------------------------------------------
+
+
+def report_settings(config: dict) -> str:
+    """The report rule's tracked flags: its verdicts' floor and, when set, the latency bounds
+    whose claims it checks (report-side only: an edit reruns the report, no measurement). With
+    no bounds the string is what it was before they existed, so no finished run reruns."""
+    report = config["report"]
+    flags = f"--min-change-pct {report['min_change_pct']}"
+    bounds = report.get("latency_bounds")
+    if bounds:
+        flags += f" --latency-bounds {shlex.quote(canonical(bounds))}"
+    return flags

@@ -22,6 +22,7 @@ import yaml
 
 from cellbench.common import paths
 from cellbench.config.env import _check_envs, cell_env
+from cellbench.config.latency_bounds import check as check_latency_bounds
 
 # The refusal of EP with TP 1 is worded once, for the config and `cellbench shapes/tune`.
 from cellbench.config.model_plan import _check_model_shapes, serve_arg_option
@@ -370,6 +371,7 @@ def _check_stage_settings(config: dict[str, Any]) -> None:
             f"config error: serve.burstiness = {serve['burstiness']!r} shapes request-rate "
             "points only, and serve.request_rates is empty; add rates or drop burstiness"
         )
+    check_latency_bounds(config)
     local_q, limit = gsm8k["local_questions"], gsm8k["limit"]
     _check_gsm8k_dataset(gsm8k)
     if local_q and limit is not None and limit > local_q:

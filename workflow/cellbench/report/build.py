@@ -37,7 +37,7 @@ from cellbench.common import atomicio
 from cellbench.common.gitstate import git_state
 from cellbench.common.paths import REPO_DIR
 from cellbench.gates import check as gates_mod
-from cellbench.report import plots, pr_markdown, tidy
+from cellbench.report import percentile_claims, plots, pr_markdown, tidy
 from cellbench.report.frames import (
     arms_cannot_differ,
     cell_frames,
@@ -75,13 +75,14 @@ def render(
     gates: dict[str, dict] | None = None,
     figures: dict[str, list[tuple[str, str]]] | None = None,
     run: list[str] | None = None,
+    claims: pd.DataFrame | None = None,
 ) -> str:
     """report.md; ``previous``: sections comparing cells with their previous archived run
     (``previous.previous_run_sections``), placed after the cells' own sections; ``gates``: each
     cell's gate.json (``cellbench.gates.check``), shown under its GSM8K table; ``figures``: per
     cell,
     (name, path relative to report.md) of its plots (``cellbench.report.plots``), linked at its
-    end."""
+    end; ``claims``: the percentile claims (``percentile_claims.claims_frame``)."""
     cells = sorted(
         set(serve.get("cell", [])) | set(gsm.get("cell", [])) | set(tune.get("cell", []))
     )
@@ -131,6 +132,7 @@ def render(
         if len(serve) and (serve.cell == cell).any():
             lines += latency_tables(serve, cell)
             lines += observed_lines(serve, cell)
+        lines += percentile_claims.section_lines(claims, cell)
         if len(gsm) and (gsm.cell == cell).any():
             lines.append(gsm8k_table(gsm, cell))
         lines += gates_mod.report_lines((gates or {}).get(cell))
@@ -261,6 +263,7 @@ def write_report(
     archive_root: str | Path | None = None,
     run: str = tidy.LIVE_RUN,
     digests: dict[str, str] | None = None,
+    latency_bounds: dict | None = None,
 ) -> Path:
     """Check every input, build the tables and report.md in a temporary folder beside
     ``out_dir``, and put it in ``out_dir``'s place only once whole, with ``INDEX.json`` (the
@@ -272,16 +275,20 @@ def write_report(
     ``tidy.csv`` (``cellbench.report.tidy``) carry ``run`` (``live``, or an archived run's
     LABEL/RUN) and take a cell's digest from ``digests`` (image -> digest) when its serve
     results do not record one. Plots already under ``out_dir/plots`` (the plots jobs') are
-    linked from report.md and kept."""
+    linked from report.md and kept. ``latency_bounds`` (``report.latency_bounds``): each
+    point's percentile claims, from the arms' per-request files (``percentile_claims``)."""
     if not min_change_pct >= 0:
         raise ValueError(f"min_change_pct must be a number >= 0, got {min_change_pct}")
     loaded = load_inputs(files, results)
     serve, gsm, tune = cell_frames(loaded)
     compare = comparison_frame(loaded)
+    claims = percentile_claims.claims_frame(loaded, latency_bounds)
     out_dir = Path(out_dir)
     tables = [("serve", serve), ("gsm8k", gsm), ("tune", tune)]
     if len(compare):
         tables.append(("compare", compare))
+    if latency_bounds:
+        tables.append((percentile_claims.CSV_NAME.removesuffix(".csv"), claims))
     long_table = tidy.tidy_frame(loaded, run, digests)
     all_cells = set(serve.get("cell", [])) | set(gsm.get("cell", [])) | set(tune.get("cell", []))
     figures = cell_figures(out_dir, sorted(all_cells))
@@ -305,13 +312,25 @@ def write_report(
         git = git_state(REPO_DIR)
         run_info = run_lines(serve, tune, runtime, min_change_pct, written, git)
         text = render(
-            serve, gsm, tune, runtime, compare, min_change_pct, previous, gates, figures, run_info
+            serve,
+            gsm,
+            tune,
+            runtime,
+            compare,
+            min_change_pct,
+            previous,
+            gates,
+            figures,
+            run_info,
+            claims,
         )
         text += "\n".join(["", *cost_section(Path(results), sorted(all_cells))])
         atomicio.write_text(staging / "report.md", text)
 
         # One PR-ready file per model, its plot links checked against out_dir's plots.
-        pr_files = pr_markdown.write_all(loaded, staging / PR_FOLDER, report_dir=out_dir)
+        pr_files = pr_markdown.write_all(
+            loaded, staging / PR_FOLDER, report_dir=out_dir, claims=claims
+        )
         index = {
             "kind": "report_index",
             "written": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -323,7 +342,8 @@ def write_report(
                 },
                 **{f"{PR_FOLDER}/{p.name}": atomicio.sha256_file(p) for p in pr_files},
             },
-            "inputs": [r.index_entry() for r in loaded],
+            "inputs": [r.index_entry() for r in loaded]
+            + percentile_claims.index_entries(loaded, latency_bounds),
         }
         atomicio.write_json(staging / INDEX_NAME, index)  # last: the rule's output
         carried = _carry_plots(out_dir, staging)
@@ -362,10 +382,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--archive-root", help="compare each cell with its previous run archived here"
     )
+    parser.add_argument(
+        "--latency-bounds",
+        default="null",
+        help="report.latency_bounds as JSON: check each point's percentile claims",
+    )
     parser.add_argument("files", nargs="+")
     args = parser.parse_args(argv)
     if not args.min_change_pct >= 0:  # also refuses nan
         parser.error(f"--min-change-pct must be a number >= 0, got {args.min_change_pct}")
+    try:
+        bounds = percentile_claims.parse_bounds(args.latency_bounds)
+    except ValueError as exc:
+        parser.error(str(exc))
     out_dir = Path(args.out_dir)
     try:
         # The whole-run report refuses a cell with a stage result missing, naming each.
@@ -377,6 +406,7 @@ def main(argv: list[str] | None = None) -> int:
             args.runtime,
             args.min_change_pct,
             archive_root=args.archive_root,
+            latency_bounds=bounds,
         )
     except ResultError as exc:
         print(f"cellbench report: error: {exc}", file=sys.stderr)

@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 
 from cellbench.common import atomicio
-from cellbench.report import frames
+from cellbench.report import frames, percentile_claims
 from cellbench.report.frames import median_spread
 from cellbench.results import result_file
 from cellbench.results.result_file import Result, ResultError
@@ -187,6 +187,7 @@ def _cell_sections(
     benches: dict[str, dict],
     summary: dict | None,
     plots: list[tuple[str, str]],
+    claims: pd.DataFrame | None = None,
 ) -> list[str]:
     image, _, layout = cell.split("/")
     out = [f"## {image}, {layout}", ""]
@@ -246,6 +247,7 @@ def _cell_sections(
         for title, metric in frames.LATENCY_TABLES:
             header, body = metric_table(serve, cell, metric)
             out += [f"#### {title}", "", _md_table(header, body), ""]
+        out += percentile_claims.section_lines(claims, cell)
     if len(gsm) and (gsm.cell == cell).any():
         n = int(gsm[gsm.cell == cell].n_samples.iloc[0])
         header, body = gsm8k_table(gsm, cell)
@@ -272,9 +274,11 @@ def render_model(
     model: str,
     loaded: list[Result],
     report_dir: Path | None = None,
+    claims: pd.DataFrame | None = None,
 ) -> str:
     """The PR-ready Markdown of ``model`` from checked results; ``report_dir``: the folder
-    holding ``plots/`` (linked relative to ``report_dir/pr``), when there is one."""
+    holding ``plots/`` (linked relative to ``report_dir/pr``), when there is one; ``claims``:
+    the percentile claims (``percentile_claims.claims_frame``), shown after the latencies."""
     serve, gsm, _ = frames.cell_frames(loaded)
     benches: dict[str, dict[str, dict]] = {}
     summaries: dict[str, dict] = {}
@@ -303,7 +307,8 @@ def render_model(
             for name, by_format in plots_mod.report_relative(cell).items():
                 if (report_dir / by_format["png"]).is_file():
                     plots.append((name, str(PLOTS_REL / by_format["png"])))
-        lines += _cell_sections(cell, serve, gsm, benches.get(cell, {}), summaries.get(cell), plots)
+        bench = benches.get(cell, {})
+        lines += _cell_sections(cell, serve, gsm, bench, summaries.get(cell), plots, claims)
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -318,12 +323,17 @@ def models_of(loaded: Iterable[Result]) -> list[str]:
     return sorted(found)
 
 
-def write_all(loaded: list[Result], out_dir: Path, report_dir: Path | None = None) -> list[Path]:
+def write_all(
+    loaded: list[Result],
+    out_dir: Path,
+    report_dir: Path | None = None,
+    claims: pd.DataFrame | None = None,
+) -> list[Path]:
     """One ``MODEL.md`` per model under ``out_dir``, each written atomically."""
     written = []
     for model in models_of(loaded):
         path = Path(out_dir) / f"{model}.md"
-        atomicio.write_text(path, render_model(model, loaded, report_dir))
+        atomicio.write_text(path, render_model(model, loaded, report_dir, claims))
         written.append(path)
     return written
 

@@ -9,7 +9,8 @@ holds at that confidence. Hence the query counts MLPerf publishes for p99 at 99%
 with none over the bound, 662 with one (``tests/unit/test_early_stopping.py`` derives both).
 
 A failed request counts as over the bound: it met no latency bound. Pure functions; the
-report and the plan (``report.py``, ``cellbench plan``) are where they are shown.
+report (``cellbench.report.percentile_claims``) and the plan (``cellbench.config.cost``)
+show them.
 """
 
 from __future__ import annotations
@@ -42,6 +43,35 @@ def bound_met(
     if queries == 0:
         return False
     return float(sps.binom.cdf(over, queries, 1 - percentile)) <= 1 - confidence
+
+
+def bound_exceeded(
+    queries: int, over: int, percentile: float = PERCENTILE, confidence: float = CONFIDENCE
+) -> bool:
+    """Whether ``over`` of ``queries`` requests above the bound show, at ``confidence``, that
+    the ``percentile``-th percentile lies above it: the mirror test, P(Binomial(queries,
+    1 - percentile) >= over) <= 1 - confidence: the claim is refuted at that confidence."""
+    _check(percentile, confidence)
+    if queries < 0 or not 0 <= over <= queries:
+        raise ValueError(f"need 0 <= over <= queries, got over={over}, queries={queries}")
+    if over == 0:
+        return False
+    return float(sps.binom.sf(over - 1, queries, 1 - percentile)) <= 1 - confidence
+
+
+MET, NOT_MET, CANNOT_TELL = "yes", "no", "cannot tell"
+
+
+def verdict(
+    queries: int, over: int, percentile: float = PERCENTILE, confidence: float = CONFIDENCE
+) -> str:
+    """``yes`` (the bound holds at ``confidence``), ``no`` (the percentile lies above it at
+    ``confidence``) or ``cannot tell`` (too few queries either way, or none)."""
+    if queries and bound_met(queries, over, percentile, confidence):
+        return MET
+    if queries and bound_exceeded(queries, over, percentile, confidence):
+        return NOT_MET
+    return CANNOT_TELL
 
 
 def queries_needed(

@@ -209,6 +209,10 @@ def _load_job(config: dict, wildcards: Any) -> dict[str, Any]:
     )
     if config["runtime"] == "local":
         job["device"] = local_device(config)
+    if job.get("repeat_cap") is not None:
+        # The stopping rule settles a point at the report's floor, so the floor shapes how
+        # many pairs are measured; without a cap it shapes nothing here (and is not tracked).
+        job["min_change_pct"] = float(config["report"]["min_change_pct"])
     return job
 
 

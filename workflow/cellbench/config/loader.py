@@ -370,6 +370,7 @@ def _check_stage_settings(config: dict[str, Any]) -> None:
             f"config error: serve.burstiness = {serve['burstiness']!r} shapes request-rate "
             "points only, and serve.request_rates is empty; add rates or drop burstiness"
         )
+    _check_repeat_cap(serve)
     local_q, limit = gsm8k["local_questions"], gsm8k["limit"]
     _check_gsm8k_dataset(gsm8k)
     if local_q and limit is not None and limit > local_q:
@@ -385,6 +386,33 @@ def _check_stage_settings(config: dict[str, Any]) -> None:
         raise ConfigError(
             'config error: tune.backend = "vllm" with runtime: local needs vLLM installed on '
             'this host (no module "vllm"); use tune.backend: builtin'
+        )
+
+
+def _check_repeat_cap(serve: dict[str, Any]) -> None:
+    """serve.repeat_cap: the most interleaved pairs a point may take, so at least the fewest
+    (serve.repeats, which must be 2: one pair has no spread to test), and only where the arms
+    are interleaved (the stopping rule tests pairs)."""
+    cap = serve.get("repeat_cap")
+    if cap is None:
+        return
+    if serve["repeats"] < 2:
+        raise ConfigError(
+            f"config error: serve.repeats = {serve['repeats']} with serve.repeat_cap = {cap}: "
+            "the stopping rule needs at least 2 interleaved pairs before it looks; "
+            "set serve.repeats to 2 or more"
+        )
+    if cap < serve["repeats"]:
+        raise ConfigError(
+            f"config error: serve.repeat_cap = {cap}: below serve.repeats = {serve['repeats']}"
+            "; the cap is the most pairs a point may take and serve.repeats the fewest, so "
+            f"set repeat_cap >= {serve['repeats']}"
+        )
+    if not serve["interleave_arms"]:
+        raise ConfigError(
+            f"config error: serve.repeat_cap = {cap} with serve.interleave_arms: false: the "
+            "stopping rule tests interleaved pairs of the two arms; interleave the arms or "
+            "drop repeat_cap"
         )
 
 

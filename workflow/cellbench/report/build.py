@@ -146,6 +146,9 @@ def render(
                     note=NO_TRITON_MOE_NOTE,
                     min_change_pct=min_change_pct,
                 )
+                lines += comparison.render_repeats(
+                    select(serve, cell=cell, arm="untuned"), select(serve, cell=cell, arm="tuned")
+                )
             else:
                 lines += comparison.render(
                     "#### Untuned (A) vs tuned (B)",
@@ -311,7 +314,9 @@ def write_report(
         atomicio.write_text(staging / "report.md", text)
 
         # One PR-ready file per model, its plot links checked against out_dir's plots.
-        pr_files = pr_markdown.write_all(loaded, staging / PR_FOLDER, report_dir=out_dir)
+        pr_files = pr_markdown.write_all(
+            loaded, staging / PR_FOLDER, report_dir=out_dir, min_change_pct=min_change_pct
+        )
         index = {
             "kind": "report_index",
             "written": datetime.now(UTC).isoformat(timespec="seconds"),

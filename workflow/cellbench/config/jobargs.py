@@ -226,6 +226,9 @@ def serve_job(config: dict, pins: Any, wildcards: Any, arm: str) -> dict[str, An
         **{field: config["gsm8k"][key] for key, field in GSM8K_FIELDS.items()},
         "image_digest": pins.digest(wildcards.image),
     }
+    if arm != "pair":  # one arm alone has no pairs to stop on: serve.repeats, fixed
+        job.pop("repeat_cap", None)
+        job.pop("min_change_pct", None)
     env = cell_env(config, wildcards)
     if env:  # both arms' servers get them
         job["server_env"] = env

@@ -391,8 +391,9 @@ def _check_stage_settings(config: dict[str, Any]) -> None:
 
 def _check_repeat_cap(serve: dict[str, Any]) -> None:
     """serve.repeat_cap: the most interleaved pairs a point may take, so at least the fewest
-    (serve.repeats, which must be 2: one pair has no spread to test), and only where the arms
-    are interleaved (the stopping rule tests pairs)."""
+    (serve.repeats, which must be 2 or more: one pair has no spread to test). With
+    serve.interleave_arms false there are no pairs: each arm's job runs serve.repeats
+    (``jobargs.serve_job`` leaves the cap out of one-arm jobs)."""
     cap = serve.get("repeat_cap")
     if cap is None:
         return
@@ -407,12 +408,6 @@ def _check_repeat_cap(serve: dict[str, Any]) -> None:
             f"config error: serve.repeat_cap = {cap}: below serve.repeats = {serve['repeats']}"
             "; the cap is the most pairs a point may take and serve.repeats the fewest, so "
             f"set repeat_cap >= {serve['repeats']}"
-        )
-    if not serve["interleave_arms"]:
-        raise ConfigError(
-            f"config error: serve.repeat_cap = {cap} with serve.interleave_arms: false: the "
-            "stopping rule tests interleaved pairs of the two arms; interleave the arms or "
-            "drop repeat_cap"
         )
 
 

@@ -195,7 +195,13 @@ def run_lines(
         lines.append(
             f"- Serving: ISL-OSL {', '.join(f'{i}-{o}' for i, o in grid)}; concurrency "
             f"{_values(serve, 'max_concurrency')}; {_values(serve, 'num_prompts')} prompts per "
-            f"point; {span} repeats per point and arm."
+            f"point; {span} repeats per point and arm"
+            + (
+                f" (sequential: repeats stop once a point's verdict is known, at most "
+                f"{_values(serve, 'repeat_cap')}; see *repeats used*)."
+                if "repeat_cap" in serve and serve["repeat_cap"].notna().any()
+                else "."
+            )
         )
     if len(tune):
         lines.append(

@@ -287,3 +287,35 @@ def test_pair_repeats_stop_per_point_once_settled(tmp_path):
     for (isl, osl, _), n in used.items():
         row = next(ln for ln in lines if ln.startswith(f"| {isl}-{osl} "))
         assert f" {n} of {cap}: " in row
+
+
+def test_pair_repeats_stop_early_on_a_clear_change(tmp_path):
+    """A change far past the floor, measured for real: the tuned arm's timed server (the one
+    given VLLM_TUNED_CONFIG_FOLDER) sends its tokens twice as far apart. The stopping rule
+    calls TPOT worse, the point records it, and the report's sequential verdict agrees."""
+    from cellbench.report import frames
+    from cellbench.results import loaders
+    from cellbench.stats import comparison, sequential
+
+    script = (
+        f"exec {sys.executable} -m cellbench.serve.timed_server --port {{port}} --ttft-ms 2 "
+        '--itl-ms $(if [ -n "$VLLM_TUNED_CONFIG_FOLDER" ]; then echo 40; else echo 20; fi)'
+    )
+    args = _pair_args(tmp_path, [], "--grid-json", '[{"isl": 8, "osl": 12}]')
+    command = args.index("--server-command-json") + 1
+    args[command] = json.dumps(["sh", "-c", script])
+    args += ["--repeats", "2", "--repeat-cap", "6", "--min-change-pct", "10"]
+    args += ["--image-digest", "local:timed"]
+    assert serve_stage.main(args) == 0
+    out = tmp_path / "serve"
+    points = json.loads((out / "tuned" / "bench.json").read_text())["points"]
+    assert points[0]["stop_statuses"]["mean_tpot_ms"] == sequential.WORSE
+    assert 2 <= points[0]["repeats_used"] == len(points) <= 6
+    loaded = [loaders.load_bench(out / arm / "bench.json") for arm in ARMS]
+    serve, _, _ = frames.cell_frames(loaded)
+    rows = comparison.compare_serve(
+        serve[serve.arm == "untuned"], serve[serve.arm == "tuned"], min_change_pct=10.0
+    )
+    (tpot,) = [r for r in rows if r["metric"] == "mean_tpot_ms"]
+    assert tpot["test"] == "sequential" and tpot["verdict"] == "worse"
+    assert tpot["repeats_used"] == len(points) and tpot["stop_reason"] in ("settled", "cap reached")

@@ -219,7 +219,8 @@ def _measure(cfg: StageConfig, sides: list[Side], point_tag: str | None = None) 
             )
         _check_alive(runs, "before the grid started")
         if len(sides) > 1:
-            _log("order per repeat: " + "; ".join(" ".join(o) for o in order))
+            planned = "at most, " if stopping else ""
+            _log(f"order per repeat ({planned}ABBA): " + "; ".join(" ".join(o) for o in order))
         load_points = load_shapes.load_points(
             cfg.concurrency,
             cfg.request_rate,

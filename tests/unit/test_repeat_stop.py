@@ -88,7 +88,7 @@ def test_points_stop_when_settled_and_the_rest_go_on_to_the_cap():
         theirs = [x for x in b if (x["isl"], x["osl"]) == key]
         pairs, invalid = valid_pairs(mine, theirs, 0.0)
         step = sequential.decide(pairs, comparison.METRICS, design, invalid=invalid)
-        assert step["action"] == "stop" and p["stop_reason"] == step["reason"]
+        assert step["action"] == "stop" and p["stop_reason"] == step["reason"] == "settled"
         assert p["stop_statuses"] == {m: s["status"] for m, s in step["metrics"].items()}
         assert p["repeat_cap"] == 5 and p["invalid_repeats"] == 0
 
@@ -111,6 +111,17 @@ def test_the_cap_ends_an_open_point():
     assert {p["repeats_used"] for p in b} == {3}
 
 
+def test_a_point_whose_metrics_all_settled_by_the_cap_says_settled():
+    """decide's point reason is "cap reached" once the pairs reach the cap; the record says
+    "settled" where no metric was left open there, "cap reached" where one was."""
+    stop = _stop(SERIES, minimum=3, cap=3)
+    _, b, _ = _run(stop, SERIES)
+    got = {(p["isl"], p["osl"]): (p["repeats_used"], p["stop_reason"]) for p in b}
+    assert got == {(8, 4): (3, "settled"), (16, 4): (3, "settled"), (32, 4): (3, sequential.CAP)}
+    open_ = [p for p in b if p["isl"] == 32][0]["stop_statuses"]
+    assert set(open_.values()) == {sequential.CAP}
+
+
 def test_invalid_repeats_are_left_out_of_the_pairs_and_counted():
     series = {(8, 4): SERIES[(8, 4)]}
     stop = _stop(series, cap=5)
@@ -129,6 +140,25 @@ def test_too_many_invalid_repeats_stop_a_point_and_say_so():
     _, b, _ = _run(stop, series, invalid={(8, 4, 0), (8, 4, 1), (8, 4, 2)})
     assert {p["stop_reason"] for p in b} == {sequential.INVALID}
     assert {p["invalid_repeats"] for p in b} == {3}
+
+
+def test_a_points_key_is_the_same_before_and_after_it_is_measured():
+    """The loop picks points by the load point it is about to run (measure._key) and decides
+    on the measured records (JSON has no infinity: loadgen writes "inf")."""
+    import math
+
+    from cellbench.serve import load_shapes
+    from cellbench.serve.measure import _key
+
+    lps = load_shapes.load_points([2, 4], math.inf, [1.5, 3.0], math.inf, 2, 1, 8)
+    keys = set()
+    for lp in lps:
+        recorded = {**lp, "isl": 8, "osl": 4}
+        for name in ("request_rate", "burstiness"):
+            recorded[name] = "inf" if lp[name] == math.inf else lp[name]
+        assert _key({"isl": 8, "osl": 4}, lp) == point_key(recorded)
+        keys.add(point_key(recorded))
+    assert len(keys) == len(lps)  # every load point its own
 
 
 def test_bad_bounds_are_refused():

@@ -101,7 +101,7 @@ def test_every_stage_wrote_its_outputs(finished_run):
                 assert point["mean_ttft_ms"] > 0 and point["output_throughput"] > 0
                 assert point["repeat_cap"] == 3 and point["invalid_repeats"] == 0
                 assert point["stop_reason"] in ("settled", "cap reached")
-                assert (point["stop_reason"] == "cap reached") == (point["repeats_used"] == 3)
+                assert point["stop_reason"] != "cap reached" or point["repeats_used"] == 3
             assert bench["interleaved"] is True
             abba = [["untuned", "tuned"], ["tuned", "untuned"], ["untuned", "tuned"]]
             assert bench["arm_order"] == abba[: max(used.values())]

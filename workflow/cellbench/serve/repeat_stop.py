@@ -27,6 +27,7 @@ from cellbench.serve import load_shapes
 from cellbench.stats import comparison, sequential
 
 PointKey = tuple[int, int, str]
+SETTLED = "settled"  # sequential.decide's reason when every metric is settled
 
 
 def point_key(point: Mapping[str, Any]) -> PointKey:
@@ -111,6 +112,9 @@ class RepeatStop:
         if step["action"] != "stop":
             # Measured ``cap`` times, yet invalid pairs left fewer valid ones than the cap.
             reason = sequential.CAP
+        open_ = {sequential.CONTINUE, sequential.CAP}
+        if reason == sequential.CAP and not open_ & {s["status"] for s in step["metrics"].values()}:
+            reason = SETTLED  # every metric settled, the last of them at the cap's look
         return {
             "repeat_cap": self.cap,
             "repeats_used": self.used[key],

@@ -148,7 +148,10 @@ def test_every_step_ran_in_a_pinned_vllm_container(rehearsal):
         assert server["version"]["version"] == OLD, server["version"]
         # vLLM's CPU backend runs MoE without Triton: no config file is read by either arm.
         assert bench["moe_config"]["source"] == "none seen", bench["moe_config"]
-        assert len(bench["points"]) == 2 * 2  # grid points x repeats
+        # serve.repeats 2, repeat_cap 3: 2 or 3 pairs per grid point, as each records
+        used = {(p["isl"], p["osl"]): p["repeats_used"] for p in bench["points"]}
+        assert len(used) == 2 and set(used.values()) <= {2, 3}
+        assert len(bench["points"]) == sum(used.values())
         log = (workdir / "results" / CELL / "serve" / arm / "server.log").read_text()
         # vLLM's own start-up line (0.31/0.32 print a banner and this, no "API server version").
         assert "Starting vLLM server on" in log, log[-2000:]
@@ -168,12 +171,14 @@ def test_every_step_ran_in_a_pinned_vllm_container(rehearsal):
         )
     report = (workdir / "results" / "report" / "report.md").read_text()
     assert "cannot differ" in report
-    # report.latency_bounds is on: 2 prompts x 2 repeats per point cannot support a p99 claim,
+    # report.latency_bounds is on: a few prompts x 2-3 repeats per point cannot support a p99 claim,
     # which the plan said at the start and the report's verdicts show (never "yes").
     assert "warning: report.latency_bounds at 32-16 c2" in (workdir / "first-run.log").read_text()
     claims = report.split("#### Latency bounds: p99 at 99% confidence")[1].split("\n####")[0]
-    assert "| 8 | " in claims and "| yes |" not in claims, claims
+    assert claims.strip() and "| yes |" not in claims, claims
     assert (workdir / "results" / "report" / "percentile_claims.csv").is_file()
+    # Sequential repeats: the report lists each point's pairs used and why it stopped.
+    assert "Repeats per point" in report and " of 3: " in report
     manifests = list((workdir / "results" / "archive").glob("*/*/MANIFEST.json"))
     assert manifests, "nothing archived"
     manifest = json.loads(manifests[0].read_text())

@@ -228,3 +228,100 @@ def test_sigterm_stops_both_servers(tmp_path):
         assert _port_closed(_server_port(log))
     for arm in ARMS:
         assert not (tmp_path / "serve" / arm / "bench.json").exists()
+
+
+def test_pair_repeats_stop_per_point_once_settled(tmp_path):
+    """Sequential repeats against two real timed servers (issue 32 item 3): after the
+    minimum (2 pairs) a point gets another interleaved pair only while the stopping rule
+    leaves it open, up to the cap. Whatever the timings on this machine, each point records
+    the pairs it was measured in and why it stopped, and that is what the rule says on the
+    recorded pairs with the report's design; the report's table shows it."""
+    from cellbench.report import frames
+    from cellbench.results import loaders
+    from cellbench.serve.repeat_stop import point_key, valid_pairs
+    from cellbench.stats import comparison, sequential
+
+    grid = '[{"isl": 8, "osl": 4}, {"isl": 16, "osl": 3}]'
+    args = _pair_args(tmp_path, ["--ttft-ms", "20", "--itl-ms", "5"], "--grid-json", grid)
+    cap = 4
+    args += ["--repeats", "2", "--repeat-cap", str(cap), "--min-change-pct", "10"]
+    args += ["--image-digest", "local:timed"]  # the loader wants one
+    assert serve_stage.main(args) == 0
+    out = tmp_path / "serve"
+    benches = {arm: json.loads((out / arm / "bench.json").read_text()) for arm in ARMS}
+    a, b = benches["untuned"]["points"], benches["tuned"]["points"]
+    design = sequential.Design(rows=2 * len(comparison.METRICS), cap=cap, floor_pct=10.0)
+    used = {}
+    for key in {point_key(p) for p in a}:
+        mine = [p for p in a if point_key(p) == key]
+        theirs = [p for p in b if point_key(p) == key]
+        n = mine[0]["repeats_used"]
+        used[key] = n
+        assert 2 <= n <= cap
+        # Measured in repeats 0..n-1 on both sides, every record of the point agreeing.
+        for side in (mine, theirs):
+            assert sorted(p["repeat"] for p in side) == list(range(n))
+            assert {(p["repeats_used"], p["stop_reason"], p["repeat_cap"]) for p in side} == {
+                (n, mine[0]["stop_reason"], cap)
+            }
+        # The rule on the pairs it had: no more pairs after it said stop, none short of it.
+        pairs, invalid = valid_pairs(mine, theirs, 0.05)
+        step = sequential.decide(pairs, comparison.METRICS, design, invalid=invalid)
+        assert step["action"] == "stop"
+        statuses = {m: s["status"] for m, s in step["metrics"].items()}
+        assert mine[0]["stop_statuses"] == statuses
+        # "settled" at the cap too when no metric was left open there
+        open_at_cap = sequential.CAP in statuses.values()
+        expected = sequential.CAP if step["reason"] == sequential.CAP and open_at_cap else "settled"
+        assert mine[0]["stop_reason"] == expected
+        if n > 2:
+            shorter = {m: (x[: n - 1], y[: n - 1]) for m, (x, y) in pairs.items()}
+            before = sequential.decide(shorter, comparison.METRICS, design)
+            assert before["action"] == "continue"
+        assert mine[0]["stop_reason"] != sequential.CAP or n == cap
+    # The job ran as many interleaved repeats as its longest point, ABBA.
+    order = benches["untuned"]["arm_order"]
+    assert len(order) == max(used.values()) and order[:2] == [list(ARMS), list(ARMS)[::-1]]
+    # Read back through the checked loader, the report's table shows repeats used and why.
+    loaded = [loaders.load_bench(out / arm / "bench.json") for arm in ARMS]
+    serve, _, _ = frames.cell_frames(loaded)
+    lines = comparison.render(
+        "t", serve[serve.arm == "untuned"], serve[serve.arm == "tuned"], min_change_pct=10.0
+    )
+    text = "\n".join(lines)
+    assert "| repeats used" in text and "| sequential " in text
+    for (isl, osl, _), n in used.items():
+        row = next(ln for ln in lines if ln.startswith(f"| {isl}-{osl} "))
+        assert f" {n} of {cap}: " in row
+
+
+def test_pair_repeats_stop_early_on_a_clear_change(tmp_path):
+    """A change far past the floor, measured for real: the tuned arm's timed server (the one
+    given VLLM_TUNED_CONFIG_FOLDER) sends its tokens twice as far apart. The stopping rule
+    calls TPOT worse, the point records it, and the report's sequential verdict agrees."""
+    from cellbench.report import frames
+    from cellbench.results import loaders
+    from cellbench.stats import comparison, sequential
+
+    script = (
+        f"exec {sys.executable} -m cellbench.serve.timed_server --port {{port}} --ttft-ms 2 "
+        '--itl-ms $(if [ -n "$VLLM_TUNED_CONFIG_FOLDER" ]; then echo 40; else echo 20; fi)'
+    )
+    args = _pair_args(tmp_path, [], "--grid-json", '[{"isl": 8, "osl": 12}]')
+    command = args.index("--server-command-json") + 1
+    args[command] = json.dumps(["sh", "-c", script])
+    args += ["--repeats", "2", "--repeat-cap", "6", "--min-change-pct", "10"]
+    args += ["--image-digest", "local:timed"]
+    assert serve_stage.main(args) == 0
+    out = tmp_path / "serve"
+    points = json.loads((out / "tuned" / "bench.json").read_text())["points"]
+    assert points[0]["stop_statuses"]["mean_tpot_ms"] == sequential.WORSE
+    assert 2 <= points[0]["repeats_used"] == len(points) <= 6
+    loaded = [loaders.load_bench(out / arm / "bench.json") for arm in ARMS]
+    serve, _, _ = frames.cell_frames(loaded)
+    rows = comparison.compare_serve(
+        serve[serve.arm == "untuned"], serve[serve.arm == "tuned"], min_change_pct=10.0
+    )
+    (tpot,) = [r for r in rows if r["metric"] == "mean_tpot_ms"]
+    assert tpot["test"] == "sequential" and tpot["verdict"] == "worse"
+    assert tpot["repeats_used"] == len(points) and tpot["stop_reason"] in ("settled", "cap reached")

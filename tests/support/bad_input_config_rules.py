@@ -223,6 +223,23 @@ PROBES: list[Probe] = [
             model_config=ODD, serve_args=[], block_shape=None, dtype="bf16"
         ),
     ),
+    # --- issue 32 item 3: sequential repeats need room to stop in ---
+    Probe(
+        "repeat-cap-below-repeats",
+        "config",
+        "`serve.repeat_cap: 2` with `serve.repeats: 3` (local)",
+        "serve.repeat_cap = 2: below serve.repeats = 3",
+        base="local",
+        edit=lambda c: c["serve"].update(repeats=3, repeat_cap=2),
+    ),
+    Probe(
+        "repeat-cap-one-repeat",
+        "config",
+        "`serve.repeats: 1` with `serve.repeat_cap` (local)",
+        "serve.repeats = 1 with serve.repeat_cap = 3: the stopping rule needs at least 2",
+        base="local",
+        edit=_set("serve", "repeats", 1),
+    ),
     # --- issue 33 item 6: a one-of key missing names every alternative ---
     Probe(
         "model-neither-hf-id-nor-build",

@@ -27,7 +27,10 @@ HEADER = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load
 
 
 def config(**serve) -> dict:
+    """The embedded default with fixed repeats (its sequential cap off) unless ``serve`` says
+    otherwise: the cap has its own test below."""
     cfg = loader.load(ROOT / "config" / "local.yaml")
+    cfg["serve"].pop("repeat_cap", None)
     cfg["serve"].update(serve)
     return cfg
 
@@ -155,7 +158,7 @@ def test_cellbench_plan_prints_writes_and_refuses_a_bad_config(tmp_path, capsys)
 def test_the_plan_warns_per_point_whose_prompts_cannot_support_its_bound(tmp_path, capsys):
     """Issue 32 item 5: each bounded point's queries are its prompts over all repeats (what the
     report pools); below MLPerf's 459 for p99 at 99% the plan says so, point by point."""
-    # c2 x 2 prompts x 3 repeats = 12 queries; c200 x 2 prompts x 3 repeats = 1200
+    # c2: 2 x 2 prompts x 2 repeats = 8 queries; c200: 200 x 2 prompts x 2 repeats = 800
     cfg = config(concurrency=[2, 200])
     assert cost.estimate(cfg, tmp_path)["warnings"] == []  # no bounds, no claim, no warning
     cfg["report"]["latency_bounds"] = {
@@ -167,11 +170,13 @@ def test_the_plan_warns_per_point_whose_prompts_cannot_support_its_bound(tmp_pat
     }
     warnings = cost.estimate(cfg, tmp_path)["warnings"]
     assert warnings == [
-        "report.latency_bounds at 32-8 c2 (ttft_ms), 4 prompts x 3 repeats pooled: 12 prompts "
+        "report.latency_bounds at 32-8 c2 (ttft_ms), 4 prompts x 2 repeats pooled: "
+        "8 prompts "
         "cannot support a p99 latency claim at 99% confidence: even with none over the bound it "
         "needs 459 (MLPerf's early-stopping rule); raise the point's prompt count or drop its "
         "bound",
-        "report.latency_bounds at 64-8 c2 (tpot_ms), 4 prompts x 3 repeats pooled: 12 prompts "
+        "report.latency_bounds at 64-8 c2 (tpot_ms), 4 prompts x 2 repeats pooled: "
+        "8 prompts "
         "cannot support a p99 latency claim at 99% confidence: even with none over the bound it "
         "needs 459 (MLPerf's early-stopping rule); raise the point's prompt count or drop its "
         "bound",
@@ -202,3 +207,21 @@ def test_the_readmes_bounds_example_loads_on_the_production_config(tmp_path):
     loaded = loader.load(path)
     assert loaded["report"]["latency_bounds"]["points"][0]["ttft_ms"] == 8000
     assert cost.estimate(loaded, tmp_path)["warnings"] == []
+
+
+def test_sequential_repeats_are_priced_and_pooled_at_their_cap(tmp_path):
+    """With serve.repeat_cap a point runs between serve.repeats and the cap: the estimate takes
+    the cap (the most it can cost) and says 'up to'; the plan's percentile warning counts the
+    queries the cap would pool, the most a point can have."""
+    fixed, capped = config(repeats=2), config(repeats=2, repeat_cap=4)
+    last_run(tmp_path, fixed, {(32, 8): 1.5, (64, 8): 2.5})
+    base = cost.estimate(fixed, tmp_path)["cells"][CELL]["serve"]
+    up = cost.estimate(capped, tmp_path)["cells"][CELL]["serve"]
+    # two more repeats of both arms' measured points
+    assert up["seconds"] == pytest.approx(base["seconds"] + 2 * 2 * (1.5 + 2.5))
+    assert "up to 4 repeats" in up["basis"] and "up to" not in base["basis"]
+    capped["report"]["latency_bounds"] = {"percentile": 99, "confidence": 99, "ttft_ms": 500}
+    warnings = cost.estimate(capped, tmp_path)["warnings"]
+    assert warnings and all(
+        "x 4 repeats pooled (at the repeat cap): 16 prompts" in w for w in warnings
+    )

@@ -95,7 +95,10 @@ def estimate_cell(config: dict, cell: loader.Cell, results: Path) -> dict[str, d
     serve, plan = config["serve"], config["plan"]
     gpus = gpus_per_server(config, cell)
     pair = bool(serve["interleave_arms"])
-    arms, repeats = len(ARMS), int(serve["repeats"])
+    # sequential repeats stop between serve.repeats and the cap: the estimate takes the cap,
+    # the most a point can cost, and says so
+    arms, repeats = len(ARMS), int(serve.get("repeat_cap") or serve["repeats"])
+    upto = "up to " if serve.get("repeat_cap") else ""
     waves = int(serve["prompts_per_concurrency"]) + int(serve.get("warmups_per_concurrency") or 0)
     history = job_times.cell_job_times(results, cell.cell_id)
     out: dict[str, dict[str, Any]] = {}
@@ -116,9 +119,7 @@ def estimate_cell(config: dict, cell: loader.Cell, results: Path) -> dict[str, d
 
     # serve (both arms' servers, the grid's repeats, GSM8K against each arm)
     points = _points(config)
-    measured = (
-        _history_points(results, cell.cell_id) if "serve" in history else "no serve job ran"
-    )
+    measured = _history_points(results, cell.cell_id) if "serve" in history else "no serve job ran"
     if not isinstance(measured, str):
         means, measured_total = measured
         fixed = max(history["serve"].seconds - measured_total, 0.0)
@@ -128,7 +129,7 @@ def estimate_cell(config: dict, cell: loader.Cell, results: Path) -> dict[str, d
         seconds = fixed + arms * repeats * per_repeat
         basis = (
             f"history: {', '.join(history['serve'].files)} ({fixed:.0f} s fixed) + "
-            f"{arms} arms x {repeats} repeats x the measured points"
+            f"{arms} arms x {upto}{repeats} repeats x the measured points"
         )
     else:
         starts = 1 if pair else arms
@@ -137,7 +138,7 @@ def estimate_cell(config: dict, cell: loader.Cell, results: Path) -> dict[str, d
         seconds = starts * plan["server_start_s"] + arms * repeats * per_repeat + gsm8k_s
         basis = (
             "assumed: plan.server_start_s, plan.ttft_ms_per_1k_input, plan.tpot_ms, "
-            f"plan.gsm8k_s_per_question (no history: {measured})"
+            f"plan.gsm8k_s_per_question, {upto}{repeats} repeats (no history: {measured})"
         )
     out["serve"] = {"seconds": seconds, "gpus": gpus * (arms if pair else 1), "basis": basis}
 

@@ -209,6 +209,10 @@ def _load_job(config: dict, wildcards: Any) -> dict[str, Any]:
     )
     if config["runtime"] == "local":
         job["device"] = local_device(config)
+    if job.get("repeat_cap") is not None:
+        # The stopping rule settles a point at the report's floor, so the floor shapes how
+        # many pairs are measured; without a cap it shapes nothing here (and is not tracked).
+        job["min_change_pct"] = float(config["report"]["min_change_pct"])
     return job
 
 
@@ -222,6 +226,9 @@ def serve_job(config: dict, pins: Any, wildcards: Any, arm: str) -> dict[str, An
         **{field: config["gsm8k"][key] for key, field in GSM8K_FIELDS.items()},
         "image_digest": pins.digest(wildcards.image),
     }
+    if arm != "pair":  # one arm alone has no pairs to stop on: serve.repeats, fixed
+        job.pop("repeat_cap", None)
+        job.pop("min_change_pct", None)
     env = cell_env(config, wildcards)
     if env:  # both arms' servers get them
         job["server_env"] = env

@@ -60,7 +60,8 @@ def plan_warnings(config: dict[str, Any]) -> list[str]:
     if not bounds:
         return []
     serve = config["serve"]
-    repeats = int(serve["repeats"])
+    # with sequential repeats a point pools at most the cap's repeats: the best case
+    repeats = int(serve.get("repeat_cap") or serve["repeats"])
     loads = [(f"c{c}", c, serve["prompts_per_concurrency"] * c) for c in serve["concurrency"]]
     loads += [(f"{r:g} req/s", None, serve["request_rate_prompts"]) for r in serve["request_rates"]]
     out = []
@@ -76,6 +77,7 @@ def plan_warnings(config: dict[str, Any]) -> list[str]:
             if why:
                 out.append(
                     f"report.latency_bounds at {g['isl']}-{g['osl']} {label} "
-                    f"({', '.join(bounded)}), {prompts} prompts x {repeats} repeats pooled: {why}"
+                    f"({', '.join(bounded)}), {prompts} prompts x {repeats} repeats pooled"
+                    f"{' (at the repeat cap)' if serve.get('repeat_cap') else ''}: {why}"
                 )
     return out

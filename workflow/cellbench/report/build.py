@@ -148,6 +148,9 @@ def render(
                     note=NO_TRITON_MOE_NOTE,
                     min_change_pct=min_change_pct,
                 )
+                lines += comparison.render_repeats(
+                    select(serve, cell=cell, arm="untuned"), select(serve, cell=cell, arm="tuned")
+                )
             else:
                 lines += comparison.render(
                     "#### Untuned (A) vs tuned (B)",
@@ -194,7 +197,13 @@ def run_lines(
         lines.append(
             f"- Serving: ISL-OSL {', '.join(f'{i}-{o}' for i, o in grid)}; concurrency "
             f"{_values(serve, 'max_concurrency')}; {_values(serve, 'num_prompts')} prompts per "
-            f"point; {span} repeats per point and arm."
+            f"point; {span} repeats per point and arm"
+            + (
+                f" (sequential: repeats stop once a point's verdict is known, at most "
+                f"{_values(serve, 'repeat_cap')}; see *repeats used*)."
+                if "repeat_cap" in serve and serve["repeat_cap"].notna().any()
+                else "."
+            )
         )
     if len(tune):
         lines.append(
@@ -329,7 +338,11 @@ def write_report(
 
         # One PR-ready file per model, its plot links checked against out_dir's plots.
         pr_files = pr_markdown.write_all(
-            loaded, staging / PR_FOLDER, report_dir=out_dir, claims=claims
+            loaded,
+            staging / PR_FOLDER,
+            report_dir=out_dir,
+            claims=claims,
+            min_change_pct=min_change_pct,
         )
         index = {
             "kind": "report_index",

@@ -39,6 +39,8 @@ from cellbench.report import frames, percentile_claims
 from cellbench.report.frames import median_spread
 from cellbench.results import result_file
 from cellbench.results.result_file import Result, ResultError
+from cellbench.stats import comparison
+from cellbench.stats import core as stats
 
 GSM8K_ROWS = (
     ("exact_match, strict-match", "strict_match"),
@@ -46,7 +48,8 @@ GSM8K_ROWS = (
 )
 SPREAD_NOTE = (
     "Each figure is the median over the {n} repeats of its grid point, ± half their "
-    "interquartile range; the Average row averages the medians."
+    "interquartile range; the Average row averages the medians. Where the count varies, "
+    "repeats stopped once the point's verdict was known (serve.repeat_cap)."
 )
 ONE_RUN_NOTE = "One repeat per grid point: each figure is that run's mean (no spread to show)."
 PLOTS_REL = PurePosixPath("..")  # from report/pr/MODEL.md to report/
@@ -242,8 +245,10 @@ def _cell_sections(
     out += ["### Test results", ""]
     cell_serve = serve[serve.cell == cell] if len(serve) else serve
     if len(cell_serve):
-        repeats = int(cell_serve.groupby(["arm", "isl", "osl", "max_concurrency"]).size().max())
-        out += [SPREAD_NOTE.format(n=repeats) if repeats > 1 else ONE_RUN_NOTE, ""]
+        counts = cell_serve.groupby(["arm", "isl", "osl", "max_concurrency"]).size()
+        repeats = int(counts.max())
+        n = str(repeats) if counts.min() == repeats else f"{int(counts.min())} to {repeats}"
+        out += [SPREAD_NOTE.format(n=n) if repeats > 1 else ONE_RUN_NOTE, ""]
         for title, metric in frames.LATENCY_TABLES:
             header, body = metric_table(serve, cell, metric)
             out += [f"#### {title}", "", _md_table(header, body), ""]
@@ -266,6 +271,43 @@ def _cell_sections(
     return out
 
 
+VERDICT_COLUMNS = {
+    "mean_ttft_ms": "TTFT",
+    "mean_tpot_ms": "TPOT",
+    "mean_e2el_ms": "E2E",
+    "output_throughput": "output tok/s",
+}
+
+
+def verdict_lines(serve: pd.DataFrame, cell: str, min_change_pct: float) -> list[str]:
+    """Tuned against untuned per grid point, the report's verdicts (``comparison``): each
+    metric's verdict and change, the pairs the point used and why it stopped, its invalid
+    repeats. Nothing where an arm is missing or the arms cannot differ (report.md says so)."""
+    if not len(serve) or not {"untuned", "tuned"} <= set(serve[serve.cell == cell].arm):
+        return []
+    untuned = serve[(serve.cell == cell) & (serve.arm == "untuned")]
+    tuned = serve[(serve.cell == cell) & (serve.arm == "tuned")]
+    if frames.arms_cannot_differ(serve, cell):
+        table = comparison.render_repeats(untuned, tuned)
+        return ["#### Repeats per point", "", *table[2:]] if table else []
+    rows = comparison.point_verdicts(
+        untuned, tuned, min_change_pct=min_change_pct, labels=VERDICT_COLUMNS
+    )
+    if not rows:
+        return []
+    header = ["ISL-OSL", *VERDICT_COLUMNS.values(), "repeats used", "invalid A/B"]
+    return [
+        "#### Verdicts, tuned against untuned",
+        "",
+        f"Per grid point: the report's verdict (changes below {min_change_pct:g}% are within "
+        "noise), the interleaved pairs the point used and why it stopped, and repeats that "
+        "failed or were invalid (left out of the test, counted here).",
+        "",
+        _md_table(header, [[str(r.get(h, "")) for h in header] for r in rows]),
+        "",
+    ]
+
+
 def model_of(cell: str) -> str:
     return cell.split("/")[1]
 
@@ -275,6 +317,7 @@ def render_model(
     loaded: list[Result],
     report_dir: Path | None = None,
     claims: pd.DataFrame | None = None,
+    min_change_pct: float = stats.DEFAULT_MIN_CHANGE_PCT,
 ) -> str:
     """The PR-ready Markdown of ``model`` from checked results; ``report_dir``: the folder
     holding ``plots/`` (linked relative to ``report_dir/pr``), when there is one; ``claims``:
@@ -309,6 +352,7 @@ def render_model(
                     plots.append((name, str(PLOTS_REL / by_format["png"])))
         bench = benches.get(cell, {})
         lines += _cell_sections(cell, serve, gsm, bench, summaries.get(cell), plots, claims)
+        lines += verdict_lines(serve, cell, min_change_pct)
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -328,12 +372,13 @@ def write_all(
     out_dir: Path,
     report_dir: Path | None = None,
     claims: pd.DataFrame | None = None,
+    min_change_pct: float = stats.DEFAULT_MIN_CHANGE_PCT,
 ) -> list[Path]:
     """One ``MODEL.md`` per model under ``out_dir``, each written atomically."""
     written = []
     for model in models_of(loaded):
         path = Path(out_dir) / f"{model}.md"
-        atomicio.write_text(path, render_model(model, loaded, report_dir, claims))
+        atomicio.write_text(path, render_model(model, loaded, report_dir, claims, min_change_pct))
         written.append(path)
     return written
 

@@ -86,6 +86,56 @@ def _check_point(point: dict[str, Any], path: Path, rerun: str, field: str) -> N
             raise ResultError(path, f"{field}.{name}", str(value), "a finite number", rerun)
 
 
+STOP_FIELDS = ("repeat_cap", "repeats_used", "stop_reason")
+
+
+def _check_stopping(points: list[dict[str, Any]], path: Path, rerun: str, where: str) -> None:
+    """Points measured with sequential repeats (``repeat_cap``; cellbench.serve.repeat_stop):
+    all of a side's points carry the fields or none does, one cap for them all, and each grid
+    point's repeats agree on its pairs used and stop reason, which is the number of its
+    repeats here and at most the cap. Files without the fields (fixed repeats) pass."""
+    from cellbench.serve.repeat_stop import point_key
+
+    have = [("repeat_cap" in p) for p in points]
+    if not any(have):
+        return
+    if not all(have):
+        i = have.index(False)
+        raise ResultError(path, f"{where}[{i}].repeat_cap", None, "on every point or none", rerun)
+    caps = sorted({p["repeat_cap"] for p in points})
+    if len(caps) > 1:
+        raise ResultError(path, f"{where}[].repeat_cap", caps, "one cap for the whole job", rerun)
+    groups: dict[tuple, list[int]] = {}
+    for i, p in enumerate(points):
+        missing = [k for k in STOP_FIELDS if k not in p]
+        if missing:
+            raise ResultError(
+                path, f"{where}[{i}]", f"(missing {missing})", "repeat_cap with its fields", rerun
+            )
+        groups.setdefault(point_key(p), []).append(i)
+    for key, idx in groups.items():
+        recorded = {tuple(points[i][k] for k in STOP_FIELDS) for i in idx}
+        if len(recorded) > 1:
+            raise ResultError(
+                path,
+                f"{where}[{idx[0]}].repeats_used",
+                sorted(recorded),
+                f"one pairs-used count and stop reason for grid point {key}",
+                rerun,
+            )
+        ((cap, used, _),) = recorded
+        repeats = {points[i]["repeat"] for i in idx}
+        if used != len(repeats) or used > cap:
+            raise ResultError(
+                path,
+                f"{where}[{idx[0]}].repeats_used",
+                used,
+                f"the number of repeats of grid point {key} here ({len(repeats)}), at most the "
+                f"cap {cap}",
+                rerun,
+            )
+
+
 def load_bench(path: Path | str, results: Path | str | None = None) -> Result:
     """A cell's ``serve/{arm}/bench.json`` (bench.schema.json)."""
     path = Path(path)
@@ -111,6 +161,7 @@ def load_bench(path: Path | str, results: Path | str | None = None) -> Result:
     seqs = [p["seq"] for p in data["points"]]
     if len(set(seqs)) != len(seqs):
         raise ResultError(path, "points[].seq", seqs, "each point's seq must be unique", rerun)
+    _check_stopping(data["points"], path, rerun, "points")
     return Result(path, BENCH, data, digest, checksum)
 
 
@@ -198,6 +249,9 @@ def load_comparison(path: Path | str, results: Path | str | None = None) -> Resu
                 rerun,
             )
         _check_point(point, path, rerun, f"points[{i}]")
+    for image in images:  # each side's points alone (one side's grid point per repeat)
+        side = [p for p in data["points"] if p["image"] == image]
+        _check_stopping(side, path, rerun, f"points(image={image})")
     return Result(path, COMPARISON, data, digest, checksum)
 
 

@@ -90,6 +90,8 @@ def _parser() -> argparse.ArgumentParser:
     a("--prompts-per-concurrency", dest="prompts_per_concurrency", type=int)
     a("--warmups-per-concurrency", dest="warmups_per_concurrency", type=int)
     a("--repeats", type=int)
+    a("--repeat-cap", dest="repeat_cap", type=int, help="most pairs a point may take")
+    a("--min-change-pct", dest="min_change_pct", type=float, help="the stopping rule's floor")
     a("--request-rate", dest="request_rate")
     a("--request-rates", dest="request_rates")
     a("--burstiness", help="gamma shape of arrival gaps (1 Poisson, inf constant)")

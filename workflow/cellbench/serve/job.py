@@ -25,6 +25,7 @@ from cellbench.serve import (
     server_metrics,
     telemetry,
 )
+from cellbench.stats import core as stats
 
 SCHEMA_PATH = paths.SCHEMA_DIR / "bench.schema.json"
 
@@ -128,6 +129,11 @@ class StageConfig:
     prompts_per_concurrency: int = 10
     warmups_per_concurrency: int = 2
     repeats: int = 1
+    # Sequential repeats (cellbench.stats.sequential): None, every point gets ``repeats``
+    # pairs; else pairs are added past ``repeats`` only for points still open, up to this
+    # many, settled at the floor ``min_change_pct`` (the report's).
+    repeat_cap: int | None = None
+    min_change_pct: float = stats.DEFAULT_MIN_CHANGE_PCT
     request_rate: float = math.inf
     # Request-rate points beside the concurrency points (load_shapes), their arrival shape,
     # requests per rate point, and goodput SLOs (ms): vllm bench serve's meanings.
@@ -235,6 +241,11 @@ class StageConfig:
         if self.runtime == "local" and any(s.server_command is None for s in self.sides()):
             if not Path(self.model).is_dir():
                 raise ValueError(f"--model {self.model!r}: local runtime needs a model directory")
+        if self.repeat_cap is not None and self.arm not in (PAIR, IMAGES):
+            raise ValueError(
+                f"--repeat-cap {self.repeat_cap} with --arm {self.arm}: repeats stop on the "
+                "verdict of interleaved pairs, so it needs --arm pair or images"
+            )
         if self.gsm8k:
             problem = dataset_problem(self.gsm8k_dataset)
             if problem:
@@ -360,6 +371,7 @@ _FLOAT_FIELDS = (
     "ready_timeout_s",
     "max_failed_share",
     "gsm8k_timeout_s",
+    "min_change_pct",
 )
 
 

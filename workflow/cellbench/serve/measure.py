@@ -25,6 +25,7 @@ from cellbench.serve import (
     moe_evidence,
     observed_point,
     random_prompts,
+    repeat_stop,
     request_detail,
 )
 from cellbench.serve.job import IMAGES, WARM_MARKER, Side, StageConfig
@@ -130,7 +131,8 @@ def _measure(cfg: StageConfig, sides: list[Side], point_tag: str | None = None) 
     # a time): its telemetry then includes the idle other side, and bench.json says so.
     per_side = cfg.gpus
     n_gpus = per_side * len(sides) if docker else cfg.gpus
-    order = arm_order(names, cfg.repeats)
+    stopping = cfg.repeat_cap is not None and len(sides) == 2
+    order = arm_order(names, cfg.repeat_cap if stopping else cfg.repeats)
     seq = 0
 
     with ExitStack() as stack:
@@ -217,7 +219,8 @@ def _measure(cfg: StageConfig, sides: list[Side], point_tag: str | None = None) 
             )
         _check_alive(runs, "before the grid started")
         if len(sides) > 1:
-            _log("order per repeat: " + "; ".join(" ".join(o) for o in order))
+            planned = "at most, " if stopping else ""
+            _log(f"order per repeat ({planned}ABBA): " + "; ".join(" ".join(o) for o in order))
         load_points = load_shapes.load_points(
             cfg.concurrency,
             cfg.request_rate,
@@ -233,11 +236,19 @@ def _measure(cfg: StageConfig, sides: list[Side], point_tag: str | None = None) 
             gpu_vendor=cfg.gpu_vendor,
             goodput_ms=load_shapes.parse_goodput(cfg.goodput, "--goodput"),
         )
+        stop = _repeat_stop(cfg, load_points) if stopping else None
+        repeats_run = 0
         for rep, rep_order in enumerate(order):
+            wanted = stop.wanted(rep) if stop is not None else None
+            if wanted is not None and not wanted:
+                break
+            repeats_run += 1
             for name in rep_order:
                 run = runs[name]
                 for gp in cfg.grid:
                     for lp in load_points:
+                        if wanted is not None and _key(gp, lp) not in wanted:
+                            continue  # this point's verdict is known: no more pairs for it
                         conc = lp["max_concurrency"]
                         ps = loadgen.PointSpec(
                             isl=gp["isl"],
@@ -282,6 +293,12 @@ def _measure(cfg: StageConfig, sides: list[Side], point_tag: str | None = None) 
                         _log(progress_line(pt, name))
                         run.points.append(pt)
                         run.requests.append(request_detail.record(pt, detail))
+            if stop is not None:
+                _decide_repeat(stop, runs, names, rep)
+        order = order[:repeats_run]
+        if stop is not None:
+            stop.annotate(run.points for run in runs.values())
+            _log(stop.summary())
         if cfg.gsm8k:
             for k in range(1, cfg.gsm8k_instances + 1):
                 for name, run in runs.items():
@@ -307,6 +324,39 @@ def _measure(cfg: StageConfig, sides: list[Side], point_tag: str | None = None) 
             for name, run in runs.items()
         }
     return _Measured(runs, order, server_info, started, _now(), lease.gpu_source)
+
+
+def _key(gp: dict[str, int], lp: dict[str, Any]) -> repeat_stop.PointKey:
+    """A grid point's key (repeat_stop.point_key) before it is measured."""
+    return repeat_stop.point_key({**gp, **lp})
+
+
+def _repeat_stop(cfg: StageConfig, load_points: list[dict[str, Any]]) -> repeat_stop.RepeatStop:
+    keys = [_key(gp, lp) for gp in cfg.grid for lp in load_points]
+    return repeat_stop.RepeatStop(
+        points=keys,
+        minimum=cfg.repeats,
+        cap=int(cfg.repeat_cap),
+        floor_pct=cfg.min_change_pct,
+        max_failed_share=cfg.max_failed_share,
+    )
+
+
+def _decide_repeat(
+    stop: repeat_stop.RepeatStop, runs: dict[str, _SideRun], names: list[str], rep: int
+) -> None:
+    """After repeat ``rep``: ask the stopping rule about each point measured in it."""
+    a, b = (runs[n].points for n in names)
+    measured = {repeat_stop.point_key(p) for p in a if p["repeat"] == rep}
+    for key in sorted(measured):
+        step = stop.record(
+            key,
+            [p for p in a if repeat_stop.point_key(p) == key],
+            [p for p in b if repeat_stop.point_key(p) == key],
+        )
+        if step["action"] == "stop" and rep + 1 >= stop.minimum:
+            isl, osl, label = key
+            _log(f"{isl}-{osl} {label}: {step['reason']} after {step['pairs']} valid pairs")
 
 
 def _shared_gpus(runs: dict[str, _SideRun], name: str) -> bool:

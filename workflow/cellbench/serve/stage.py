@@ -20,6 +20,11 @@ tuned config folder) serves the TUNED arm of its image's cell. It measures the l
 ``OUT/server-IMAGE.log`` per side. ``same_environment`` says whether the two sides' image
 digests are equal (on the local runtime both are the host Python's stand-in digest).
 
+With ``--repeat-cap N`` (``serve.repeat_cap``; pair and images jobs) ``--repeats`` is the
+fewest interleaved pairs: after them a point gets another pair only while the stopping rule
+(``cellbench.serve.repeat_stop``, at the floor ``--min-change-pct``) leaves its verdict open,
+at most N; each point records ``repeats_used`` and ``stop_reason``.
+
 Each arm's output folder gets:
 
 * ``bench.json``   every point (keys as ``vllm bench serve`` saves them, plus ``repeat``, the
@@ -58,6 +63,7 @@ refused::
         [--serve-args-json '[...]'] [--server-command-json '[...]'] \\
         --grid-json '[{"isl":512,"osl":512}]' --concurrency 1,4 \\
         [--prompts-per-concurrency 10] [--warmups-per-concurrency 2] [--repeats 1] \\
+        [--repeat-cap N --min-change-pct P] \\
         [--request-rate inf] [--seed 0] [--ignore-eos|--no-ignore-eos] [--ready-timeout 600] \\
         [--max-failed-share 0.05] [--tuned-config-dir DIR] \\
         [--gsm8k-dataset openai/gsm8k|FILE.jsonl] [--gsm8k-api auto|chat|completions] \\

@@ -42,6 +42,11 @@ VERDICT_RULE = (
     "*better*/*worse* only when the adjusted p < {alpha} and the change is at least {floor}%; "
     "otherwise *within noise*. The interval is the test's 95% interval of the change. Repeats "
     "that failed or were invalid are left out of the test and counted in *invalid A/B*. "
+    "Points measured with sequential repeats (serve.repeat_cap; test *sequential*) take the "
+    "stopping rule's verdict on the same pairs, which keeps the table's false-change rate "
+    "under {alpha} however the repeats stopped: *stopped* says how each metric settled and "
+    "after how many pairs, *repeats used* the pairs the point took, of its cap, and why it "
+    "stopped. "
     "GSM8K verdicts: McNemar's mid-p on the questions paired by document (p < {alpha}), with a "
     "95% paired bootstrap interval of the accuracy difference."
 )
@@ -160,7 +165,7 @@ def compare_serve(
             result = stats.compare_metric(
                 va, vb, higher_is_better=higher, paired=paired, restart_pct=min_change_pct
             )
-            rows.append({**base, **result})
+            rows.append({**base, **result, **_recorded_stop(pa, pb)})
             cap = _repeat_cap(pa, pb)
             if paired and cap:
                 stopped.setdefault(tuple(where.items()), {"cap": cap, "pairs": {}, "invalid": 0})
@@ -177,6 +182,19 @@ def _repeat_cap(pa: pd.DataFrame, pb: pd.DataFrame) -> int | None:
         return None
     caps = set(pa["repeat_cap"].dropna()) | set(pb["repeat_cap"].dropna())
     return int(caps.pop()) if len(caps) == 1 else None
+
+
+def _recorded_stop(pa: pd.DataFrame, pb: pd.DataFrame) -> dict:
+    """What the serve stage recorded for a point measured with sequential repeats: the pairs
+    it used (``repeats_used``, one value per side) and why it stopped; {} for fixed repeats."""
+    out = {}
+    for field in ("repeat_cap", "repeats_used", "stop_reason"):
+        if field in pa and field in pb:
+            found = set(pa[field].dropna()) | set(pb[field].dropna())
+            if len(found) == 1:
+                value = found.pop()
+                out[field] = str(value) if field == "stop_reason" else int(value)
+    return out
 
 
 def _sequential_verdicts(rows: list[dict], stopped: dict, floor: float, alpha: float) -> list:
@@ -198,6 +216,7 @@ def _sequential_verdicts(rows: list[dict], stopped: dict, floor: float, alpha: f
                 # fewer pairs than the rule asked for (the job was cut short): say so
                 how = "unsettled" if how == sequential.CONTINUE else how
                 r["stopped"] = f"{how} ({m['pairs']} of {entry['cap']} pairs)"
+                r["stop_status"], r["stop_pairs"] = how, m["pairs"]
     return rows
 
 
@@ -335,6 +354,7 @@ def render_serve(
             "p (Holm)": _f(r["p_holm"], 3),
             "invalid A/B": _invalid(r),
             **({"stopped": r.get("stopped", "")} if any("stopped" in x for x in rows) else {}),
+            **({"repeats used": _used(r)} if any("repeats_used" in x for x in rows) else {}),
             "verdict": r["verdict"],
         }
         for r in rows
@@ -344,6 +364,69 @@ def render_serve(
     if reasons:
         lines += [f"Invalid repeats, left out of the tests above: {'; '.join(reasons)}.", ""]
     return lines
+
+
+def _used(row: dict) -> str:
+    """The pairs a sequentially measured point used, of its cap, and why it stopped."""
+    if "repeats_used" not in row:
+        return ""
+    of = f" of {row['repeat_cap']}" if "repeat_cap" in row else ""
+    return f"{row['repeats_used']}{of}: {row.get('stop_reason', 'n/a')}"
+
+
+def point_verdicts(
+    a: pd.DataFrame, b: pd.DataFrame, *, min_change_pct: float, labels: Mapping[str, str]
+) -> list[dict]:
+    """One row per grid point of ``compare_serve``: its ISL-OSL (and load), per metric of
+    ``labels`` (metric -> column title) the verdict with its change, the pairs it used and
+    why it stopped (sequential repeats; "fixed count" otherwise), and its invalid repeats
+    A/B. For tables that give a point one line (the PR file)."""
+    rows = compare_serve(a, b, min_change_pct=min_change_pct)
+    several = len({r.get("load", r["max_concurrency"]) for r in rows}) > 1
+    out: dict[str, dict] = {}
+    for r in rows:
+        label = _point_label(r, several)
+        line = out.setdefault(label, {"ISL-OSL": label})
+        if r["metric"] in labels:
+            change = "" if math.isnan(r["change_pct"]) else f" ({_pct(r['change_pct'])})"
+            how = ""
+            if "stop_status" in r:  # how the stopping rule settled it: "futile at 2"
+                how = f"; {r['stop_status'].split(':')[0]} at {r['stop_pairs']}"
+            line[labels[r["metric"]]] = f"{r['verdict']}{change}{how}"
+        line["repeats used"] = _used(r) or f"{max(r['n_a'], r['n_b'])}: fixed count"
+        line["invalid A/B"] = _invalid(r)
+    return list(out.values())
+
+
+def render_repeats(a: pd.DataFrame, b: pd.DataFrame) -> list[str]:
+    """Where no verdict is drawn (arms that cannot differ): per grid point measured with
+    sequential repeats, the pairs it used, of its cap, why it stopped and its invalid
+    repeats, as the serve stage recorded them; [] for fixed repeats."""
+    if "repeat_cap" not in a or "repeat_cap" not in b or not len(a) or not len(b):
+        return []
+    keys = _keys(a)
+    table = []
+    for point, pa in a.groupby(keys, sort=True):
+        pb = b
+        for k, v in zip(keys, point, strict=True):
+            pb = pb[pb[k] == v]
+        stop = _recorded_stop(pa, pb)
+        if not stop:
+            continue
+        where = {k: v if k == "load" else int(v) for k, v in zip(keys, point, strict=True)}
+        invalid = [
+            int(x["invalid_repeats"].max()) if "invalid_repeats" in x else 0 for x in (pa, pb)
+        ]
+        table.append(
+            {
+                "ISL-OSL": _point_label({"max_concurrency": None, **where}, True),
+                "repeats used": _used(stop),
+                "invalid repeats": max(invalid),
+            }
+        )
+    if not table:
+        return []
+    return ["Repeats per point (sequential, serve.repeat_cap):", "", *_md(table), ""]
 
 
 def _invalid(row: dict) -> str:

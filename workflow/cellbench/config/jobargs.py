@@ -1,4 +1,5 @@
-"""Command lines of the workflow's jobs, split into what shapes a result and what does not.
+"""The workflow's jobs (what each stage is handed), split into what shapes a result and what
+does not.
 
 Snakemake reruns a job when one of its rule's params changes, but only params it can compare:
 plain values computed from wildcards and config. A params function that names ``input``,
@@ -7,7 +8,9 @@ measuring rule gets two params built here:
 
 * ``settings`` (tracked): every value that changes the job's output (the model and its
   layout, the load grid, repeats, GSM8K shots, the pinned digest, the GPU vendor ...). Editing
-  any of these in the config reruns the job and everything downstream of it.
+  any of these in the config reruns the job and everything downstream of it. For the tune
+  and serve stages it is the stage's job itself, as canonical JSON (``tune_job``,
+  ``serve_job``), which the stage reads with ``--job``.
 * ``host`` (deliberately untracked: the rules wrap it in a function of ``input``): where things
   live on this machine and how long to wait (lease folder, host GPU count, caches, the
   interpreter, ``ready_timeout_s``, input paths). Changing these reruns nothing.

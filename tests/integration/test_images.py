@@ -20,7 +20,7 @@ from support.docker_env import (  # noqa: F401
     registry,
     write_test_config,
 )
-from support.image_workflow import JOB_RE, SNAKEFILE, _cli, _planned, _snakemake, stand_ins  # noqa: F401
+from support.image_workflow import SNAKEFILE, _cli, _planned, _snakemake, stand_ins  # noqa: F401
 
 DIGEST = "sha256:" + "ab" * 32
 

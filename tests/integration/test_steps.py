@@ -22,6 +22,7 @@ from support.docker_env import (  # noqa: F401
     registry,
     tiny_model_config,
 )
+from support.stage_jobs import tune_argv, tune_job
 
 STEPS = [PYTHON, "-m", "cellbench.runtime.steps"]
 ENV = {**os.environ, "PYTHONPATH": str(WORKFLOW)}
@@ -168,14 +169,15 @@ def image(docker_client, registry):  # noqa: F811
 def test_tuner_runs_in_the_pinned_image(docker_client, image, tmp_path):  # noqa: F811
     """A real pipeline step in the container: the tuner on the embedded default's tiny shape."""
     tiny_model_config(tmp_path / "results" / "model")
+    # The job as the tune rule passes it: one JSON argument through the step into the image.
+    job = tune_job("results/model/config.json", tp=1, dtype="none", block_shape=None,
+                   batch_sizes=[1, 4], max_configs=2)  # fmt: skip
     run_id = uuid.uuid4().hex
     r = _steps(
         tmp_path, "--runtime", "docker", "--image-ref", image, "--gpu-vendor", "none",
         "--lease-dir", "results/.leases", "--label", f"cellbench.test={run_id}",
         "--log", "results/logs/tune.log", "--",
-        "python3", "-m", "cellbench.tune", "--model-config", "results/model/config.json",
-        "--tp", "1", "--dtype", "none", "--block-shape", "none", "--batch-sizes", "1,4",
-        "--max-configs", "2", "--out", "results/cell/tune",
+        "python3", "-m", "cellbench.tune", *tune_argv(job, "results/cell/tune"),
         timeout=300,
     )  # fmt: skip
     log = (tmp_path / "results" / "logs" / "tune.log").read_text()

@@ -19,6 +19,7 @@ import yaml
 from cellbench.config import loader as cbconfig
 from cellbench.serve import stage as serve_stage
 from cellbench.serve.measure import POINT_PROGRESS
+from support.stage_jobs import serve_argv
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = json.loads((ROOT / "workflow/schemas/bench.schema.json").read_text())
@@ -35,48 +36,47 @@ def _server_port(log: Path) -> int:
     return int(log.read_text().split("starting on 127.0.0.1:")[1].split()[0])
 
 
-def _pair_args(tmp_path: Path, server_flags: list[str], *extra: str) -> list[str]:
+GRID = [{"isl": 8, "osl": 4}]
+
+
+def _pair_job(tmp_path: Path, server_flags: list[str], **fields) -> tuple[dict, dict]:
+    """A pair job on two timed servers (its tracked fields) and this host's part, as the
+    serve_pair rule passes them; ``fields`` set or override the job's."""
     tuned = tmp_path / "tune" / "configs"
     tuned.mkdir(parents=True, exist_ok=True)
     (tuned / "E=8,N=32,device_name=X.json").write_text("{}")
-    return [
-        "--runtime",
-        "local",
-        "--cell-id",
-        "host-cpu/timed/tp1-ep1",
-        "--arm",
-        "pair",
-        "--model",
-        "timed-model",
-        "--server-command-json",
-        json.dumps(TIMED + server_flags),
-        "--tuned-config-dir",
-        str(tuned),
-        "--lease-dir",
-        str(tmp_path / "leases"),
-        "--cache-dir",
-        str(tmp_path / "cache"),
-        "--concurrency",
-        "1",
-        "--prompts-per-concurrency",
-        "2",
-        "--warmups-per-concurrency",
-        "1",
-        "--no-gsm8k",
-        "--out-dir",
-        str(tmp_path / "serve"),
-        *extra,
-    ]
+    job = {
+        "runtime": "local",
+        "cell_id": "host-cpu/timed/tp1-ep1",
+        "arm": "pair",
+        "model": "timed-model",
+        "server_command": TIMED + server_flags,
+        "grid": GRID,
+        "concurrency": [1],
+        "prompts_per_concurrency": 2,
+        "warmups_per_concurrency": 1,
+        "gsm8k": False,
+        **fields,
+    }
+    host = {
+        "tuned_config_dir": str(tuned),
+        "lease_dir": str(tmp_path / "leases"),
+        "cache_dir": str(tmp_path / "cache"),
+    }
+    return job, host
+
+
+def _pair_args(tmp_path: Path, server_flags: list[str], **fields) -> list[str]:
+    job, host = _pair_job(tmp_path, server_flags, **fields)
+    return serve_argv(job, host, tmp_path / "serve")
 
 
 def test_pair_alternates_the_arms_repeat_by_repeat(tmp_path, capsys):
     args = _pair_args(
         tmp_path,
         ["--ttft-ms", "2", "--itl-ms", "1"],
-        "--grid-json",
-        '[{"isl": 8, "osl": 4}, {"isl": 16, "osl": 3}]',
-        "--repeats",
-        "3",
+        grid=[{"isl": 8, "osl": 4}, {"isl": 16, "osl": 3}],
+        repeats=3,
     )
     assert serve_stage.main(args) == 0
     err = capsys.readouterr().err
@@ -131,12 +131,8 @@ def test_either_server_dying_fails_the_pair_and_stops_both(tmp_path, capsys):
     args = _pair_args(
         tmp_path,
         ["--ttft-ms", "1", "--itl-ms", "1", "--exit-after", "5"],
-        "--grid-json",
-        '[{"isl": 8, "osl": 4}]',
-        "--repeats",
-        "2",
-        "--max-failed-share",
-        "1.0",
+        repeats=2,
+        max_failed_share=1.0,
     )
     assert serve_stage.main(args) == 1
     err = capsys.readouterr().err
@@ -155,10 +151,7 @@ def test_too_many_failures_on_one_arm_fails_the_pair(tmp_path, capsys):
     args = _pair_args(
         tmp_path,
         ["--fail-share", "0.5"],
-        "--grid-json",
-        '[{"isl": 8, "osl": 4}]',
-        "--max-failed-share",
-        "0.05",
+        max_failed_share=0.05,
     )
     assert serve_stage.main(args) == 1
     err = capsys.readouterr().err
@@ -170,14 +163,11 @@ def test_too_many_failures_on_one_arm_fails_the_pair(tmp_path, capsys):
 
 
 def test_bad_pair_input_rejected_before_any_server(tmp_path, capsys):
-    args = _pair_args(tmp_path, [], "--grid-json", '[{"isl": 8, "osl": 4}]')
-    i = args.index("--tuned-config-dir")
-    del args[i : i + 2]
-    assert serve_stage.main(args) == 2
+    job, host = _pair_job(tmp_path, [])
+    del host["tuned_config_dir"]
+    assert serve_stage.main(serve_argv(job, host, tmp_path / "serve")) == 2
     assert "--arm pair needs --tuned-config-dir" in capsys.readouterr().err
-    args = _pair_args(tmp_path, [], "--grid-json", '[{"isl": 8, "osl": 4}]')
-    args[args.index("local")] = "docker"
-    args += ["--image-ref", "r:t", "--gpus", "2", "--total-gpus", "3"]
+    args = _pair_args(tmp_path, [], runtime="docker", image_ref="r:t", gpus=2, total_gpus=3)
     assert serve_stage.main(args) == 2
     assert "pinned digest" in capsys.readouterr().err  # a tag alone is never served
     # GPUs for two servers are the config's to check (test_config_checks_gpus_for_two_servers).
@@ -205,10 +195,7 @@ def test_sigterm_stops_both_servers(tmp_path):
     args = _pair_args(
         tmp_path,
         ["--ttft-ms", "2000"],
-        "--grid-json",
-        '[{"isl": 8, "osl": 4}]',
-        "--prompts-per-concurrency",
-        "50",
+        prompts_per_concurrency=50,
     )
     proc = subprocess.Popen(
         [sys.executable, "-m", "cellbench.serve", *args], stderr=subprocess.PIPE, text=True
@@ -241,11 +228,16 @@ def test_pair_repeats_stop_per_point_once_settled(tmp_path):
     from cellbench.serve.repeat_stop import point_key, valid_pairs
     from cellbench.stats import comparison, sequential
 
-    grid = '[{"isl": 8, "osl": 4}, {"isl": 16, "osl": 3}]'
-    args = _pair_args(tmp_path, ["--ttft-ms", "20", "--itl-ms", "5"], "--grid-json", grid)
     cap = 4
-    args += ["--repeats", "2", "--repeat-cap", str(cap), "--min-change-pct", "10"]
-    args += ["--image-digest", "local:timed"]  # the loader wants one
+    args = _pair_args(
+        tmp_path,
+        ["--ttft-ms", "20", "--itl-ms", "5"],
+        grid=[{"isl": 8, "osl": 4}, {"isl": 16, "osl": 3}],
+        repeats=2,
+        repeat_cap=cap,
+        min_change_pct=10,
+        image_digest="local:timed",  # the loader wants one
+    )
     assert serve_stage.main(args) == 0
     out = tmp_path / "serve"
     benches = {arm: json.loads((out / arm / "bench.json").read_text()) for arm in ARMS}
@@ -307,11 +299,17 @@ def test_pair_repeats_stop_early_on_a_clear_change(tmp_path):
         f"exec {sys.executable} -m cellbench.serve.timed_server --port {{port}} --ttft-ms 2 "
         '--itl-ms $(if [ -n "$VLLM_TUNED_CONFIG_FOLDER" ]; then echo 40; else echo 20; fi)'
     )
-    args = _pair_args(tmp_path, [], "--grid-json", '[{"isl": 8, "osl": 12}]')
-    command = args.index("--server-command-json") + 1
-    args[command] = json.dumps(["sh", "-c", script])
-    args += ["--repeats", "2", "--repeat-cap", "6", "--min-change-pct", "10"]
-    args += ["--image-digest", "local:timed"]
+    job, host = _pair_job(
+        tmp_path,
+        [],
+        grid=[{"isl": 8, "osl": 12}],
+        repeats=2,
+        repeat_cap=6,
+        min_change_pct=10,
+        image_digest="local:timed",
+    )
+    job["server_command"] = ["sh", "-c", script]
+    args = serve_argv(job, host, tmp_path / "serve")
     assert serve_stage.main(args) == 0
     out = tmp_path / "serve"
     points = json.loads((out / "tuned" / "bench.json").read_text())["points"]

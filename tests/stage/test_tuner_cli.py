@@ -25,7 +25,9 @@ if not torch.cuda.is_available():
 from cellbench.common import atomicio  # noqa: E402
 from cellbench.tune import artifacts, cli, outputs, plan, spaces  # noqa: E402
 from cellbench.tune.backends import BuiltinBackend  # noqa: E402
+from cellbench.tune.job import TuneJob  # noqa: E402
 from cellbench.tune.timing import time_side_by_side  # noqa: E402
+from support.stage_jobs import run_tuner, tune_argv, tune_job  # noqa: E402
 from support.tiny_moe import TINY  # noqa: F401
 
 REF = Path(__file__).resolve().parents[1] / "data" / "vllm-configs"
@@ -56,10 +58,7 @@ def tuned_run(tiny_cfg, tmp_path_factory) -> tuple[Path, str]:
     t0 = time.perf_counter()
     err = io.StringIO()
     with contextlib.redirect_stderr(err):
-        rc = cli.main(
-            ["--model-config", str(tiny_cfg), "--tp", "1", "--batch-sizes", "1,4,16"]
-            + ["--out", str(out)]
-        )
+        rc = run_tuner(tune_job(tiny_cfg, tp=1, batch_sizes=[1, 4, 16]), out)
     assert rc == 0, err.getvalue()[-3000:]
     # A guard against a hang, not a performance claim: the run takes about a minute on 2 idle
     # cores and measured 88 s while other test runs shared them.
@@ -136,8 +135,7 @@ def test_rerun_without_few_token_sizes_drops_the_old_path_choices(tuned: Path, t
     assert side.exists() and atomicio.checksum_path(side).exists()
     model = tmp_path / "config.json"
     model.write_text(json.dumps(TINY))
-    args = ["--model-config", str(model), "--tp", "1", "--batch-sizes", "16", "--out", str(out)]
-    assert cli.main(args) == 0
+    assert run_tuner(tune_job(model, tp=1, batch_sizes=[16]), out) == 0
     assert not side.exists() and not atomicio.checksum_path(side).exists()
     assert (out / "configs" / name).exists()
 
@@ -193,8 +191,7 @@ def test_few_token_path_tuning(tiny_cfg, tmp_path, monkeypatch) -> None:
     policy = importlib.import_module("cellbench.tune.kernels.launch_policy")
     monkeypatch.setattr(policy, "DECODE_MAX_TOKENS", 2)
     out = tmp_path / "out"
-    args = ["--model-config", str(tiny_cfg), "--tp", "1", "--batch-sizes", "1,4", "--out"]
-    assert cli.main([*args, str(out)]) == 0
+    assert run_tuner(tune_job(tiny_cfg, tp=1, batch_sizes=[1, 4]), out) == 0
     s = json.loads((out / "summary.json").read_text())
     assert s["entries"]["1"]["kernel_path"] == "decode"
     assert s["entries"]["4"]["kernel_path"] == "grouped"
@@ -222,34 +219,84 @@ def test_few_token_path_tuning(tiny_cfg, tmp_path, monkeypatch) -> None:
 
 
 @pytest.mark.parametrize(
+    "fields, message",
+    [
+        ({"dtype": "int4_w4a16"}, "not supported"),
+        ({"dtype": "fp8_w8a8", "block_shape": [128, 128]}, "does not divide"),
+        ({"block_shape": [128, 128]}, "quantised dtype"),
+        ({"tp": 3}, "not divisible by tp=3"),
+        ({"backend": "vllm"}, "vLLM"),
+        ({"compile_budget": [0, 4]}, ">= 1"),
+        ({"time_budget_s": 0}, "--time-budget-s=0 must be a number of seconds > 0"),
+        ({"env": {"CELLBENCH_TEST_UNSET": "1"}}, "CELLBENCH_TEST_UNSET='1' is not this process"),
+    ],
+)
+def test_a_job_the_tuner_cannot_run_exits_2(tiny_cfg, tmp_path, capsys, fields, message) -> None:
+    """What only the tuner's process can know (the model's shape, vLLM installed, the step's
+    variables set), and the limits of the fields no config supplies."""
+    out = tmp_path / "out"
+    job = {"model_config": str(tiny_cfg), **fields}  # not tune_job(): it would refuse first
+    assert run_tuner(job, out) == 2
+    assert message in capsys.readouterr().err
+    assert not out.exists()  # nothing written before the input was accepted
+
+
+@pytest.mark.parametrize(
+    "job, message",
+    [
+        ({"tp": 1}, "missing key(s) model_config"),
+        ({"model_config": "m", "tp": "1"}, "tp = '1': expected an integer"),
+        ({"model_config": "m", "max_config": 2}, "unknown tune job key(s) max_config"),
+        ({"model_config": "m", "batch_sizes": []}, "batch_sizes = []: expected"),
+    ],
+)
+def test_a_malformed_job_exits_2(tmp_path, capsys, job, message) -> None:
+    assert run_tuner(job, tmp_path / "out") == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
     "args, message",
     [
         (["--batch-sizes", ""], "empty"),
         (["--batch-sizes", "1,0"], "positive"),
         (["--batch-sizes", "1,-4"], "positive"),
         (["--batch-sizes", "small"], "not an integer"),
-        (["--dtype", "int4_w4a16"], "not supported"),
-        (["--dtype", "fp8_w8a8", "--block-shape", "128,128"], "does not divide"),
-        (["--block-shape", "128,128"], "quantised dtype"),
-        (["--tp", "3"], "not divisible by tp=3"),
         (["--max-configs", "0"], "--max-configs"),
-        (["--backend", "vllm"], "vLLM"),
+        (["--tp", "0"], "--tp=0 must be >= 1"),
         (["--compile-budget", "32"], "--compile-budget"),
-        (["--compile-budget", "0,4"], ">= 1"),
+        (["--block-shape", "128"], "--block-shape='128': expected n,k"),
+        (["--job", "[1]"], "--job must be a JSON object"),
+        (["--job", '{"tp": 2}'], "given twice (in --job and as a flag): tp"),
     ],
 )
-def test_bad_input_exits_2(tiny_cfg, tmp_path, capsys, args, message) -> None:
+def test_bad_hand_flags_exit_2(tiny_cfg, tmp_path, capsys, args, message) -> None:
+    """The hand command line's own limits (the config's, for a job the workflow writes)."""
     out = tmp_path / "out"
-    rc = cli.main(["--model-config", str(tiny_cfg), "--out", str(out), *args])
+    rc = cli.main(["--model-config", str(tiny_cfg), "--tp", "1", "--out", str(out), *args])
     assert rc == 2
     assert message in capsys.readouterr().err
-    assert not out.exists()  # nothing written before the input was accepted
+    assert not out.exists()
+
+
+def test_hand_flags_are_a_job(tiny_cfg) -> None:
+    """By hand, each flag sets one field of the same job the workflow passes whole."""
+    flags = ["--model-config", str(tiny_cfg), "--tp", "2", "--ep", "--dtype", "fp8_w8a8",
+             "--block-shape", "16,32", "--batch-sizes", "16,1,16", "--max-configs", "3",
+             "--compile-budget", "none", "--keep", "all", "--seed", "4"]  # fmt: skip
+    by_hand, out = plan.job_from_argv([*flags, "--out", "o"])
+    job = tune_job(tiny_cfg, tp=2, ep=2, dtype="fp8_w8a8", block_shape=[16, 32],
+                   batch_sizes=[1, 16], max_configs=3, compile_budget="none", keep="all",
+                   seed=4)  # fmt: skip
+    assert (by_hand, out) == (TuneJob.from_job(job), "o")
+    mixed, _ = plan.job_from_argv(["--job", json.dumps({**job, "seed": 0}), "--out", "o"])
+    assert mixed.seed == 0 and mixed.tp == 2
 
 
 def test_model_without_moe_fields(tmp_path, capsys) -> None:
     p = tmp_path / "dense.json"
     p.write_text(json.dumps({"hidden_size": 64, "intermediate_size": 128}))
-    rc = cli.main(["--model-config", str(p), "--out", str(tmp_path / "o")])
+    rc = run_tuner(tune_job(p), tmp_path / "o")
     assert rc == 2 and "expert" in capsys.readouterr().err
 
 
@@ -267,20 +314,7 @@ def test_exhaustive_vs_default(tiny_cfg, tmp_path) -> None:
     res = {}
     for mode in ("exhaustive", "default"):
         out = tmp_path / mode
-        rc = cli.main(
-            [
-                "--model-config",
-                str(tiny_cfg),
-                "--tp",
-                "2",
-                "--batch-sizes",
-                "8",
-                "--mode",
-                mode,
-                "--out",
-                str(out),
-            ]
-        )
+        rc = run_tuner(tune_job(tiny_cfg, tp=2, batch_sizes=[8], mode=mode), out)
         assert rc == 0
         res[mode] = json.loads((out / "summary.json").read_text())
     ex, de = res["exhaustive"], res["default"]
@@ -312,17 +346,8 @@ def test_exhaustive_vs_default(tiny_cfg, tmp_path) -> None:
 def test_resume_after_kill(tiny_cfg, tmp_path) -> None:
     """SIGKILL a real run part-way; the rerun reuses the logged timings and completes."""
     out = tmp_path / "out"
-    cmd = [
-        sys.executable,
-        "-m",
-        "cellbench.tune",
-        "--model-config",
-        str(tiny_cfg),
-        "--batch-sizes",
-        "1,4",
-        "--out",
-        str(out),
-    ]
+    job = tune_job(tiny_cfg, batch_sizes=[1, 4])
+    cmd = [sys.executable, "-m", "cellbench.tune", *tune_argv(job, out)]
     env = {
         **os.environ,
         "TRITON_INTERPRET": "1",
@@ -346,8 +371,7 @@ def test_resume_after_kill(tiny_cfg, tmp_path) -> None:
     before = artifacts.TuningLog.read(log)
     timed_before = [r for r in before if r["status"] == "timed"]
     assert timed_before
-    rc = cli.main(["--model-config", str(tiny_cfg), "--batch-sizes", "1,4", "--out", str(out)])
-    assert rc == 0
+    assert run_tuner(job, out) == 0
     s = json.loads((out / "summary.json").read_text())
     assert s["resumed_log_records"] == len(before)
     assert s["counts"]["reused"] >= len(timed_before)
@@ -370,20 +394,8 @@ def test_seed_configs_and_refinement(tiny_cfg, tmp_path) -> None:
     table = tmp_path / "seed.json"
     table.write_text(json.dumps({"triton_version": "3.6.0", "1": seed, "64": seed}))
     out = tmp_path / "out"
-    rc = cli.main(
-        [
-            "--model-config",
-            str(tiny_cfg),
-            "--batch-sizes",
-            "4",
-            "--max-configs",
-            "3",
-            "--seed-configs",
-            str(table),
-            "--out",
-            str(out),
-        ]
-    )
+    job = tune_job(tiny_cfg, batch_sizes=[4], max_configs=3, seed_configs=str(table))
+    rc = run_tuner(job, out)
     assert rc == 0
     recs = artifacts.TuningLog.read(out / "tuning_log.jsonl")
     first = [r for r in recs if r["stage"] == "halving-0" and r["status"] == "timed"]
@@ -415,16 +427,7 @@ def test_seed_configs_and_refinement(tiny_cfg, tmp_path) -> None:
 def test_bad_seed_configs(tiny_cfg, tmp_path, capsys, content, message) -> None:
     table = tmp_path / "seed.json"
     table.write_text(content)
-    rc = cli.main(
-        [
-            "--model-config",
-            str(tiny_cfg),
-            "--seed-configs",
-            str(table),
-            "--out",
-            str(tmp_path / "o"),
-        ]
-    )
+    rc = run_tuner(tune_job(tiny_cfg, seed_configs=str(table)), tmp_path / "o")
     assert rc == 2 and message in capsys.readouterr().err
 
 
@@ -435,20 +438,7 @@ def test_bad_seed_configs(tiny_cfg, tmp_path, capsys, content, message) -> None:
 def test_float_dtypes(tiny_cfg, tmp_path, dtype, compute, file_suffix) -> None:
     """The config's float dtypes: compute dtype, vLLM file name, and the interpreter's bf16 note."""
     out = tmp_path / "o"
-    rc = cli.main(
-        [
-            "--model-config",
-            str(tiny_cfg),
-            "--dtype",
-            dtype,
-            "--batch-sizes",
-            "4",
-            "--max-configs",
-            "2",
-            "--out",
-            str(out),
-        ]
-    )
+    rc = run_tuner(tune_job(tiny_cfg, dtype=dtype, batch_sizes=[4], max_configs=2), out)
     assert rc == 0
     s = json.loads((out / "summary.json").read_text())
     assert (s["dtype"], s["compute_dtype"]) == (dtype, compute)
@@ -464,18 +454,7 @@ def test_compile_budget_respected(tiny_cfg, tmp_path) -> None:
     assignment or not: pairs x 4 <= experts)."""
     out = tmp_path / "out"
     ms = [1, 2, 8]  # 8 x top-2 = 16 rows: a second specialisation
-    rc = cli.main(
-        [
-            "--model-config",
-            str(tiny_cfg),
-            "--batch-sizes",
-            ",".join(map(str, ms)),
-            "--compile-budget",
-            "3,2",
-            "--out",
-            str(out),
-        ]
-    )
+    rc = run_tuner(tune_job(tiny_cfg, batch_sizes=ms, compile_budget=[3, 2]), out)
     assert rc == 0
     s = json.loads((out / "summary.json").read_text())
     assert s["compile_budget"] == [3, 2]

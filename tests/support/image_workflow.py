@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import re
 import subprocess
 
 from support.docker_env import PYTHON, REPO_ROOT
+from support.workflow_runs import planned
 
 
 def _cli(cfg, lock, *argv):
@@ -29,9 +29,6 @@ def _cli(cfg, lock, *argv):
 SNAKEFILE = REPO_ROOT / "Snakefile"
 
 
-JOB_RE = re.compile(r"^(?:local)?rule (\S+):$")
-
-
 def _snakemake(workdir, cfg, *argv):
     r = subprocess.run(
         [PYTHON, "-m", "snakemake", "-s", str(SNAKEFILE), "-d", str(workdir),
@@ -44,17 +41,9 @@ def _snakemake(workdir, cfg, *argv):
 
 def _planned(workdir, cfg) -> set[tuple[str, str]]:
     """(rule, outputs) of every job a dry run plans."""
-    jobs, rule = set(), None
-    for line in _snakemake(workdir, cfg, "-n").splitlines():
-        m = JOB_RE.match(line)
-        if m:
-            rule = m.group(1)
-            jobs.add((rule, ""))
-        elif rule and line.strip().startswith("output: "):
-            jobs.discard((rule, ""))
-            jobs.add((rule, line.strip().removeprefix("output: ")))
-            rule = None
-    return jobs
+    return set(
+        planned("-s", str(SNAKEFILE), "-d", str(workdir), "--configfile", str(cfg), cwd=workdir)
+    )
 
 
 def stand_ins(workdir, cfg) -> None:

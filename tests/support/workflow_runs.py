@@ -12,22 +12,35 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def planned_jobs(*args: str, cwd: Path = ROOT) -> Counter:
-    """Job counts by rule from a dry run (Snakemake's job-stats table)."""
+JOB_RE = re.compile(r"^(?:local)?rule (\S+):$")
+
+
+def planned(*args: str, cwd: Path = ROOT) -> list[tuple[str, str]]:
+    """(rule, its outputs as the dry run prints them; "" for none) of every job a dry run
+    plans, in its order. The one reader of a dry run's plan: job counts come from it too."""
     proc = subprocess.run(
-        [sys.executable, "-m", "snakemake", "-n", "--cores", "2", *args, "--quiet", "rules"],
+        [sys.executable, "-m", "snakemake", "-n", "--cores", "2", *args],
         cwd=cwd,
         capture_output=True,
         text=True,
         timeout=300,
     )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    counts = Counter()
-    for line in proc.stdout.splitlines():
-        m = re.fullmatch(r"(\w+)\s+(\d+)", line.strip())
-        if m and m.group(1) != "total":
-            counts[m.group(1)] = int(m.group(2))
-    return counts
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    jobs, rule = [], None
+    for line in (proc.stdout + proc.stderr).splitlines():
+        m = JOB_RE.match(line)
+        if m:
+            rule = m.group(1)
+            jobs.append((rule, ""))
+        elif rule and line.strip().startswith("output: "):
+            jobs[-1] = (rule, line.strip().removeprefix("output: "))
+            rule = None
+    return jobs
+
+
+def planned_jobs(*args: str, cwd: Path = ROOT) -> Counter:
+    """Job counts by rule from a dry run."""
+    return Counter(rule for rule, _ in planned(*args, cwd=cwd))
 
 
 def fresh_copy(tmp_path: Path) -> Path:

@@ -42,8 +42,10 @@ def test_settings_hold_no_host_detail(production):
     assert {"grid", "repeats", "gsm8k_fewshot", "image_digest", "gpus"} <= set(serve)
     host = json.loads(jobargs.serve_host(production, SimpleNamespace(keys=lambda: [], tuned=None)))
     assert set(host) <= HOST_KEYS
-    tune = jobargs.tune_settings(production, p, CELL)
-    assert "--total-gpus" not in tune and "lease" not in tune and "huggingface" not in tune
+    tune = json.loads(jobargs.tune_settings(production, p, CELL))
+    assert not set(tune) & (HOST_KEYS | {"lease_dir", "mount", "out"})
+    assert "huggingface" not in json.dumps(tune)
+    assert {"model_config", "tp", "ep", "mode", "batch_sizes", "image_digest", "gpus"} <= set(tune)
 
 
 @pytest.mark.parametrize(
@@ -69,6 +71,9 @@ def test_host_settings_change_no_tracked_value(production, section, key, value):
         ("gsm8k", "limit", 3),
         ("tune", "mode", "exhaustive"),
         ("tune", "code_version", "x"),
+        ("tune", "batch_sizes", [1, 2]),
+        ("tune", "max_configs", 4),
+        ("tune", "backend", "builtin"),
     ],
 )
 def test_shaping_settings_change_the_tracked_values(production, section, key, value):
@@ -147,3 +152,60 @@ def test_latency_bounds_change_the_reports_settings_only(production):
     words = shlex.split(jobargs.report_settings(production))
     assert words[2] == "--latency-bounds"
     assert parse_bounds(words[3])["ttft_ms"] == 3000
+
+
+def test_tune_settings_are_the_job_as_canonical_json(production):
+    """params.settings of the tune rule is the tuner's job itself, byte-stable, and the tuner
+    reads it (the rule's `--job {params.settings:q}`) into the one typed object it runs."""
+    from cellbench.tune.job import TuneJob
+    from cellbench.tune.plan import job_from_argv
+
+    p = pins.Pins.for_config(production)
+    settings = jobargs.tune_settings(production, p, CELL)
+    job = json.loads(settings)
+    assert settings == jobargs.canonical(job)
+    assert settings == jobargs.tune_settings(copy.deepcopy(production), p, CELL)
+    tune, out = job_from_argv(["--job", settings, "--out", "results/x/tune"])
+    assert (tune, out) == (TuneJob.from_job(job), "results/x/tune")
+    model = production["models"][CELL.model]
+    assert (tune.tp, tune.ep, tune.expert_parallel) == (2, 2, True)
+    assert (tune.dtype, tune.block_shape) == (model["dtype"], model["block_shape"])
+    assert (tune.mode, tune.batch_sizes) == (
+        production["tune"]["mode"],
+        production["tune"]["batch_sizes"],
+    )
+    assert tune.env == jobargs.cell_env(production, CELL)
+
+
+def test_every_tune_key_but_the_configs_rules_is_the_jobs(production):
+    """A new tune setting needs no line in jobargs: the section's keys go into the job as
+    they are, but for those of the configs rule, and each is a TuneJob field."""
+    from dataclasses import fields
+
+    from cellbench.tune.job import TuneJob
+
+    job = jobargs.tune_job(production, pins.Pins.for_config(production), CELL)
+    assert set(production["tune"]) - set(jobargs.TUNE_RULE_KEYS) <= set(job)
+    assert set(job) <= {f.name for f in fields(TuneJob)}
+
+
+@pytest.mark.parametrize(("key", "value"), [("keep", "improved"), ("min_improvement_pct", 9)])
+def test_the_configs_rules_tune_keys_rerun_no_tune(production, key, value):
+    """tune.keep and tune.min_improvement_pct choose what results/configs/ gathers: editing
+    them reruns the configs job (configs_settings), not the tune jobs."""
+    p = pins.Pins.for_config(production)
+    cells = cbconfig.cells(production)
+    edited = copy.deepcopy(production)
+    edited["tune"][key] = value
+    assert jobargs.tune_settings(edited, p, CELL) == jobargs.tune_settings(production, p, CELL)
+    assert jobargs.configs_settings(edited, p, cells) != jobargs.configs_settings(
+        production, p, cells
+    )
+
+
+def test_unquantised_models_tune_in_their_own_dtype(production):
+    """A float model's job names no weight dtype (vLLM's file name has none for bf16/fp16)
+    and computes in the model's dtype."""
+    production["models"][CELL.model].update(dtype="bf16", block_shape=None)
+    job = jobargs.tune_job(production, pins.Pins.for_config(production), CELL)
+    assert (job["dtype"], job["act_dtype"], job["block_shape"]) == ("none", "bf16", None)

@@ -19,6 +19,7 @@ from cellbench.config import loader as cbconfig
 from cellbench.report import build as report
 from cellbench.serve import stage as serve_stage
 from support import result_fixtures as fx
+from support.stage_jobs import serve_argv
 from support.workflow_runs import fresh_copy, planned_jobs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,7 +37,9 @@ def _server_port(log: Path) -> int:
     return int(log.read_text().split("starting on 127.0.0.1:")[1].split()[0])
 
 
-def _images_args(tmp_path: Path, flags: dict[str, list[str]], *extra: str) -> list[str]:
+def _images_job(tmp_path: Path, flags: dict[str, list[str]], **fields) -> tuple[dict, dict]:
+    """An images job on two timed servers (its tracked fields, as compare_job builds them)
+    and this host's part; ``fields`` set or override the job's."""
     sides = []
     for name in ("imgA", "imgB"):
         tuned = tmp_path / name / "tune" / "configs"
@@ -51,42 +54,32 @@ def _images_args(tmp_path: Path, flags: dict[str, list[str]], *extra: str) -> li
                 "server_command": TIMED + flags[name],
             }
         )
-    return [
-        "--runtime",
-        "local",
-        "--cell-id",
-        COMPARISON,
-        "--arm",
-        "images",
-        "--model",
-        "timed-model",
-        "--images-json",
-        json.dumps(sides),
-        "--lease-dir",
-        str(tmp_path / "leases"),
-        "--cache-dir",
-        str(tmp_path / "cache"),
-        "--concurrency",
-        "1",
-        "--prompts-per-concurrency",
-        "2",
-        "--warmups-per-concurrency",
-        "1",
-        "--no-gsm8k",
-        "--out-dir",
-        str(tmp_path / "compare"),
-        *extra,
-    ]
+    job = {
+        "runtime": "local",
+        "cell_id": COMPARISON,
+        "arm": "images",
+        "model": "timed-model",
+        "images": sides,
+        "grid": [{"isl": 8, "osl": 4}],
+        "concurrency": [1],
+        "prompts_per_concurrency": 2,
+        "warmups_per_concurrency": 1,
+        "gsm8k": False,
+        **fields,
+    }
+    return job, {"lease_dir": str(tmp_path / "leases"), "cache_dir": str(tmp_path / "cache")}
+
+
+def _images_args(tmp_path: Path, flags: dict[str, list[str]], **fields) -> list[str]:
+    return serve_argv(*_images_job(tmp_path, flags, **fields), tmp_path / "compare")
 
 
 def test_images_alternate_repeat_by_repeat_and_both_digests_are_kept(tmp_path):
     args = _images_args(
         tmp_path,
         {"imgA": ["--ttft-ms", "2", "--itl-ms", "1"], "imgB": ["--ttft-ms", "40", "--itl-ms", "1"]},
-        "--grid-json",
-        '[{"isl": 8, "osl": 4}, {"isl": 16, "osl": 3}]',
-        "--repeats",
-        "3",
+        grid=[{"isl": 8, "osl": 4}, {"isl": 16, "osl": 3}],
+        repeats=3,
     )
     assert serve_stage.main(args) == 0
     out = tmp_path / "compare"
@@ -162,12 +155,8 @@ def test_either_image_server_dying_fails_the_job_and_stops_both(tmp_path, capsys
     args = _images_args(
         tmp_path,
         {"imgA": ["--ttft-ms", "1"], "imgB": ["--ttft-ms", "1", "--exit-after", "5"]},
-        "--grid-json",
-        '[{"isl": 8, "osl": 4}]',
-        "--repeats",
-        "2",
-        "--max-failed-share",
-        "1.0",
+        repeats=2,
+        max_failed_share=1.0,
     )
     assert serve_stage.main(args) == 1
     err = capsys.readouterr().err
@@ -180,44 +169,35 @@ def test_either_image_server_dying_fails_the_job_and_stops_both(tmp_path, capsys
         assert _port_closed(_server_port(out / f"server-{name}.log"))
 
 
-def _edit(args: list[str], fn) -> list[str]:
-    i = args.index("--images-json") + 1
-    sides = json.loads(args[i])
-    fn(sides)
-    return [*args[:i], json.dumps(sides), *args[i + 1 :]]
-
-
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        (lambda a: _edit(a, lambda s: s.pop()), "exactly 2 images, got 1"),
-        (lambda a: _edit(a, lambda s: s[1].update(name="imgA")), "both images are named 'imgA'"),
+        (lambda j, h: j["images"].pop(), "exactly 2 images, got 1"),
+        (lambda j, h: j["images"][1].update(name="imgA"), "both images are named 'imgA'"),
         (
-            lambda a: _edit(a, lambda s: s[0].update(tuned_config_dir="/nonexistent")),
+            lambda j, h: j["images"][0].update(tuned_config_dir="/nonexistent"),
             "--images-json[0].tuned_config_dir '/nonexistent' is not a directory",
         ),
-        (lambda a: _edit(a, lambda s: s[1].update(colour=1)), "images[1]: unknown key"),
-        (lambda a: _edit(a, lambda s: s[0].pop("cell")), "images[0].cell must be"),
-        (lambda a: [x for x in a if x != "--no-gsm8k"], "pass --no-gsm8k"),
-        (lambda a: [*a, "--tuned-config-dir", "."], "--tuned-config-dir is per image"),
+        (lambda j, h: j["images"][1].update(colour=1), "images[1]: unknown key"),
+        (lambda j, h: j["images"][0].pop("cell"), "images[0].cell must be"),
+        (lambda j, h: j.pop("gsm8k"), "pass --no-gsm8k"),
+        (lambda j, h: h.update(tuned_config_dir="."), "--tuned-config-dir is per image"),
         (
-            lambda a: [*a, "--runtime", "docker", "--gpus", "2", "--total-gpus", "8"],
+            lambda j, h: (j.update(runtime="docker", gpus=2), h.update(total_gpus=8)),
             "--images-json[0].image_ref None: a docker run serves a pinned digest",
         ),
     ],
 )
 def test_bad_images_input_rejected_before_any_server(tmp_path, capsys, change, message):
-    args = change(
-        _images_args(tmp_path, {"imgA": [], "imgB": []}, "--grid-json", '[{"isl": 8, "osl": 4}]')
-    )
-    assert serve_stage.main(args) == 2
+    job, host = _images_job(tmp_path, {"imgA": [], "imgB": []})
+    change(job, host)
+    assert serve_stage.main(serve_argv(job, host, tmp_path / "compare")) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "compare").exists() and not (tmp_path / "leases").exists()
 
 
 def test_images_json_only_with_arm_images(tmp_path, capsys):
-    args = _images_args(tmp_path, {"imgA": [], "imgB": []}, "--grid-json", '[{"isl": 8, "osl": 4}]')
-    args[args.index("images")] = "untuned"
+    args = _images_args(tmp_path, {"imgA": [], "imgB": []}, arm="untuned")
     assert serve_stage.main(args) == 2
     assert "--images-json is only for --arm images" in capsys.readouterr().err
 

@@ -50,8 +50,8 @@ def test_dry_run_checks_the_environment_and_plans_the_gpu_config(tmp_path):
     # The GPU config's one cell: the small model built, tuned for its 12 batch sizes, both arms
     # served by transformers on cuda with the tuned folder given, then GSM8K, report, archive.
     assert "cellbench.assets model --kind small-qwen3-moe" in plan
-    assert "--batch-sizes 1,2,4,8,16,32,64,128,256,512,1024,2048" in plan
-    # The serve job goes to the stage as one canonical JSON object (issue 31 item 3).
+    # The tune and serve jobs go to their stages as canonical JSON objects (issue 31 item 3).
+    assert '"batch_sizes":[1,2,4,8,16,32,64,128,256,512,1024,2048]' in plan
     for part in ('"server":"transformers"', '"model_dtype":"bf16"', '"device":"cuda"',
                  '"tuned_config_dir":"results/host-cuda/small-qwen3-moe/tp1-ep1/tune/configs"'):
         assert part in plan, part  # fmt: skip

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import re
+import shlex
 import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
 
+import pytest
 import yaml
 from support.workflow_runs import fresh_copy, planned_jobs  # noqa: F401
 
@@ -213,3 +215,47 @@ def test_latency_bounds_reach_the_report_job_alone(tmp_path):
     flag = '--latency-bounds \'{"confidence":99,"percentile":99,"points":[],"tpot_ms":200,'
     assert flag in report_after
     assert re.sub(r" --latency-bounds '[^']*'", "", report_after) == report_before
+
+
+@pytest.mark.parametrize(
+    ("config_name", "cell"),
+    [
+        ("config.yaml", "rocm7.2/qwen3-30b-a3b-fp8/tp2-ep2"),
+        ("local.yaml", "host-cpu/tiny-qwen3-moe/tp1-ep1"),
+    ],
+)
+def test_the_tune_rule_hands_the_tuner_its_job_whole(tmp_path, config_name, cell):
+    """The tune rule's command as Snakemake prints it: the step's own flags, then the tuner
+    with its job, one shell-quoted JSON argument, which reads back into the same TuneJob as
+    jobargs.tune_job builds (docker: through the container step; local: a host process)."""
+    from types import SimpleNamespace
+
+    from cellbench.config import jobargs
+    from cellbench.config import loader as cbconfig
+    from cellbench.runtime import pins, steps
+    from cellbench.tune.job import TuneJob
+    from cellbench.tune.plan import job_from_argv
+
+    work = fresh_copy(tmp_path)
+    config_file = work / "config" / config_name
+    target = f"results/{cell}/tune/summary.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-n", "-p", "--cores", "2", target,
+         "--configfile", str(config_file)],
+        cwd=work, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    line = next(x for x in proc.stdout.splitlines() if "-m cellbench.runtime.steps" in x)
+    words = shlex.split(line.split(" || ")[0])
+    step = steps.build_parser().parse_args(words[words.index("cellbench.runtime.steps") + 1 :])
+    command = step.command[1:]  # after "--"
+    assert command[1:3] == ["-m", "cellbench.tune"]
+    tuned, out = job_from_argv(command[3:])
+    assert out == f"results/{cell}/tune"
+    config = cbconfig.load(config_file)
+    image, model, layout = cell.split("/")
+    tp, ep = layout.removeprefix("tp").split("-ep")
+    wildcards = SimpleNamespace(image=image, model=model, tp=tp, ep=ep)
+    job = jobargs.tune_job(config, pins.Pins.for_config(config), wildcards)
+    assert tuned == TuneJob.from_job(job)
+    assert step.runtime == config["runtime"]

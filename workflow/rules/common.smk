@@ -223,10 +223,6 @@ def tune_settings(wildcards):
     return jobargs.tune_settings(config, PINS, wildcards)
 
 
-def tuner_args(wildcards):
-    return jobargs.tuner_args(config, wildcards)
-
-
 def step_host_args(wildcards, input):
     return jobargs.step_flags(config, PINS, wildcards)
 

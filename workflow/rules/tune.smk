@@ -17,13 +17,13 @@ rule tune:
     resources:
         gpu=gpus_for,
     params:
-        # Tracked (a rerun trigger): pinned digest, GPUs, the tuner's flags, code version.
+        # Tracked (a rerun trigger): the stage's job (cellbench.config.jobargs.tune_job) as
+        # canonical JSON: the model's shape, the tune settings, pinned digest, GPUs, variables.
         settings=tune_settings,
         # A summary or tuned file found unreadable, truncated or tampered reruns this job.
         check=lambda wildcards: result_problem(
             f"{CELL_DIR.format(**wildcards)}/tune/summary.json"
         ),
-        tuner=tuner_args,
         # Untracked host details: interpreter, leases, mounts, the host's GPU count.
         python=lambda wildcards, input: in_cell_python(wildcards),
         steps=step_host_args,
@@ -31,5 +31,5 @@ rule tune:
     shell:
         # cellbench.runtime.steps writes the log itself; on failure print its reason here too.
         "python -m cellbench.runtime.steps {params.steps} --log {log} -- "
-        "{params.python} -m cellbench.tune {params.tuner} --out {params.out} "
+        "{params.python} -m cellbench.tune --job {params.settings:q} --out {params.out} "
         "|| {{ rc=$?; python -m cellbench.joblog {log:q} >&2; exit $rc; }}"

@@ -1,4 +1,5 @@
-"""Command lines of the workflow's jobs, split into what shapes a result and what does not.
+"""The workflow's jobs (what each stage is handed), split into what shapes a result and what
+does not.
 
 Snakemake reruns a job when one of its rule's params changes, but only params it can compare:
 plain values computed from wildcards and config. A params function that names ``input``,
@@ -7,7 +8,9 @@ measuring rule gets two params built here:
 
 * ``settings`` (tracked): every value that changes the job's output (the model and its
   layout, the load grid, repeats, GSM8K shots, the pinned digest, the GPU vendor ...). Editing
-  any of these in the config reruns the job and everything downstream of it.
+  any of these in the config reruns the job and everything downstream of it. For the tune
+  and serve stages it is the stage's job itself, as canonical JSON (``tune_job``,
+  ``serve_job``), which the stage reads with ``--job``.
 * ``host`` (deliberately untracked: the rules wrap it in a function of ``input``): where things
   live on this machine and how long to wait (lease folder, host GPU count, caches, the
   interpreter, ``ready_timeout_s``, input paths). Changing these reruns nothing.
@@ -75,56 +78,59 @@ def _gpu_flags(config: dict, wildcards: Any) -> list[str]:
     return ["--gpu-vendor", config["gpu_vendor"], "--gpus", str(gpus_per_server(config, wildcards))]
 
 
+def canonical(job: dict[str, Any]) -> str:
+    """A job as byte-stable JSON: a tracked param reruns its job exactly when a value changes."""
+    return json.dumps(job, sort_keys=True, separators=(",", ":"))
+
+
 # --- tune -----------------------------------------------------------------------------------
+#
+# A tune job is a dict of ``cellbench.tune.job.TuneJob`` fields: ``tune_job``, tracked as
+# canonical JSON (params.settings), which the rule hands to ``python -m cellbench.tune --job``
+# through ``cellbench.runtime.steps``; the step's own flags (``step_flags``) stay untracked.
+# The config's tune section goes in as it is, but for the keys below.
+
+# tune keys that are the configs rule's, not the tuner's (configs_settings tracks them).
+TUNE_RULE_KEYS = ("keep", "min_improvement_pct")
 
 
-def tune_settings(config: dict, pins: Any, wildcards: Any) -> str:
-    """The tune job's tracked values (a rerun trigger; the shell does not read it): where it
-    runs (runtime, pinned digest, GPUs), the tuner's command line and the code version."""
-    values = {
-        "runtime": config["runtime"],
-        "image_digest": pins.digest(wildcards.image),
-        "gpus": _gpu_flags(config, wildcards),
-        "tuner": tuner_args(config, wildcards),
-        "code_version": str(config["tune"]["code_version"]),
-    }
-    env = cell_env(config, wildcards)
-    if env:  # only when set, so configs without variables keep their recorded settings
-        values["env"] = env
-    return json.dumps(values, sort_keys=True)
-
-
-def tuner_args(config: dict, wildcards: Any) -> str:
-    """The in-container tuner's command line for a cell (``python -m cellbench.tune``)."""
+def tune_job(config: dict, pins: Any, wildcards: Any) -> dict[str, Any]:
+    """The tune stage's job for a cell: the model's shape, the tune section's settings, and
+    where it runs (runtime, pinned digest, GPUs, the cell's variables)."""
     model = config["models"][wildcards.model]
-    tune = config["tune"]
-    model_config = model.get("model_config") or model_source(config, wildcards.model)
-    args = ["--model-config", model_config, "--tp", str(wildcards.tp)]
-    if int(wildcards.ep) > 1:
-        args.append("--ep")
+    job = {k: v for k, v in config["tune"].items() if k not in TUNE_RULE_KEYS}
     dtype = model["dtype"]
     if dtype in ("bf16", "fp16", "fp32"):
         # Unquantised: no dtype in vLLM's file name; the activations' dtype is what differs.
-        args += ["--dtype", "none", "--act-dtype", dtype]
+        job.update(dtype="none", act_dtype=dtype)
     else:
-        args += ["--dtype", dtype]
-    block = model["block_shape"]
-    args += [
-        "--block-shape",
-        f"{block[0]},{block[1]}" if isinstance(block, list) else str(block or "none"),
-    ]
-    args += ["--batch-sizes", ",".join(map(str, cbconfig.batch_sizes(config)))]
-    args += ["--mode", tune["mode"], "--backend", tune["backend"]]
-    if tune["max_configs"]:
-        args += ["--max-configs", str(tune["max_configs"])]
-    return shlex.join(args)
+        job["dtype"] = dtype
+    job.update(
+        model_config=model.get("model_config") or model_source(config, wildcards.model),
+        tp=int(wildcards.tp),
+        ep=int(wildcards.ep),
+        block_shape=model["block_shape"],
+        runtime=config["runtime"],
+        image_digest=pins.digest(wildcards.image),
+    )
+    if config["runtime"] == "docker":
+        job.update(gpu_vendor=config["gpu_vendor"], gpus=gpus_per_server(config, wildcards))
+    env = cell_env(config, wildcards)
+    if env:  # the step sets them; the tuner checks it did
+        job["env"] = env
+    return job
+
+
+def tune_settings(config: dict, pins: Any, wildcards: Any) -> str:
+    """params.settings of the tune rule (a rerun trigger): ``tune_job`` as canonical JSON."""
+    return canonical(tune_job(config, pins, wildcards))
 
 
 def step_flags(config: dict, pins: Any, wildcards: Any) -> str:
     """``python -m cellbench.runtime.steps`` flags: runtime, image and GPUs (all of which shape the
-    result, and are repeated in ``tune_settings``), then host details."""
+    result, and are repeated in ``tune_job``), then host details."""
     args = ["--runtime", config["runtime"]]
-    # The cell's variables (tracked in tune_settings): in the container, or the tuner process's.
+    # The cell's variables (tracked in tune_job): in the container, or the tuner process's.
     for name, value in cell_env(config, wildcards).items():
         args += ["--env", f"{name}={value}"]
     if config["runtime"] == "docker":
@@ -166,11 +172,6 @@ GSM8K_FIELDS = {
     "api": "gsm8k_api",
     "instances": "gsm8k_instances",
 }
-
-
-def canonical(job: dict[str, Any]) -> str:
-    """A job as byte-stable JSON: a tracked param reruns its job exactly when a value changes."""
-    return json.dumps(job, sort_keys=True, separators=(",", ":"))
 
 
 def local_device(config: dict) -> str:

@@ -125,12 +125,9 @@ def measure(
     return rec, 100.0 * (t_base.median_us - t_tuned.median_us) / t_base.median_us
 
 
-def seed_path_from_argv(argv: list[str]) -> str | None:
+def seed_path(given: str | None) -> str | None:
     """The --seed-configs path as given (absolute when it exists here)."""
-    for i, a in enumerate(argv):
-        if a == "--seed-configs" and i + 1 < len(argv):
-            p = Path(argv[i + 1])
-            return str(p.resolve()) if p.exists() else argv[i + 1]
-        if a.startswith("--seed-configs="):
-            return a.split("=", 1)[1]
-    return None
+    if given is None:
+        return None
+    p = Path(given)
+    return str(p.resolve()) if p.exists() else given

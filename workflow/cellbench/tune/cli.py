@@ -9,8 +9,10 @@ Each summary entry also records its baseline, the config vLLM would use at that 
 without the tuned file, timed side by side with the pick, and the pick's improvement_pct over
 it (see baseline.py).
 
-The parts: plan.py reads and checks the command line, device_run.py tunes on each device,
-outputs.py holds the keep rule and what is printed; this module runs them and writes the files.
+The job: ``--job JSON`` (a ``TuneJob``, tune/job.py; what the workflow passes) and/or one
+flag per field (by hand). The parts: plan.py reads and checks the job, device_run.py tunes on
+each device, outputs.py holds the keep rule and what is printed; this module runs them and
+writes the files.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any
 
 from cellbench.tune.device_run import _run_all
 from cellbench.tune.outputs import CSV_NAME, SUMMARY_NAME, _csv_rows, _human, apply_keep
-from cellbench.tune.plan import Plan, UsageError, _parser, _validate
+from cellbench.tune.plan import Plan, UsageError, job_from_argv, make_plan
 
 __all__ = ["main", "run", "OutputError"]
 
@@ -136,9 +138,7 @@ def run(plan: Plan) -> dict[str, Any]:
         "timing": res["timing"],
         "max_configs": plan.max_configs,
         "compile_budget": list(opts_budget) if (opts_budget := res.get("compile_budget")) else None,
-        "seed_configs": plan.argv[plan.argv.index("--seed-configs") + 1]
-        if "--seed-configs" in plan.argv
-        else None,
+        "seed_configs": plan.seed_configs,
         "seed": plan.seed,
         "resumed_log_records": res["resumed_log_records"],
         "per_device": res.get("per_device"),
@@ -157,13 +157,11 @@ def run(plan: Plan) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns 0 on success, 2 on bad input, 1 when tuning failed."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = _parser()
     try:
-        args = parser.parse_args(argv)
-    except SystemExit as e:
+        job, out = job_from_argv(argv)
+        plan = make_plan(job, out, argv)
+    except SystemExit as e:  # argparse: --help, or a flag it refused (its message printed)
         return int(e.code or 0)
-    try:
-        plan = _validate(args, argv)
     except UsageError as e:
         print(f"cellbench tune: error: {e}", file=sys.stderr)
         return 2

@@ -186,9 +186,9 @@ def _run_device(plan: Plan, batch_sizes: list[int], device_index: int) -> dict[s
             fp8 = roofline.measure_ceilings(device, backend.base.w1.dtype)
             ceil = roofline.Ceilings(ceil.copy_bytes_per_s, fp8.matmul_flops_per_s,
                                      fp8.matmul_dtype, fp8.note)  # fmt: skip
-        from cellbench.tune.baseline import baseline_source, measure, seed_path_from_argv
+        from cellbench.tune.baseline import baseline_source, measure, seed_path
 
-        src = baseline_source(plan.config_file, plan.seed_table, seed_path_from_argv(plan.argv))
+        src = baseline_source(plan.config_file, plan.seed_table, seed_path(plan.seed_configs))
         details = {}
         for m, e in entries.items():
             problems = [backend.make_problem(m, plan.seed * 1000 + i) for i in range(opts.rotate)]

@@ -1,10 +1,13 @@
-"""The tuner's command line read and checked into a `Plan`, before any GPU work.
+"""The tuner's job read and checked into a `Plan`, before any GPU work.
 
 In-container module: stdlib + torch (+ vllm probed for --backend vllm).
 
-Split from cli.py (issue 31 item 4): the arguments, the batch-size tiers and every refusal
-(`UsageError`, exit status 2) live here, so the config loader can read the tiers without the
-run loop, and cli.py is left with the run itself.
+Two ways in, one job: the workflow's ``--job JSON`` (``cellbench.config.jobargs.tune_job``)
+and, by hand, one flag per field (`job_from_argv`, whose own limits stand in for the config's
+in one place, `_check_flags`); both become a ``TuneJob``. `make_plan` then checks what only
+the tuner's process can (output folder, model config, GPU, installed vLLM). Every refusal is a
+`UsageError` (exit status 2). The batch-size tiers live here, so the config loader can read
+them without the run loop.
 """
 
 from __future__ import annotations
@@ -12,15 +15,23 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cellbench.tune.shapes import add_shape_arguments
+from cellbench.tune.job import KEEP_CHOICES, JobError, TuneJob
+from cellbench.tune.shapes import ShapeError, add_shape_arguments, check_tp_ep
 
-__all__ = ["Plan", "parse_batch_sizes", "BATCH_SIZE_TIERS", "KEEP_CHOICES", "UsageError"]
+__all__ = [
+    "Plan",
+    "parse_batch_sizes",
+    "BATCH_SIZE_TIERS",
+    "KEEP_CHOICES",
+    "UsageError",
+    "job_from_argv",
+    "make_plan",
+]
 
 _FLOAT_DTYPES = {
     "bf16": "bf16",
@@ -67,13 +78,19 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="cellbench tune",
         description="Tune vLLM's fused-MoE Triton configs for one model shape.",
+        epilog="The workflow passes the job whole (--job JSON, a TuneJob's fields, as "
+        "cellbench.config.jobargs.tune_job builds it); each flag sets one field of it.",
+        argument_default=argparse.SUPPRESS,  # only what is given joins the job
     )
+    p.add_argument("--job", help="the job: a JSON object of TuneJob fields")
     add_shape_arguments(
-        p, dtype_help="fp8_w8a8; none, bf16, fp16 or fp32 for unquantised; auto (from config)"
+        p,
+        dtype_help="fp8_w8a8; none, bf16, fp16 or fp32 for unquantised; auto (from config)",
+        defaults=False,
     )
-    p.add_argument("--batch-sizes", default="vllm_default", help="1,16,64 | vllm_default | aiter16")
-    p.add_argument("--mode", choices=("default", "exhaustive"), default="default")
-    p.add_argument("--backend", choices=("builtin", "vllm"), default="builtin")
+    p.add_argument("--batch-sizes", help="1,16,64 | vllm_default (default) | aiter16")
+    p.add_argument("--mode", choices=("default", "exhaustive"), help="default (default)")
+    p.add_argument("--backend", choices=("builtin", "vllm"), help="builtin (default)")
     p.add_argument(
         "--vllm-source",
         help="--backend vllm without a usable vLLM install: a folder of vLLM's Python sources "
@@ -81,7 +98,7 @@ def _parser() -> argparse.ArgumentParser:
         "(default: $CELLBENCH_VLLM_SOURCE)",
     )
     p.add_argument("--max-configs", type=int, help="cap on configs considered per batch size")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, help="default 0")
     p.add_argument(
         "--act-dtype",
         choices=("bf16", "fp16", "fp32"),
@@ -107,7 +124,6 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--keep",
         choices=KEEP_CHOICES,
-        default="beats-baseline",
         help="beats-baseline (default): at a batch size where the side-by-side timing found the "
         "pick no faster than vLLM's own config, the tuned file holds vLLM's config instead "
         "(the entry says kept: baseline); all: every pick as tuned",
@@ -116,7 +132,86 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-KEEP_CHOICES = ("beats-baseline", "all")
+def _check_flags(flags: dict[str, Any], tp: int) -> None:
+    """The hand command line's own limits: those that the config schema and loader check for
+    a job the workflow writes (tp, ep, max_configs; batch sizes as they are read)."""
+    if ("tp" in flags or flags.get("ep")) and isinstance(tp, int):  # else: TuneJob's type error
+        try:
+            check_tp_ep(tp, bool(flags.get("ep")))
+        except ShapeError as e:
+            raise UsageError(str(e)) from None
+    if "max_configs" in flags and flags["max_configs"] < 1:
+        raise UsageError(f"--max-configs={flags['max_configs']} must be >= 1")
+
+
+def _block_shape(text: str) -> Any:
+    """--block-shape text as the job holds it: "auto", None or [n, k]."""
+    t = text.strip().lower()
+    if t in ("auto", "none"):
+        return None if t == "none" else "auto"
+    try:
+        n, k = (int(x) for x in t.split(","))
+    except ValueError:
+        raise UsageError(
+            f"--block-shape={text!r}: expected n,k (e.g. 128,128), none or auto"
+        ) from None
+    return [n, k]
+
+
+def _batch_sizes(text: str) -> Any:
+    t = text.strip()
+    return t if t in BATCH_SIZE_TIERS else parse_batch_sizes(t)
+
+
+def _compile_budget(text: str) -> Any:
+    """'FIRST,LATER' -> [first, later]; 'none' -> 'none' (no limit); limits: TuneJob."""
+    t = text.strip().lower()
+    if t == "none":
+        return "none"
+    try:
+        first, later = (int(x) for x in t.split(","))
+    except ValueError:
+        raise UsageError(
+            f"--compile-budget={text!r}: expected FIRST,LATER (two integers, e.g. 32,12) or none"
+        ) from None
+    return [first, later]
+
+
+# Flags whose text becomes the job's value (after parsing, so a bad value's message is ours).
+_CONVERT = {
+    "block_shape": _block_shape,
+    "batch_sizes": _batch_sizes,
+    "compile_budget": _compile_budget,
+}
+
+
+def job_from_argv(argv: list[str]) -> tuple[TuneJob, str]:
+    """The command line as one checked job and the output folder: ``--job`` merged with the
+    flags given, each key once. SystemExit from argparse (--help, a bad choice)."""
+    flags = vars(_parser().parse_args(argv))
+    out = flags.pop("out")
+    job: dict[str, Any] = {}
+    if "job" in flags:
+        try:
+            job = json.loads(flags.pop("job"))
+        except json.JSONDecodeError as e:
+            raise UsageError(f"--job: not valid JSON ({e})") from None
+        if not isinstance(job, dict):
+            raise UsageError(f"--job must be a JSON object of TuneJob fields, got {job!r}")
+    tp = flags.get("tp", job.get("tp", 1))
+    _check_flags(flags, tp)
+    for name, convert in _CONVERT.items():
+        if name in flags:
+            flags[name] = convert(flags[name])
+    if "ep" in flags:  # --ep: expert parallel over the TP ranks
+        flags["ep"] = tp if flags["ep"] else 1
+    twice = sorted(set(job) & set(flags))
+    if twice:
+        raise UsageError(f"given twice (in --job and as a flag): {', '.join(twice)}")
+    try:
+        return TuneJob.from_job({**job, **flags}), out
+    except JobError as e:
+        raise UsageError(str(e)) from None
 
 
 @dataclass
@@ -144,6 +239,9 @@ class Plan:
     act_note: str = ""
     dtype_label: str = ""
     vllm_source: str | None = None
+    seed_configs: str | None = None  # the seed table's file as given
+    # The job it was made from: a setting that needs no checking here is read from it as it is.
+    job: TuneJob | None = None
 
 
 def _read_seed_table(path: str) -> dict[int, dict[str, int]]:
@@ -168,25 +266,6 @@ def _read_seed_table(path: str) -> dict[int, dict[str, int]]:
     return table
 
 
-def _parse_compile_budget(text: str | None) -> tuple[int, int] | None | str:
-    """'FIRST,LATER' -> (first, later); 'none' -> None; absent -> 'auto'."""
-    if text is None:
-        return "auto"
-    t = text.strip().lower()
-    if t == "none":
-        return None
-    parts = t.split(",")
-    try:
-        first, later = (int(x) for x in parts)
-    except ValueError:
-        raise UsageError(
-            f"--compile-budget={text!r}: expected FIRST,LATER (two integers, e.g. 32,12) or none"
-        ) from None
-    if first < 1 or later < 1:
-        raise UsageError(f"--compile-budget={text!r}: both numbers must be >= 1")
-    return first, later
-
-
 def _check_out_folder(out: str) -> None:
     """--out must be a folder, or a path whose nearest existing parent is a writable folder:
     refused now, before any GPU work, rather than as a traceback when the first file is written."""
@@ -203,47 +282,58 @@ def _check_out_folder(out: str) -> None:
         raise UsageError(f"--out {out}: folder {probe} is not writable")
 
 
-def _validate(args: argparse.Namespace, argv: list[str]) -> Plan:
-    from cellbench.tune.shapes import (
-        ShapeError,
-        check_shape_arguments,
-        moe_shape,
-        read_model_config,
-    )
-
-    try:
-        check_shape_arguments(args)  # the same refusals as `cellbench shapes`
-    except ShapeError as e:
-        raise UsageError(str(e)) from None
-    if args.max_configs is not None and args.max_configs < 1:
-        raise UsageError(f"--max-configs={args.max_configs} must be >= 1")
-    budget = args.time_budget_s
-    if budget is not None and not (math.isfinite(budget) and budget > 0):
-        raise UsageError(
-            f"--time-budget-s={budget:g} must be a number of seconds > 0 (leave it out for no "
-            "budget); a run with none left would tune nothing"
-        )
-    if args.compile_workers is not None and args.compile_workers < 0:
-        raise UsageError(f"--compile-workers={args.compile_workers} must be >= 0")
-    _check_out_folder(args.out)
-    batch_sizes = parse_batch_sizes(args.batch_sizes)
-    compile_budget = _parse_compile_budget(args.compile_budget)
-    block = None if args.block_shape.lower() == "none" else args.block_shape
-    # --dtype names the model's MoE dtype as the config does: a float dtype (also the compute
-    # dtype unless --act-dtype says otherwise), fp8_w8a8, or auto (quantization_config).
-    d = args.dtype.lower()
+def _float_dtype(dtype: str) -> tuple[str | None, str | None]:
+    """The job's dtype as the shape reads it, and the compute dtype a float dtype implies.
+    A float dtype is also the compute dtype unless act_dtype says otherwise; vLLM names only
+    fp32 in its file names."""
+    d = dtype.lower()
     float_act = _FLOAT_DTYPES.get(d)
     if d == "none":
-        dtype: str | None = None
-    elif float_act is not None:
-        dtype = "float32" if float_act == "fp32" else None  # vLLM names only fp32 in files
-    else:
-        dtype = args.dtype
+        return None, None
+    if float_act is not None:
+        return ("float32" if float_act == "fp32" else None), float_act
+    return dtype, None
+
+
+def resolve_batch_sizes(spec: Any) -> list[int]:
+    """A job's batch sizes (a tier's name or a list) as a sorted list without repeats."""
+    if isinstance(spec, str):
+        if spec not in BATCH_SIZE_TIERS:
+            raise UsageError(f"batch_sizes = {spec!r}: not a tier ({', '.join(BATCH_SIZE_TIERS)})")
+        return list(BATCH_SIZE_TIERS[spec])
+    return sorted(set(spec))
+
+
+def _check_env(env: dict[str, str]) -> None:
+    """The cell's variables are the step's to set (cellbench.runtime.steps --env); tuning
+    without them would measure another configuration than the job names."""
+    wrong = sorted(k for k, v in env.items() if os.environ.get(k) != v)
+    if wrong:
+        raise UsageError(
+            f"the job's env {', '.join(f'{k}={env[k]!r}' for k in wrong)} is not this "
+            "process's environment (the step sets a cell's variables: "
+            "python -m cellbench.runtime.steps --env K=V)"
+        )
+
+
+def make_plan(job: TuneJob, out: str, argv: list[str]) -> Plan:
+    """What only this process can check (the output folder, the model config, the GPU, the
+    installed packages), and the plan the run follows; UsageError."""
+    from cellbench.tune.shapes import moe_shape, read_model_config
+
+    _check_out_folder(out)
+    _check_env(job.env)
+    batch_sizes = resolve_batch_sizes(job.batch_sizes)
+    cb = job.compile_budget  # "auto" | "none" (no limit) | [first, later]
+    compile_budget = tuple(cb) if isinstance(cb, list) else (None if cb == "none" else cb)
+    dtype, float_act = _float_dtype(job.dtype)
     try:
-        cfg = read_model_config(args.model_config)
-        named = moe_shape(cfg, args.tp, args.ep, dtype=dtype, block_shape=block)
+        cfg = read_model_config(job.model_config)
+        named = moe_shape(
+            cfg, job.tp, job.expert_parallel, dtype=dtype, block_shape=job.block_shape
+        )
     except ShapeError as e:
-        where = "" if args.model_config in str(e) else f"{args.model_config}: "
+        where = "" if job.model_config in str(e) else f"{job.model_config}: "
         raise UsageError(f"{where}{e}") from e
     # the kernels take fp32 as an activation dtype, not as a weight quantisation
     shape = dataclasses.replace(named, dtype=None) if named.dtype == "float32" else named
@@ -271,12 +361,12 @@ def _validate(args: argparse.Namespace, argv: list[str]) -> Plan:
     # vLLM is probed after the interpreter is chosen: importing it imports Triton, which
     # must already know whether kernels it decorates are to be interpreted
     vllm_source = None
-    if args.backend == "vllm":
+    if job.backend == "vllm":
         import importlib.util
 
         from cellbench.tune.vllm_source import source_from_env
 
-        vllm_source = args.vllm_source or source_from_env()
+        vllm_source = job.vllm_source or source_from_env()
         if importlib.util.find_spec("vllm") is None and vllm_source is None:
             raise UsageError(
                 "--backend vllm needs vLLM installed where the tuner runs (no module 'vllm'), "
@@ -295,47 +385,49 @@ def _validate(args: argparse.Namespace, argv: list[str]) -> Plan:
             os.environ[SOURCE_ENV] = vllm_source
     plat = "cpu" if not on_gpu else ("rocm" if getattr(torch.version, "hip", None) else "cuda")
     act_note = ""
-    act = args.act_dtype or float_act or ("bf16" if on_gpu else "fp32")
+    act = job.act_dtype or float_act or ("bf16" if on_gpu else "fp32")
     if not on_gpu and act == "bf16":
-        if args.act_dtype == "bf16":
+        if job.act_dtype == "bf16":
             raise UsageError("--act-dtype bf16 does not run under the CPU interpreter (fp16/fp32)")
         # the interpreter's bf16 dot is unusable: compute in fp32 and say so
         act, act_note = "fp32", "bf16 model: the CPU interpreter computes in fp32"
-    if args.device_name:
-        dev_name = args.device_name
+    if job.device_name:
+        dev_name = job.device_name
     else:
         from cellbench.tune.shapes import device_name
 
         dev_name = device_name()
     seed_table = None
-    if args.seed_configs:
-        seed_table = _read_seed_table(args.seed_configs)
-    workers = args.compile_workers
+    if job.seed_configs:
+        seed_table = _read_seed_table(job.seed_configs)
+    workers = job.compile_workers
     if workers is None:
         workers = 0
-        if on_gpu and args.backend == "builtin":
+        if on_gpu and job.backend == "builtin":
             ngpu = max(torch.cuda.device_count(), 1)
             workers = max((os.cpu_count() or 2) // ngpu - 1, 0)
     return Plan(
         shape=shape,
         batch_sizes=batch_sizes,
-        mode=args.mode,
-        backend=args.backend,
+        mode=job.mode,
+        backend=job.backend,
         act_dtype=act,
         on_gpu=on_gpu,
         platform=plat,
         device_name=dev_name,
-        max_configs=args.max_configs,
-        seed=args.seed,
-        out=Path(args.out),
+        max_configs=job.max_configs or None,
+        seed=job.seed,
+        out=Path(out),
         compile_workers=workers if on_gpu else 0,
         argv=argv,
-        time_budget_s=args.time_budget_s,
-        keep=args.keep,
+        time_budget_s=job.time_budget_s,
+        keep=job.keep,
         compile_budget=compile_budget,
         seed_table=seed_table,
         config_file=named.config_file_name(dev_name),
         act_note=act_note,
         dtype_label=shape.dtype or float_act or act,
         vllm_source=vllm_source,
+        seed_configs=job.seed_configs,
+        job=job,
     )

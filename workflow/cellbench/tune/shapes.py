@@ -334,10 +334,7 @@ DEVICE_NAME_RULE = "letters, digits, '_', '.', '-', starting with a letter or di
 
 def check_shape_arguments(args: argparse.Namespace) -> None:
     """Refuse what the config refuses, before any model config is read; ShapeError."""
-    if args.tp < 1:
-        raise ShapeError(f"--tp={args.tp} must be >= 1")
-    if args.ep and args.tp == 1:
-        raise ShapeError(f"--ep with --tp 1: {EP_NEEDS_TP} (give --tp 2 or more, or drop --ep)")
+    check_tp_ep(args.tp, args.ep)
     if args.device_name is not None and not DEVICE_NAME_RE.match(args.device_name):
         raise ShapeError(
             f"--device-name {args.device_name!r}: it becomes part of a file name, so it may "
@@ -345,18 +342,34 @@ def check_shape_arguments(args: argparse.Namespace) -> None:
         )
 
 
-def add_shape_arguments(p: argparse.ArgumentParser, *, dtype_help: str) -> None:
-    """Options naming a fused-MoE shape, shared by `cellbench shapes` and `cellbench tune`."""
+def check_tp_ep(tp: int, ep: bool) -> None:
+    """The hand command lines' refusals of a layout the config schema and loader refuse."""
+    if tp < 1:
+        raise ShapeError(f"--tp={tp} must be >= 1")
+    if ep and tp == 1:
+        raise ShapeError(f"--ep with --tp 1: {EP_NEEDS_TP} (give --tp 2 or more, or drop --ep)")
+
+
+def add_shape_arguments(
+    p: argparse.ArgumentParser, *, dtype_help: str, defaults: bool = True
+) -> None:
+    """Options naming a fused-MoE shape, shared by `cellbench shapes` and `cellbench tune`.
+    Without ``defaults`` (the tuner's, whose job may give these) nothing is required or
+    filled in: the parser's own default applies."""
+
+    def d(value):
+        return {"default": value} if defaults else {}
+
     p.add_argument(
         "--model-config",
-        required=True,
+        required=defaults,
         help="config.json, a model directory, or a Hugging Face model id",
     )
-    p.add_argument("--tp", type=int, default=1, help="tensor parallel size (default 1)")
-    p.add_argument("--ep", action="store_true", help="expert parallel (EP size = TP)")
-    p.add_argument("--dtype", default="auto", help=dtype_help)
+    p.add_argument("--tp", type=int, **d(1), help="tensor parallel size (default 1)")
+    p.add_argument("--ep", action="store_true", **d(False), help="expert parallel (EP size = TP)")
+    p.add_argument("--dtype", **d("auto"), help=dtype_help)
     p.add_argument(
-        "--block-shape", default="auto", help="'n,k' (e.g. 128,128), 'none', or 'auto' (default)"
+        "--block-shape", **d("auto"), help="'n,k' (e.g. 128,128), 'none', or 'auto' (default)"
     )
     p.add_argument("--device-name", help="device name in the file name (default: this machine)")
 

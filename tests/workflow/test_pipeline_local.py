@@ -91,16 +91,20 @@ def test_every_stage_wrote_its_outputs(finished_run):
         for arm in ("untuned", "tuned"):
             bench = json.loads((res / cell / f"serve/{arm}/bench.json").read_text())
             jsonschema.validate(bench, bench_schema)
-            assert len(bench["points"]) == 2 * 3  # grid points x repeats
+            # serve.repeats 2, repeat_cap 3: each grid point took 2 or 3 interleaved pairs,
+            # as many as it records, and says why it stopped.
+            used = {(p["isl"], p["osl"]): p["repeats_used"] for p in bench["points"]}
+            assert len(used) == 2 and set(used.values()) <= {2, 3}
+            assert len(bench["points"]) == sum(used.values())
             for point in bench["points"]:
                 assert point["completed"] > 0 and point["failed"] == 0
                 assert point["mean_ttft_ms"] > 0 and point["output_throughput"] > 0
+                assert point["repeat_cap"] == 3 and point["invalid_repeats"] == 0
+                assert point["stop_reason"] in ("settled", "cap reached")
+                assert point["stop_reason"] != "cap reached" or point["repeats_used"] == 3
             assert bench["interleaved"] is True
-            assert bench["arm_order"] == [
-                ["untuned", "tuned"],
-                ["tuned", "untuned"],
-                ["untuned", "tuned"],
-            ]
+            abba = [["untuned", "tuned"], ["tuned", "untuned"], ["untuned", "tuned"]]
+            assert bench["arm_order"] == abba[: max(used.values())]
             gsm = json.loads((res / cell / f"gsm8k/{arm}.json").read_text())
             jsonschema.validate(gsm, gsm_schema)
             assert gsm["n_samples"] == 8
@@ -130,11 +134,14 @@ def test_arms_were_interleaved(finished_run):
                 (finished_run / "results" / cell / f"serve/{arm}/bench.json").read_text()
             )["points"]
         )
-        assert [seq for seq, *_ in points] == list(range(12))
-        # 2 grid points per arm and repeat: A A B B, then B B A A, then A A B B.
+        assert [seq for seq, *_ in points] == list(range(len(points)))
+        # 2 grid points per arm and repeat: A A B B, then B B A A, then (sequential repeats:
+        # only the points still open after 2 pairs, 0 to 2 of them) A.. B..
+        third = (len(points) - 8) // 2
         a, b = ["untuned"] * 2, ["tuned"] * 2
-        assert [arm for _, arm, _, _ in points] == a + b + b + a + a + b
-        assert [rep for _, _, rep, _ in points] == [0] * 4 + [1] * 4 + [2] * 4
+        expected = a + b + b + a + ["untuned"] * third + ["tuned"] * third
+        assert [arm for _, arm, _, _ in points] == expected
+        assert [rep for _, _, rep, _ in points] == [0] * 4 + [1] * 4 + [2] * 2 * third
         starts = [start for *_, start in points]
         assert starts == sorted(starts)
 
@@ -170,7 +177,15 @@ def test_report_and_archive(finished_run):
     for cell in CELLS:
         logs = res / "logs" / cell
         assert (logs / "tune.log").read_text().count(KEPT_PROGRESS) == 3  # M = 1, 4, 16
-        assert (logs / "serve-pair.log").read_text().count(POINT_PROGRESS) == 2 * 2 * 3
+        points = sum(
+            len(json.loads((res / cell / f"serve/{arm}/bench.json").read_text())["points"])
+            for arm in ("untuned", "tuned")
+        )
+        assert (logs / "serve-pair.log").read_text().count(POINT_PROGRESS) == points
+        # Sequential repeats in the report: per point the pairs used, of the cap, and why.
+        assert "repeats stopped: " in (logs / "serve-pair.log").read_text()
+    report = (res / "report/report.md").read_text()
+    assert "| repeats used" in report and " of 3: " in report
     # One PR-ready file per model with seed 000's tables (last: skips without the seed).
     pr_files = [res / "report/pr" / f"{cell.split('/')[1]}.md" for cell in CELLS]
     assert all(p.is_file() for p in pr_files)

@@ -72,6 +72,7 @@ class Claim:
 
 HISTORY = headline_figures.HISTORY
 SLURM = "benchmarks/results/slurm_2026-12-04"
+SLURM6 = "benchmarks/results/slurm_2026-12-06"
 EMBEDDED = "benchmarks/results/embedded_default_time_2026-12-06.txt"
 EMBEDDED_WAVE19 = "benchmarks/results/embedded_default_time_2026-12-04_wave19.txt"
 GPU_TESTS = "benchmarks/results/gpu_tests_h100_2026-12-06"
@@ -95,28 +96,66 @@ CLAIMS: list[Claim] = [
     ),
     Claim(
         "README.md",
-        'their committed full run ended "1 failed, 3 passed"',
+        'their committed full run ended "15 passed", the scancel test included',
+        f"{SLURM6}/pytest_full_run.log",
+        "PASSED tests/integration/test_slurm.py::test_scancel_mid_benchmark_then_the_rerun_redoes_"
+        "only_that_job",
+    ),
+    Claim(
+        "README.md",
+        'their committed full run ended "15 passed"',
+        f"{SLURM6}/pytest_full_run.log",
+        "= 15 passed in 2982.67s (0:49:42) =",
+    ),
+    # benchmarks/results/slurm_2026-12-06/NOTES.md: the run's own log
+    Claim(
+        f"{SLURM6}/NOTES.md",
+        '"15 passed in 2982.67s (0:49:42)"',
+        f"{SLURM6}/pytest_full_run.log",
+        "= 15 passed in 2982.67s (0:49:42) =",
+    ),
+    Claim(
+        f"{SLURM6}/NOTES.md",
+        "`profiles/slurm` took 1740 s inside it",
+        f"{SLURM6}/pytest_full_run.log",
+        "[test_slurm] embedded default through Slurm: 1740 s",
+    ),
+    Claim(
+        f"{SLURM6}/NOTES.md",
+        "that one job) took 1201 s",
+        f"{SLURM6}/pytest_full_run.log",
+        "[test_slurm] scancel + rerun: 1201 s wall",
+    ),
+    Claim(
+        f"{SLURM6}/NOTES.md",
+        '`slurm_2026-12-04/`\'s "1 failed, 3 passed"',
         f"{SLURM}/pytest_full_run.log",
         "= 1 failed, 3 passed in 1719.96s (0:28:39) =",
     ),
     # docs/testing.md
     Claim(
         "docs/testing.md",
-        'ended "1 failed, 3 passed" in 1719.96 s (0:28:39)',
+        'ended "15 passed in 2982.67s (0:49:42)"',
+        f"{SLURM6}/pytest_full_run.log",
+        "= 15 passed in 2982.67s (0:49:42) =",
+    ),
+    Claim(
+        "docs/testing.md",
+        "the embedded default through Slurm inside it took 1740 s",
+        f"{SLURM6}/pytest_full_run.log",
+        "[test_slurm] embedded default through Slurm: 1740 s wall",
+    ),
+    Claim(
+        "docs/testing.md",
+        "the scancel test 1201 s",
+        f"{SLURM6}/pytest_full_run.log",
+        "[test_slurm] scancel + rerun: 1201 s wall",
+    ),
+    Claim(
+        "docs/testing.md",
+        '(`slurm_2026-12-04/`) ended "1 failed, 3 passed"',
         f"{SLURM}/pytest_full_run.log",
         "= 1 failed, 3 passed in 1719.96s (0:28:39) =",
-    ),
-    Claim(
-        "docs/testing.md",
-        "the embedded default through Slurm inside it took 1359 s",
-        f"{SLURM}/pytest_full_run.log",
-        "[test_slurm] embedded default through Slurm: 1359 s",
-    ),
-    Claim(
-        "docs/testing.md",
-        '"scancel test passed in 502 s"',
-        f"{SLURM}/scancel_driver.log",
-        "scancel test passed in 502 s",
     ),
     Claim(
         "docs/testing.md",
@@ -126,9 +165,9 @@ CLAIMS: list[Claim] = [
     ),
     Claim(
         "docs/testing.md",
-        "(their committed run alone took 1719.96 s, below)",
-        f"{SLURM}/pytest_full_run.log",
-        "in 1719.96s (0:28:39)",
+        "(their committed run took 2982.67 s, below)",
+        f"{SLURM6}/pytest_full_run.log",
+        "in 2982.67s (0:49:42)",
     ),
     # docs/cluster.md: the H200 run's per-rule benchmark files, and the Slurm run
     Claim(

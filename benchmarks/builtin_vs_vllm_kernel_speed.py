@@ -13,7 +13,8 @@ this change (alignment for every M, no operand swap, vector weight scales, uncha
 quantisation; on the old rule bf16 took the few-token path at M <= 4, which "decode" times).
 
 Per dtype a table: per M, builtin/vLLM for each variant (whole call and GEMMs), the spread,
-and the variant the default picks. Outputs OUT/builtin_vs_vllm_h200_<dtype>.{json,txt}.
+and the variant the default picks. Outputs OUT/builtin_vs_vllm_<gpu>_<dtype>.{json,txt}
+(<gpu>: --gpu, default this device's name, e.g. h100; benchmarks/gpu_label.py).
 The whole run stops starting batch sizes when --budget-s is spent (the table says which were
 left out); batch sizes run in --order (the ones the issue names first).
 
@@ -38,6 +39,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import tuner_default_mode_cost as th  # noqa: E402 - shipped configs, batch sizes, number format
 import tuner_default_vs_exhaustive_vllm_kernel as tv  # noqa: E402 - shipped file names, vLLM source folder
+from gpu_label import add_gpu_argument, gpu_label  # noqa: E402
 
 QWEN = {"bf16": ("bf16", None), "fp8": ("bf16", (128, 128))}
 SMOKE = {"bf16": ("fp32", None), "fp8": ("fp32", (32, 32))}
@@ -253,6 +255,7 @@ def main() -> int:
     ap.add_argument("--vllm-source", default=os.environ.get("CELLBENCH_VLLM_SOURCE")
                     or str(tv.DEFAULT_SOURCE), help="folder of vLLM's sources")  # fmt: skip
     ap.add_argument("--out", default=os.environ.get("OUT") or "benchmarks/results/tmp")
+    add_gpu_argument(ap)
     ap.add_argument("--compile-workers", type=int, default=12,
                     help="on a GPU: forked compile-only workers warming every variant's "
                     "kernels before a dtype is timed (0: compile on first use)")  # fmt: skip
@@ -295,6 +298,7 @@ def main() -> int:
     # the workers fork before this process opens the GPU (asking the device name opens it)
     pools = {d: start_workers(a.compile_workers if on_gpu else 0, *shapes[d]) for d in dtypes}
     out = Path(a.out)
+    gpu = gpu_label(a.gpu)
     out.mkdir(parents=True, exist_ok=True)
     meta = {
         **th.run_meta(torch, triton, on_gpu),
@@ -346,7 +350,7 @@ def main() -> int:
         ordered = sorted(ms_all)
         parts = be.kernel_record().get("parts")
         txt = table(dtype, ordered, sbs, left_out, parts, meta["device"])
-        stem = out / f"builtin_vs_vllm_h200_{dtype}"
+        stem = out / f"builtin_vs_vllm_{gpu}_{dtype}"
         result = {"meta": {**meta, "shape": shape.to_dict(), "act_dtype": act, "prewarm": warm,
                            "vllm_kernel": be.kernel_record()},
                   "side_by_side": {str(k): v for k, v in sorted(sbs.items())},

@@ -7,8 +7,10 @@
 #
 # Builtin kernel variants beside vLLM's kernel, shipped configs, bf16 then fp8, under a wall
 # budget of BUDGET_S (batch sizes past it are listed as not timed) and a hard stop 40 s later
-# (SIGINT). Everything lands in $OUT: builtin_vs_vllm_h200_{bf16,fp8}.{txt,json}, the console
-# log, nvidia-smi's view of the GPU. `--smoke` runs it on the CPU interpreter.
+# (SIGINT). Everything lands in $OUT: builtin_vs_vllm_${GPU}_{bf16,fp8}.{txt,json}, the console
+# log, nvidia-smi's view of the GPU. GPU names the outputs (default: this device's name, h100,
+# h200, ...: benchmarks/gpu_label.py), passed on as --gpu. `--smoke` runs it on the CPU
+# interpreter.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-benchmarks/results/tmp}"
@@ -19,10 +21,11 @@ if [[ ! -f "$SRC/SOURCE.json" ]]; then
   exit 2
 fi
 BUDGET_S="${BUDGET_S:-240}"
+GPU="${GPU:-$(python3 benchmarks/gpu_label.py)}"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv \
   >"$OUT/nvidia-smi-builtin-vs-vllm.csv" 2>&1 || true
 export PYTHONPATH="$PWD/workflow${PYTHONPATH:+:$PYTHONPATH}"
 timeout -s INT -k 10 "$((BUDGET_S + 40))" python3 benchmarks/builtin_vs_vllm_kernel_speed.py \
-  --out "$OUT" --budget-s "$BUDGET_S" --vllm-source "$SRC" "$@" 2>&1 |
-  tee "$OUT/builtin_vs_vllm_h200.log"
+  --out "$OUT" --budget-s "$BUDGET_S" --vllm-source "$SRC" --gpu "$GPU" "$@" 2>&1 |
+  tee "$OUT/builtin_vs_vllm_${GPU}.log"
 exit "${PIPESTATUS[0]}"

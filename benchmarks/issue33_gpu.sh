@@ -16,6 +16,8 @@
 #                     batch sizes MS (comma list), each mode one tuner process (TUNER_BUDGET_S)
 # Everything lands in $OUT/results.tar.gz (tables, JSON, tuning logs, console), the console in
 # $OUT/console.log and the tables in $OUT/*.txt (the device tool returns 8 files at most).
+# GPU names the outputs (default: this device's name, h100 or h200: benchmarks/gpu_label.py);
+# both scripts get it as --gpu.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-benchmarks/results/tmp}"
@@ -49,6 +51,8 @@ fi
   python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'
 } >"$RUN/device.txt" 2>&1
 cat "$RUN/device.txt" | tee -a "$RUN/console.log"
+GPU="${GPU:-$(python3 benchmarks/gpu_label.py)}"
+say "outputs named for GPU $GPU"
 
 if [[ -f "$OPS_PACK/SOURCE.json" ]]; then
   python3 benchmarks/vllm_ops_pack.py --dest "$OPS_PACK" --unpack /tmp/vllm-ops 2>&1 |
@@ -72,7 +76,8 @@ for step in "$@"; do
       say "step sbs (budget $b s)"
       mkdir -p "$RUN/sbs"
       timeout -s INT -k 10 "$((b + 40))" python3 benchmarks/builtin_vs_vllm_kernel_speed.py \
-        --out "$RUN/sbs" --budget-s "$b" --vllm-source "$SRC" 2>&1 | tee -a "$RUN/console.log"
+        --out "$RUN/sbs" --budget-s "$b" --vllm-source "$SRC" --gpu "$GPU" 2>&1 |
+        tee -a "$RUN/console.log"
       s=${PIPESTATUS[0]}
       ;;
     tuner:*)
@@ -83,7 +88,7 @@ for step in "$@"; do
       mkdir -p "$d"
       timeout -s INT -k 10 "$((b + 40))" python3 benchmarks/tuner_default_vs_exhaustive_vllm_kernel.py \
         --out "$d" --budget-s "$b" --default-budget-s 150 --dtypes "$dtype" \
-        --batch-sizes "$ms" --exhaustive-ms "$ms" --vllm-source "$SRC" 2>&1 |
+        --batch-sizes "$ms" --exhaustive-ms "$ms" --vllm-source "$SRC" --gpu "$GPU" 2>&1 |
         tee -a "$RUN/console.log"
       s=${PIPESTATUS[0]}
       ;;

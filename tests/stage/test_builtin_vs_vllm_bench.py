@@ -38,9 +38,14 @@ def test_bad_input_is_refused_before_any_work(tmp_path) -> None:
 
 @pytest.mark.skipif(not (SRC / "SOURCE.json").is_file(), reason=f"no vLLM sources at {SRC}")
 def test_smoke_times_every_variant_beside_vllm(tmp_path) -> None:
-    p = _run("--smoke", "--batch-sizes", "1,8", "--out", str(tmp_path))
+    # --gpu names the outputs (issue 31: the GPU model is an argument, not in the script).
+    p = _run("--smoke", "--batch-sizes", "1,8", "--gpu", "h100", "--out", str(tmp_path))
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    d = json.loads((tmp_path / "builtin_vs_vllm_h200_bf16.json").read_text())
+    assert sorted(f.name for f in tmp_path.glob("builtin_vs_vllm_*")) == [
+        "builtin_vs_vllm_h100_bf16.json",
+        "builtin_vs_vllm_h100_bf16.txt",
+    ]
+    d = json.loads((tmp_path / "builtin_vs_vllm_h100_bf16.json").read_text())
     sbs = d["side_by_side"]
     assert set(sbs) == {"1", "8"} and d["not_timed"] == []
     want = {"1": {"vllm", "new", "old", "decode", "swap"}, "8": {"vllm", "new", "old", "swap"}}
@@ -56,7 +61,7 @@ def test_smoke_times_every_variant_beside_vllm(tmp_path) -> None:
     assert sbs["1"]["default_choices"]["naive"] is True
     assert sbs["8"]["default_choices"]["naive"] is False
     assert sbs["1"]["default_path"] == "grouped"
-    txt = (tmp_path / "builtin_vs_vllm_h200_bf16.txt").read_text()
+    txt = (tmp_path / "builtin_vs_vllm_h100_bf16.txt").read_text()
     assert "builtin kernel / vLLM 0.34 kernel" in txt and "default (new) whole call" in txt
 
 

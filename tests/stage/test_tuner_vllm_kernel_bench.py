@@ -108,9 +108,9 @@ def test_smoke_writes_the_side_by_side_tables(tmp_path) -> None:
         pytest.skip(f"vLLM's kernel sources absent at {SRC} (workflow/scripts/vllm-kernel-src.sh)")
     out = tmp_path / "out"
     p = _run("--smoke", "--batch-sizes", "1", "--exhaustive-ms", "1", "--builtin",
-             "--vllm-source", str(SRC), "--out", str(out))  # fmt: skip
+             "--vllm-source", str(SRC), "--gpu", "h100", "--out", str(out))  # fmt: skip
     assert p.returncode == 0, p.stderr[-3000:] + p.stdout[-3000:]
-    res = json.loads((out / "tuner_vllm_kernel_h200_bf16.json").read_text())
+    res = json.loads((out / "tuner_vllm_kernel_h100_bf16.json").read_text())
     meta = res["meta"]
     for key in ("date", "device", "torch", "triton", "python"):
         assert meta[key]
@@ -130,7 +130,7 @@ def test_smoke_writes_the_side_by_side_tables(tmp_path) -> None:
         assert sbs[label]["error"] < 1.5e-2
     r = sbs["ratios"]["builtin/vllm:shipped:call"]
     assert r == pytest.approx(sbs["builtin:shipped"]["call_us"] / sbs["vllm:shipped"]["call_us"])
-    txt = (out / "tuner_vllm_kernel_h200_bf16.txt").read_text()
+    txt = (out / "tuner_vllm_kernel_h100_bf16.txt").read_text()
     assert "issue 23's targets" in txt and "date: " in txt
     assert res["walls"]["covered"] == [1] and res["walls"]["exhaustive_s"] > 0
     assert "tuning wall at M=1: default" in txt

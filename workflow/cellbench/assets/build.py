@@ -354,7 +354,8 @@ def make_model(
         ).save_pretrained(tmp)
         fm = {"E": cfg.num_experts, "N": cfg.moe_intermediate_size, "K": cfg.hidden_size}
         fm["topk"] = cfg.num_experts_per_tok
-        meta = {"kind": kind, "seed": seed, "vocab_size": len(tok), "fused_moe_shape": fm}
+        meta = {"kind": kind, "built_by": "cellbench.assets", "weights": "random", "seed": seed}
+        meta.update(vocab_size=len(tok), fused_moe_shape=fm)
         meta.update(dtype=dtype_name, num_hidden_layers=cfg.num_hidden_layers)
         meta["parameters"] = sum(p.numel() for p in model.parameters())
         meta["drawn_on"] = "cpu" if dtype == torch.float32 else str(device)

@@ -34,7 +34,7 @@ from pathlib import Path
 import pandas as pd
 
 from cellbench.common import atomicio
-from cellbench.common.gitstate import git_state
+from cellbench.common.gitstate import TREE_FILE, git_state
 from cellbench.common.paths import REPO_DIR
 from cellbench.gates import check as gates_mod
 from cellbench.report import percentile_claims, plots, pr_markdown, tidy
@@ -64,6 +64,80 @@ from cellbench.stats import comparison
 from cellbench.stats import core as stats
 
 
+def _one(serve: pd.DataFrame, column: str) -> str | None:
+    """The single value ``column`` holds over every serve row, or None (absent, or several)."""
+    if column not in serve or serve[column].isna().any():
+        return None
+    values = set(serve[column])
+    return values.pop() if len(values) == 1 else None
+
+
+def local_banner(serve: pd.DataFrame, tune: pd.DataFrame, cells: list[str]) -> list[str]:
+    """The local runtime's banner. What served and on which device is read from each arm's
+    bench.json (the server's command line; its log's device, else its ``--device``); what the
+    model is, from the recipe file the assets stage left in its folder (``model_origin``).
+    A fact the results do not hold is said to be unrecorded, not guessed from the config."""
+    program, device = _one(serve, "server_program"), _one(serve, "server_device")
+    built, kind = _one(serve, "model_built_by"), _one(serve, "model_kind")
+    if built == "cellbench.assets":
+        model = f"A random-weight {kind or 'Qwen3-MoE'} model built by the workflow"
+        random_note = " GSM8K scores of a random model are near zero by design."
+    else:
+        model = "A model whose origin the results do not record"
+        random_note = ""
+    pipeline_only = (
+        "These figures measure this pipeline on this machine, not any GPU or real model."
+        if built == "cellbench.assets"
+        else ""
+    )
+    if program == "vllm" and device == "cpu" and cells:
+        if all(arms_cannot_differ(serve, c) for c in cells):
+            return [
+                "> **Embedded default, served by vLLM on the CPU.** "
+                f"{model}, served by vLLM's CPU build (the servers' command lines and logs), "
+                "whose MoE runs a CPU backend rather than a Triton kernel: neither arm's server "
+                "reads fused-MoE configs, so the arms cannot differ (each cell says so instead "
+                f"of comparing them). {pipeline_only}{random_note}",
+                "",
+            ]
+    served = (
+        f"served by `{program}` on {device}"
+        if program and device
+        else "served by a program or on a device the results do not record"
+    )
+    if len(tune) and not tune["interpreter"].fillna(True).any():
+        # Every cell tuned with compiled Triton: the local runtime on a GPU (config/gpu-local.yaml).
+        devices = ", ".join(sorted(set(tune["device_name"].dropna())))
+        return [
+            f"> **Local runtime on a GPU ({devices}).** {model}, {served}"
+            + (
+                " with the project's Triton fused-MoE kernel (compiled) as its experts"
+                if program == "transformers serve"
+                else ""
+            )
+            + "; the kernel tuned on the same GPU. The tuned arm's server loads the tuned "
+            "configs (each cell's *Fused-MoE config* line shows what each server's log said)."
+            + (" Serving overheads are transformers', not vLLM's." if program != "vllm" else "")
+            + random_note,
+            "",
+        ]
+    interpreted = program == "transformers serve" and device == "cpu"
+    tuned_interp = bool(len(tune)) and bool(tune["interpreter"].fillna(False).all())
+    text = f"> **Embedded default.** {model}, {served}" + (
+        " with the project's Triton fused-MoE kernel as its experts, run by the Triton "
+        "interpreter."
+        if interpreted
+        else "."
+    )
+    text += " The kernel was tuned under the Triton interpreter." if tuned_interp else ""
+    text += (
+        " The tuned arm's server loads the tuned configs (each cell's *Fused-MoE config* line "
+        "shows what each server's log said)"
+        + (", so the arms differ for real, but in interpreter time." if interpreted else ".")
+    )
+    return [" ".join(f"{text} {pipeline_only}{random_note}".split()), ""]
+
+
 def render(
     serve: pd.DataFrame,
     gsm: pd.DataFrame,
@@ -87,39 +161,8 @@ def render(
         set(serve.get("cell", [])) | set(gsm.get("cell", [])) | set(tune.get("cell", []))
     )
     lines = ["# cellbench report", "", *(run or [])]
-    if runtime == "local" and cells and all(arms_cannot_differ(serve, c) for c in cells):
-        lines += [
-            "> **Embedded default, served by vLLM on the CPU.** A tiny random-weight "
-            "Qwen3-MoE-architecture model served by vLLM's CPU build, whose MoE runs a CPU "
-            "backend rather than a Triton kernel: neither arm's server reads fused-MoE configs, "
-            "so the arms cannot differ (each cell says so instead of comparing them). These "
-            "figures measure this pipeline on this machine, not any GPU or real model. GSM8K "
-            "scores of a random model are near zero by design.",
-            "",
-        ]
-    elif runtime == "local" and len(tune) and not tune["interpreter"].fillna(True).any():
-        # Every cell tuned with compiled Triton: the local runtime on a GPU (config/gpu-local.yaml).
-        devices = ", ".join(sorted(set(tune["device_name"].dropna())))
-        lines += [
-            f"> **Local runtime on a GPU ({devices}).** A random-weight Qwen3-MoE-architecture "
-            "model built by the workflow, served by `transformers serve` on the GPU with the "
-            "project's Triton fused-MoE kernel (compiled) as its experts; the kernel tuned on "
-            "the same GPU. The tuned arm's server loads the tuned configs (each cell's "
-            "*Fused-MoE config* line shows what each server's log said). Serving overheads are "
-            "transformers', not vLLM's. GSM8K scores of a random model are near zero by design.",
-            "",
-        ]
-    elif runtime == "local":
-        lines += [
-            "> **Embedded default.** A tiny random-weight Qwen3-MoE-architecture model served "
-            "by `transformers serve` on the CPU with the project's Triton fused-MoE kernel as its "
-            "experts, run by the Triton interpreter; the kernel tuned under that interpreter. "
-            "The tuned arm's server loads the tuned configs (each cell's *Fused-MoE config* line "
-            "shows what each server's log said), so the arms differ for real, but in "
-            "interpreter time: these figures measure this pipeline on this machine, not any GPU "
-            "or real model. GSM8K scores of a random model are near zero by design.",
-            "",
-        ]
+    if runtime == "local":
+        lines += local_banner(serve, tune, cells)
     for cell in cells:
         lines += [f"## {cell}", ""]
         digests = sorted(set(serve[serve.cell == cell].image_digest.dropna())) if len(serve) else []
@@ -185,7 +228,9 @@ def run_lines(
 ) -> list[str]:
     """What a reader needs to judge the numbers: when the report was written, from which
     commit, and the settings the measurements ran with (as the result files record them)."""
-    commit = git.get("commit") or "unknown (not a git checkout)"
+    commit = git.get("commit") or f"unknown ({git.get('reason') or 'not a git checkout'})"
+    if git.get("source") == TREE_FILE:
+        commit += f" (from the {TREE_FILE} stamped into this copied tree)"
     if git.get("dirty"):
         commit += " (with uncommitted changes)"
     lines = ["## Run", "", f"- Written {written} UTC from commit `{commit}`; runtime {runtime}."]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -39,6 +40,30 @@ LATENCY_TABLES = (
     ("TPOT (ms)", "mean_tpot_ms"),
     ("E2E Latency (ms)", "mean_e2el_ms"),
 )
+
+
+def served_by(bench: dict[str, Any]) -> dict[str, Any]:
+    """What served an arm and on what, as its bench.json recorded them: the program named by
+    the server's command line, the device its log (vLLM's engine line) or its command
+    (``--device``) states, and the model's origin read from the model folder (null for files
+    from before it was recorded, or a model the workflow did not build)."""
+    command = [str(a) for a in (bench.get("server") or {}).get("command") or []]
+    if "cellbench.serve.tf_serve" in command:
+        program = "transformers serve"
+    elif any("vllm" in a.rsplit("/", 1)[-1] for a in command):
+        program = "vllm"
+    else:
+        program = "other" if command else None
+    device = (bench.get("parallel_observed") or {}).get("device")
+    if device is None and "--device" in command[:-1]:
+        device = command[command.index("--device") + 1]
+    origin = bench.get("model_origin") or {}
+    return {
+        "server_program": program,
+        "server_device": device,
+        "model_built_by": origin.get("built_by"),
+        "model_kind": origin.get("kind"),
+    }
 
 
 def _split_cell(cell_id: str) -> dict:
@@ -120,7 +145,11 @@ def cell_frames(loaded: Iterable[Result]) -> tuple[pd.DataFrame, pd.DataFrame, p
                 # The load label, goodput, /metrics and telemetry figures (issue 24).
                 row.update(observed_point.point_figures(point))
                 row["telemetry_how"] = _telemetry_how(point.get("telemetry") or {})
-                row["gpus_shared_by_sides"] = bench.get("gpus_shared_by_sides")
+                # Renamed from gpus_shared_by_sides (files written before still say so).
+                row["planned_gpu_overlap"] = bench.get(
+                    "planned_gpu_overlap", bench.get("gpus_shared_by_sides")
+                )
+                row.update(served_by(bench))
                 serve_rows.append(row)
         elif r.kind == result_file.GSM8K:
             g = r.data

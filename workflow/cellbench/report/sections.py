@@ -119,9 +119,9 @@ def observed_lines(serve: pd.DataFrame, cell: str) -> list[str]:
             )
         measured = rows[rows.energy_j.notna()]
         how = "; ".join(sorted(set(measured.get("telemetry_how", pd.Series(dtype=str)).dropna())))
-        if "gpus_shared_by_sides" in measured and measured.gpus_shared_by_sides.eq(True).any():
+        if "planned_gpu_overlap" in measured and measured.planned_gpu_overlap.eq(True).any():
             how += (
-                "; both arms' servers ran on these GPUs (one measured at a time), so each "
+                "; the job put both arms' servers on these GPUs (one measured at a time), so each "
                 "figure includes the other, idle server's draw"
             )
         out += [f"Energy per arm (telemetry: {how}):", "", _md(pd.DataFrame(per_arm)), ""]

@@ -44,6 +44,19 @@ def server_versions(results: Path, cell: str) -> dict[str, str | None]:
     return out
 
 
+def server_packages(results: Path, cell: str) -> dict[str, dict]:
+    """Per arm of ``cell``, what its server's own environment held, as bench.json recorded it:
+    ``server_packages`` (asked of the server's interpreter on the local runtime) and vLLM's
+    GET /version answer (``vllm_said``). Empty dicts for files from before either existed."""
+    out: dict[str, dict] = {}
+    for bench in sorted((Path(results) / cell / "serve").glob("*/bench.json")):
+        data = load_result(bench, Path(results)).data
+        seen = dict(data.get("server_packages") or {"read_from": None})
+        seen["vllm_said"] = ((data.get("server") or {}).get("version") or {}).get("version")
+        out[str(data.get("arm", bench.parent.name))] = seen
+    return out
+
+
 def stage_results(cell_dir: Path) -> list[Path]:
     """A cell's stage results: what the archive checks and its report reads."""
     return sorted(

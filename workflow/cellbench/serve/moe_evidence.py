@@ -16,6 +16,10 @@ lines. ``read_evidence`` turns a server log into one observation per arm:
 * ``mixed``     processes of one server disagree (e.g. TP ranks that found different files).
 
 ``arm_problem`` says what is wrong with an arm's evidence (None when it is what the arm needs).
+
+``read_parallelism`` reads, from the same log, the parallel layout and device the server says
+it ran with (vLLM's engine-config line, its workers' ``world_size=`` lines, its parsed
+arguments and its expert-parallel line); a server that logs none of them gives nulls.
 """
 
 from __future__ import annotations
@@ -30,6 +34,17 @@ DEFAULT_RE = re.compile(
     r"Using default MoE config\. Performance might be sub-optimal! "
     r"Config file not found at (?P<paths>.+?)\s*$"
 )
+# vLLM 0.32 (v1/engine/core.py) logs its whole engine config once, from the engine process:
+#   Initializing a V1 LLM engine (v0.32.0) with config: model='...', ...,
+#   tensor_parallel_size=1, pipeline_parallel_size=1, data_parallel_size=1, ...,
+#   device_config=cpu, ...
+ENGINE_RE = re.compile(r"Initializing a V1 LLM engine \(v(?P<version>[^)]+)\) with config: ")
+# Each worker (distributed/parallel_state.py): "world_size=2 rank=1 local_rank=1 ...".
+WORKER_RE = re.compile(r"\bworld_size=(?P<world>\d+) rank=(?P<rank>\d+) ")
+# The API server's parsed command line (entrypoints/serve/utils/api_utils.py), a dict repr.
+ARGS_RE = re.compile(r"non-default args: (?P<args>\{.*\})\s*$")
+# Once per process with expert parallelism on (fused_moe/expert_map_manager.py).
+EP_RE = re.compile(r"\[EP Rank (?P<rank>\d+)/(?P<size>\d+)\] Expert parallelism is enabled")
 SOURCES = ("tuned", "shipped", "default", "none seen", "mixed")
 # Environment variables that decide whether vLLM's Triton fused-MoE path runs at all.
 MOE_ENV = ("VLLM_ROCM_USE_AITER", "VLLM_ROCM_USE_AITER_MOE", "VLLM_TUNED_CONFIG_FOLDER")
@@ -148,3 +163,73 @@ def observe(
     """What bench.json records per arm: the evidence of ``read_evidence`` plus the server's
     MoE-relevant environment as observed where it was set (the container's for docker)."""
     return {**read_evidence(log_text, tuned_folders), "env": dict(env)}
+
+
+def _engine_value(line: str, key: str) -> str | None:
+    m = re.search(rf"\b{key}=([^,\s]+)", line)
+    return m.group(1) if m else None
+
+
+def read_parallelism(log_text: str) -> dict[str, Any]:
+    """The parallel layout and device a server's own log states, or nulls where it says nothing.
+
+    ``tp``/``pp``/``dp`` and ``device`` come from vLLM's engine-config line; ``world_size`` is
+    the largest its workers logged (else tp x pp when the engine line was seen); ``ep`` is the
+    size of the ``[EP Rank r/n]`` line, else, from the engine line and the parsed arguments,
+    tp x dp with ``enable_expert_parallel`` and 1 without. ``source`` is ``server log`` when
+    the engine line or a worker line was found, else null (e.g. ``transformers serve``, which
+    logs no layout). ``log_lines`` are the lines read (cut to 300 characters each)."""
+    engine = args = None
+    worlds: list[int] = []
+    ep_sizes: set[int] = set()
+    lines: list[str] = []
+    for raw in log_text.splitlines():
+        line = raw.strip()
+        if engine is None and ENGINE_RE.search(line):
+            engine = line
+            lines.append(line[:300])
+        elif m := WORKER_RE.search(line):
+            worlds.append(int(m.group("world")))
+            if len(lines) < 8:
+                lines.append(line[:300])
+        elif args is None and (m := ARGS_RE.search(line)):
+            try:
+                args = ast.literal_eval(m.group("args"))
+            except (ValueError, SyntaxError):
+                args = None
+            lines.append(line[:300])
+        elif m := EP_RE.search(line):
+            ep_sizes.add(int(m.group("size")))
+    out: dict[str, Any] = {
+        "source": None,
+        "tp": None,
+        "pp": None,
+        "dp": None,
+        "ep": None,
+        "world_size": None,
+        "device": None,
+        "log_lines": lines,
+    }
+    if engine is not None:
+        for key, name in (
+            ("tensor_parallel_size", "tp"),
+            ("pipeline_parallel_size", "pp"),
+            ("data_parallel_size", "dp"),
+        ):
+            value = _engine_value(engine, key)
+            out[name] = int(value) if value and value.isdigit() else None
+        out["device"] = _engine_value(engine, "device_config")
+    if worlds:
+        out["world_size"] = max(worlds)
+    elif out["tp"] is not None and out["pp"] is not None:
+        out["world_size"] = out["tp"] * out["pp"]
+    if len(ep_sizes) == 1:
+        out["ep"] = ep_sizes.pop()
+    elif ep_sizes:
+        out["ep"] = None  # ranks disagree: not one layout
+    elif out["tp"] is not None:
+        enabled = isinstance(args, dict) and bool(args.get("enable_expert_parallel"))
+        out["ep"] = out["tp"] * (out["dp"] or 1) if enabled else 1
+    if engine is not None or worlds:
+        out["source"] = "server log"
+    return out

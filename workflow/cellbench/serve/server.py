@@ -25,6 +25,7 @@ exits or never becomes ready raises ``ServerError`` carrying the tail of its log
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -290,6 +291,31 @@ def observe_version(base_url: str, timeout_s: float = 10.0) -> dict[str, Any]:
         else:
             out["error"] = f"no version in the answer: {r.text[:120]!r}"
     return out
+
+
+# The provenance file cellbench.assets writes into every model folder it builds.
+MODEL_RECIPE = "cellbench_model.json"
+
+
+def observe_model_origin(model: str) -> dict[str, Any]:
+    """Where the served model came from, read from the model folder: the recipe file the
+    workflow's assets stage writes beside the weights it draws (random weights, with their
+    kind and seed), else nothing known (a hub id, or a folder not built by the workflow)."""
+    recipe = Path(model) / MODEL_RECIPE
+    try:
+        meta = json.loads(recipe.read_text())
+    except (OSError, ValueError):
+        return {"read_from": None, "built_by": None, "weights": None}
+    if not isinstance(meta, dict):
+        return {"read_from": None, "built_by": None, "weights": None}
+    return {
+        "read_from": str(recipe),
+        # Recipes written before these two keys existed came from the same builder.
+        "built_by": meta.get("built_by", "cellbench.assets"),
+        "weights": meta.get("weights", "random"),
+        "kind": meta.get("kind"),
+        "seed": meta.get("seed"),
+    }
 
 
 @contextlib.contextmanager

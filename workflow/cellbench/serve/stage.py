@@ -18,7 +18,8 @@ tuned config folder) serves the TUNED arm of its image's cell. It measures the l
 (``--no-gsm8k``) and writes one ``OUT/bench.json`` with both sides, each point tagged with its
 ``image`` and the job-wide ``seq`` (``workflow/schemas/compare.schema.json``), plus
 ``OUT/server-IMAGE.log`` per side. ``same_environment`` says whether the two sides' image
-digests are equal (on the local runtime both are the host Python's stand-in digest).
+digests are equal (on the local runtime a digest hashes the server interpreter's package
+versions: ``cellbench.runtime.pins.local_digest``).
 
 With ``--repeat-cap N`` (``serve.repeat_cap``; pair and images jobs) ``--repeats`` is the
 fewest interleaved pairs: after them a point gets another pair only while the stopping rule
@@ -42,9 +43,14 @@ the tail of its log in the message; every server is stopped and no ``bench.json`
 per-image cache folder (``--cache-dir``, default ``<lease-dir>/../.cache/<image digest>``,
 mounted as vLLM's compile cache and AITER's JIT folder) is counted (``cache_at_start``: files
 and bytes) and ``cold`` is true when it held no file. The local runtime's server is given no
-cache folder, so there ``cold`` is null. ``tp`` and ``ep`` are what the server was started
-with, read from its command line (``tp_requested``/``ep_requested`` are the cell's): the local
-runtime's ``transformers serve`` runs the model in one process, whatever the cell asks.
+cache folder, so there ``cold`` is null. ``tp`` and ``ep`` are the layout the server's own log
+states (vLLM's engine-config line, workers and expert-parallel line: ``moe_evidence.
+read_parallelism``, kept whole as ``parallel_observed``); where its log states none, they are
+read from its command line, and ``tp_source`` says which (``server log``, ``command``, or null
+when neither says): the local runtime's ``transformers serve`` logs no layout and has no such
+option, it runs the model in one process (``command``: 1 and 1). ``tp_requested``/
+``ep_requested`` are the cell's. ``planned_gpu_overlap``: the job gave another side's server
+some of the same GPUs (by construction on the local runtime), not an observation.
 
 Usage. The serve and compare rules pass the whole job, a JSON object of ``StageConfig`` fields
 (``cellbench.config.jobargs.serve_job``; ``--host`` holds this host's fields, untracked)::
@@ -93,6 +99,7 @@ import json
 import os
 import shutil
 import sys
+from pathlib import Path
 from typing import Any
 
 from cellbench.common.atomicio import write_json
@@ -108,6 +115,7 @@ from cellbench.serve.measure import _measure, _shared_gpus
 from cellbench.serve.server import (
     ServerError,
     log_tail,
+    observe_model_origin,
 )
 
 
@@ -145,6 +153,43 @@ def applied_parallelism(command: list[str], *, one_process: bool) -> dict[str, i
     if tp is None:
         return {"tp": 1, "ep": 1} if one_process else {"tp": None, "ep": None}
     return {"tp": tp, "ep": tp if "--enable-expert-parallel" in command else 1}
+
+
+def observed_parallelism(
+    command: list[str], log_path: Path, *, one_process: bool
+) -> dict[str, Any]:
+    """``tp``/``ep`` as the server's log states them, else as its command line says, with
+    ``tp_source`` naming which; ``world_size`` and the whole log reading beside them."""
+    text = log_path.read_text(errors="replace") if log_path.exists() else ""
+    seen = moe_evidence.read_parallelism(text)
+    from_command = applied_parallelism(command, one_process=one_process)
+    if seen["source"] is not None:
+        tp, ep, source = seen["tp"], seen["ep"], "server log"
+    elif from_command["tp"] is not None:
+        tp, ep, source = from_command["tp"], from_command["ep"], "command"
+    else:
+        tp, ep, source = None, None, None
+    return {
+        "tp": tp,
+        "ep": ep,
+        "tp_source": source,
+        "world_size": seen["world_size"],
+        "parallel_observed": seen,
+    }
+
+
+def observe_server_packages(cfg: StageConfig, side: Side, command: list[str]) -> dict[str, Any]:
+    """The package versions of the environment the server ran in, asked of that environment:
+    on the local runtime the interpreter that starts the server (its command's first word:
+    the workflow's own Python for transformers serve, serve.vllm_python for vLLM). A docker
+    server's image is not asked here (``read_from`` null): its ``server.version`` is vLLM's
+    own GET /version answer. A bring-your-own command is not asked either."""
+    from cellbench.runtime import pins
+
+    if cfg.runtime != "local" or side.server_command is not None or not command:
+        return {"read_from": None}
+    env = pins.local_environment(command[0])
+    return {"read_from": f"{command[0]} (importlib.metadata)", **env}
 
 
 def _prepare(cfg: StageConfig, sides: list[Side]) -> None:
@@ -187,8 +232,9 @@ def run_stage(cfg: StageConfig) -> dict[str, dict[str, Any]]:
             "cache_at_start": run.cache_at_start,
             "ignore_eos": run.ignore_eos,
             "ignore_eos_requested": cfg.ignore_eos,
-            **applied_parallelism(
+            **observed_parallelism(
                 m.server_info[arm]["command"],
+                run.side.log_path,
                 one_process=cfg.runtime == "local" and run.side.server_command is None,
             ),
             "tp_requested": cfg.tp,
@@ -196,8 +242,8 @@ def run_stage(cfg: StageConfig) -> dict[str, dict[str, Any]]:
             "gpu_vendor": cfg.gpu_vendor,
             "gpu_indices": list(run.gpu_indices),
             "gpu_source": m.gpu_source,
-            # Observed from the lease: another server of this job ran on these GPUs too.
-            "gpus_shared_by_sides": _shared_gpus(m.runs, arm),
+            # Planned, not observed: the job gave another of its servers some of these GPUs.
+            "planned_gpu_overlap": _shared_gpus(m.runs, arm),
             "tuned_config_dir": (
                 str(cfg.tuned_config_dir) if arm == "tuned" and cfg.tuned_config_dir else None
             ),
@@ -210,6 +256,11 @@ def run_stage(cfg: StageConfig) -> dict[str, dict[str, Any]]:
             "interleaved": len(sides) > 1,
             "arm_order": m.order,
             "server": m.server_info[arm],
+            "server_packages": observe_server_packages(
+                cfg, run.side, m.server_info[arm]["command"]
+            ),
+            # Read from the model folder (the assets stage's recipe file), not from the config.
+            "model_origin": observe_model_origin(cfg.model),
             "gsm8k": (
                 {
                     "dataset": cfg.gsm8k_dataset,
@@ -273,8 +324,8 @@ def run_images(cfg: StageConfig) -> dict[str, Any]:
     _prepare(cfg, sides)
     m = _measure(cfg, sides, point_tag="image")
     points = sorted((p for run in m.runs.values() for p in run.points), key=lambda p: p["seq"])
-    # Observed from what each side ran (its digest; on the local runtime the host Python's
-    # stand-in digest), not assumed from the runtime.
+    # Compared from what each side ran (its digest; on the local runtime the hash of its
+    # server interpreter's package versions), not assumed from the runtime.
     digests = [run.side.image_digest for run in m.runs.values()]
     same = digests[0] is not None and digests[0] == digests[1]
     data = {
@@ -319,14 +370,15 @@ def run_images(cfg: StageConfig) -> dict[str, Any]:
                 "tuned_config_dir": str(run.side.tuned_config_dir),
                 "tuned_config_applied": run.moe_config["source"] == "tuned",
                 "moe_config": run.moe_config,
-                **applied_parallelism(
+                **observed_parallelism(
                     m.server_info[name]["command"],
+                    run.side.log_path,
                     one_process=cfg.runtime == "local" and run.side.server_command is None,
                 ),
                 "ignore_eos": run.ignore_eos,
                 "gpu_indices": list(run.gpu_indices),
                 "gpu_source": m.gpu_source,
-                "gpus_shared_by_sides": _shared_gpus(m.runs, name),
+                "planned_gpu_overlap": _shared_gpus(m.runs, name),
                 "server": m.server_info[name],
                 "server_log": run.side.log_path.name,
             }

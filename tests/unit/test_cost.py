@@ -15,10 +15,12 @@ from pathlib import Path
 import pytest
 import yaml
 from cellbench import cli
+from cellbench.archive import write as archive_write
 from cellbench.common import atomicio
 from cellbench.config import cost, loader
 from cellbench.report import sections
-from cellbench.results import job_times
+from cellbench.results import archived, job_times
+from cellbench.runtime import pins
 from support import result_fixtures as fx
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,9 +44,11 @@ def write_tsv(results: Path, cell: str, name: str, seconds: float) -> Path:
     return path
 
 
-def last_run(results: Path, cfg: dict, durations: dict[tuple[int, int], float]) -> None:
-    """A cell's last run: both arms' points (with their measured durations), the tune summary
-    and every job's benchmark file."""
+def last_run(
+    results: Path, cfg: dict, durations: dict[tuple[int, int], float], serve_s: float = 200.0
+) -> None:
+    """A cell's last run: both arms' points (with their measured durations), the tune summary,
+    GSM8K and every job's benchmark file."""
     repeats = cfg["serve"]["repeats"]
     for arm in ("untuned", "tuned"):
         grid = [(isl, osl, d, r) for (isl, osl), d in durations.items() for r in range(repeats)]
@@ -53,6 +57,7 @@ def last_run(results: Path, cfg: dict, durations: dict[tuple[int, int], float]) 
             for k, (isl, osl, d, r) in enumerate(grid)
         ]
         fx.write_bench(results, CELL, arm, points)
+        fx.write_gsm8k(results, CELL, arm, [True, False, True, True])
         write_tsv(results, CELL, f"gsm8k-{arm}.tsv", 2.0)
     fx.write_tune(results, CELL, batch_sizes=tuple(cfg["tune"]["batch_sizes"]))
     summary = results / CELL / "tune" / "summary.json"
@@ -60,7 +65,7 @@ def last_run(results: Path, cfg: dict, durations: dict[tuple[int, int], float]) 
     data["max_configs"] = cfg["tune"]["max_configs"]
     atomicio.write_json(summary, data, checksum=True)  # as the tune stage writes it
     write_tsv(results, CELL, "tune.tsv", 60.0)
-    write_tsv(results, CELL, "serve-pair.tsv", 200.0)
+    write_tsv(results, CELL, "serve-pair.tsv", serve_s)
 
 
 def test_without_history_every_figure_is_the_configs_assumption(tmp_path):
@@ -225,3 +230,133 @@ def test_sequential_repeats_are_priced_and_pooled_at_their_cap(tmp_path):
     assert warnings and all(
         "x 4 repeats pooled (at the repeat cap): 16 prompts" in w for w in warnings
     )
+
+
+# --- history from the archive (issue 32 item 4: "from the archive when one exists") --------
+
+
+def archive_run(tmp_path: Path, cfg: dict, serve_s: float, digest: str | None = None) -> str:
+    """A cell's run archived by the real writer into RESULTS/archive (RESULTS = tmp_path /
+    "results", left without history); its results and benchmark files lived elsewhere, as in
+    a results folder cleaned after archiving. Returns LABEL/RUN."""
+    old = tmp_path / f"old-{serve_s}"
+    last_run(old, cfg, {(32, 8): serve_s / 100, (64, 8): 2.5}, serve_s=serve_s)
+    image = CELL.split("/")[0]
+    digest = digest or pins.Pins.for_config(cfg).digest(image)
+    done = archive_write.build_run(
+        "local", old, [CELL], {image: digest}, "f00", tmp_path / "results" / "archive", "local"
+    )
+    assert done.added
+    return f"local/{done.run}"
+
+
+def test_the_archive_keeps_each_cells_benchmark_files_in_its_manifest(tmp_path):
+    cfg = config()
+    ref = archive_run(tmp_path, cfg, serve_s=300.0)
+    run = tmp_path / "results" / "archive" / ref
+    manifest = json.loads((run / "MANIFEST.json").read_text())
+    source = tmp_path / "old-300.0" / "benchmarks" / CELL
+    names = sorted(p.name for p in source.iterdir())
+    assert names == ["gsm8k-tuned.tsv", "gsm8k-untuned.tsv", "serve-pair.tsv", "tune.tsv"]
+    for name in names:
+        rel = f"benchmarks/{CELL}/{name}"
+        assert (run / rel).read_bytes() == (source / name).read_bytes()
+        assert manifest["files"][rel] == archived.sha256_file(source / name)
+    assert archived.verify(run) == []
+    # A benchmark file that is not one is refused before anything is archived.
+    (source / "tune.tsv").write_text("s\th:m:s\n")  # a header and no job's row
+    with pytest.raises(archive_write.ResultError, match="tune.tsv: not a Snakemake benchmark"):
+        archive_write.build_run("local", tmp_path / "old-300.0", [CELL], {}, "f01", tmp_path / "a")
+    assert not (tmp_path / "a" / "local").exists()
+
+
+def test_without_history_here_the_newest_archived_run_is_used_and_named(tmp_path, capsys):
+    cfg = config()
+    results = tmp_path / "results"
+    ref = archive_run(tmp_path, cfg, serve_s=300.0)
+    jobs = cost.estimate(cfg, results)["cells"][CELL]
+    # The same plan as the archived run: its walls come back, each naming the run and file.
+    assert jobs["serve"]["seconds"] == pytest.approx(300.0)
+    assert jobs["tune"]["seconds"] == pytest.approx(60.0)
+    assert jobs["gsm8k"]["seconds"] == pytest.approx(4.0)
+    assert jobs["serve"]["basis"].startswith(f"archive: {ref}: benchmarks/{CELL}/serve-pair.tsv")
+    work = len(cfg["tune"]["batch_sizes"]) * cfg["tune"]["max_configs"]
+    tune_basis = f"archive: {ref}: benchmarks/{CELL}/tune.tsv x {work}/{work}"
+    assert jobs["tune"]["basis"].startswith(tune_basis)
+    assert all("image digest" not in j["basis"] for j in jobs.values())
+    # An archived copy is never this results folder's job: the report compares, not "not rerun".
+    assert all("history_mtime" not in j for j in jobs.values())
+    # More repeats scale the archived points, as they scale this folder's.
+    repeats = cfg["serve"]["repeats"]
+    more = cost.estimate(config(repeats=2 * repeats), results)["cells"][CELL]["serve"]
+    assert more["seconds"] == pytest.approx(300.0 + 2 * repeats * (3.0 + 2.5))
+    # `cellbench plan` prints the same, reading another archive root when told.
+    elsewhere = tmp_path / "elsewhere"
+    (results / "archive").rename(elsewhere)
+    assert cost.estimate(cfg, results)["cells"][CELL]["serve"]["basis"].startswith("assumed")
+    told = cost.estimate(cfg, results, elsewhere)["cells"][CELL]["serve"]
+    assert told["basis"].startswith(f"archive: {ref}")
+    args = ["plan", "--results", str(results), "--archive-root", str(elsewhere)]
+    assert cli.main(args) == 0
+    assert f"archive: {ref}: benchmarks/{CELL}/serve-pair.tsv" in capsys.readouterr().out
+    # This results folder's own history wins over the archive.
+    last_run(results, cfg, {(32, 8): 1.5, (64, 8): 2.5}, serve_s=200.0)
+    here = cost.estimate(cfg, results, elsewhere)["cells"][CELL]
+    assert here["serve"]["seconds"] == pytest.approx(200.0)
+    assert all(j["basis"].startswith("history: benchmarks/") for j in here.values())
+
+
+def test_an_archived_run_of_another_digest_is_used_and_the_difference_said(tmp_path):
+    cfg = config()
+    ref = archive_run(tmp_path, cfg, serve_s=300.0, digest="local:python0.0.0")
+    now = pins.Pins.for_config(cfg).digest(CELL.split("/")[0])
+    jobs = cost.estimate(cfg, tmp_path / "results")["cells"][CELL]
+    assert jobs["serve"]["seconds"] == pytest.approx(300.0)
+    for job in jobs.values():
+        assert job["basis"].startswith(f"archive: {ref}: ")
+        assert f"image digest then local:python0.0.0, pinned now {now}" in job["basis"]
+
+
+def test_an_archived_run_that_fails_its_check_is_skipped_with_the_reason(tmp_path):
+    cfg = config()
+    results = tmp_path / "results"
+    older = archive_run(tmp_path, cfg, serve_s=300.0)
+    newer = archive_run(tmp_path, cfg, serve_s=400.0)
+    assert archived.runs(results / "archive")[-1].ref == newer
+    # One byte of the newer run's serve wall changed after it was archived.
+    tsv = results / "archive" / newer / "benchmarks" / CELL / "serve-pair.tsv"
+    tsv.chmod(0o644)
+    tsv.write_text(tsv.read_text().replace("400.0", "40.0"))
+    jobs = cost.estimate(cfg, results)["cells"][CELL]
+    assert jobs["serve"]["seconds"] == pytest.approx(300.0)
+    reason = f"skipped archive: {newer}: fails its check (changed benchmarks/{CELL}/serve-pair.tsv)"
+    for job in jobs.values():
+        assert job["basis"].startswith(f"archive: {older}: ") and reason in job["basis"]
+    # The older run's manifest gone too: no run is trusted, every figure is assumed, and the
+    # basis says why each archived run was not used.
+    manifest = results / "archive" / older / "MANIFEST.json"
+    manifest.parent.chmod(0o755)
+    manifest.unlink()
+    jobs = cost.estimate(cfg, results)["cells"][CELL]
+    for job in jobs.values():
+        assert job["basis"].startswith("assumed: ") and reason in job["basis"]
+        assert f"archive: {older}: MANIFEST.json missing or unreadable" in job["basis"]
+    assert jobs["tune"]["seconds"] == pytest.approx(3 * cfg["plan"]["tune_s_per_batch_size"])
+
+
+def test_no_archive_or_none_of_this_cell_leaves_the_assumptions(tmp_path):
+    cfg = config()
+    results = tmp_path / "results"
+    assumed = cost.estimate(cfg, results)["cells"][CELL]  # no archive folder at all
+    assert all(j["basis"].startswith("assumed: ") for j in assumed.values())
+    assert all("archive" not in j["basis"] for j in assumed.values())
+    # An archived run of another cell only (tp2) is not this cell's history.
+    other = "host-cpu/tiny-qwen3-moe/tp2-ep1"
+    src = tmp_path / "other"
+    fx.write_tune(src, other)
+    for arm in ("untuned", "tuned"):
+        fx.write_bench(src, other, arm, [fx.point(32, 8, duration=9.0)])
+        fx.write_gsm8k(src, other, arm, [True, False])
+    write_tsv(src, other, "serve-pair.tsv", 999.0)
+    archive_write.build_run("local", src, [other], {}, "f00", results / "archive", "local")
+    assert cost.estimate(cfg, results)["cells"][CELL] == assumed

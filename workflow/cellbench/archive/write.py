@@ -14,6 +14,8 @@ depends on it.
 Archiving the very same run again (same digests, config hash, commit and result checksums)
 adds nothing and says so; any re-measurement is a new run folder. Every result is checked
 through ``cellbench.results.loaders`` before it is copied.
+The cells' jobs' Snakemake benchmark files are copied (``benchmarks/<cell>/``, checked as
+benchmark files, hashed in the manifest like the rest): the walls `cellbench plan` reads.
 
     python -m cellbench.archive build --label rocm7.2 --results results --cells CELL... \
         --digests IMAGE=DIGEST... --config-hash H
@@ -46,7 +48,7 @@ from cellbench.common.gitstate import git_state
 from cellbench.report import build as report
 from cellbench.report import plots
 from cellbench.report.previous import diff_runs
-from cellbench.results import whole_sets
+from cellbench.results import job_times, whole_sets
 from cellbench.results.archived import (
     DEFAULT_ROOT,
     LATEST,
@@ -215,6 +217,14 @@ def _check_inputs(results: Path, cells: list[str]) -> None:
         for path in stage_results(src) + gate_result(src):
             if path.exists():
                 load_result(path, results)
+        for tsv in job_times.benchmark_files(results, cell):
+            try:  # the jobs' walls travel with the cell (a later `cellbench plan` reads them)
+                job_times.read_benchmark_seconds(tsv)
+            except job_times.JobTimeError as exc:
+                raise ResultError(
+                    tsv, "s", "(unreadable)", f"a Snakemake benchmark file ({exc})",
+                    "the cell's job of that name (snakemake --forcerun), or delete the file",
+                ) from exc  # fmt: skip
     # A run archived without one of its results would verify as whole later on.
     whole_sets.check_whole(results, cells)
 
@@ -282,6 +292,11 @@ def build_run(
     try:
         for cell in cells:
             shutil.copytree(results / cell, staging / cell, ignore=_temporary)
+            # Its jobs' benchmark files, at the same place (benchmarks/<cell>/): history for
+            # `cellbench plan` (config.cost) once results/ no longer has them.
+            for tsv in job_times.benchmark_files(results, cell):
+                (staging / tsv.relative_to(results)).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(tsv, staging / tsv.relative_to(results))
         inputs = [
             p for cell in cells for p in stage_results(staging / cell) + gate_result(staging / cell)
         ]

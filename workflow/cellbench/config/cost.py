@@ -9,6 +9,12 @@ and GPU-hours. Each figure says what it rests on:
   points) and the points (each measured point's duration, times the repeats and arms planned
   now), so a change of repeats or grid scales only what it changes. The tune job scales with
   batch sizes x configs per batch size.
+- **archive**: no history of that job kind in this results folder (a fresh checkout, results
+  cleaned after archiving): the newest archived run (``results/archive/<label>/<run>/``)
+  holding the same cell (image name, model, tp, ep) whose files match its manifest and which
+  kept the cell's benchmark files; the same arithmetic on its copies. The basis names the run,
+  says when its image digest differs from the one pinned now, and names each newer run passed
+  over for failing its check.
 - **assumed**: no history; the ``plan`` section of the config (every value there is an
   assumption the user can set, and is printed as one).
 
@@ -26,6 +32,8 @@ import argparse
 import json
 import math
 import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -33,8 +41,9 @@ from typing import Any
 from cellbench.common import atomicio
 from cellbench.config import latency_bounds, loader
 from cellbench.config.jobargs import gpus_per_server
-from cellbench.results import job_times
+from cellbench.results import archived, job_times
 from cellbench.results import loaders as results_loaders
+from cellbench.runtime import images, pins
 
 ARMS = loader.ARMS
 
@@ -84,14 +93,115 @@ def _previous_tune_work(results: Path, cell: str) -> int | None:
     return _tune_work(summary["batch_sizes"], summary.get("max_configs"))
 
 
+@dataclass(frozen=True)
+class _Source:
+    """Where a cell's history is read: the results folder, or an archived run's folder (which
+    holds the cell's results and benchmark files at the same places)."""
+
+    root: Path
+    basis: str  # how a figure from here starts: "history" or "archive: LABEL/RUN"
+    times: dict[str, job_times.JobTime]
+    note: str = ""  # said after the figure (an archived run's other digest)
+
+
+@dataclass
+class _Archive:
+    """The archived run a cell's estimate may fall back on, looked up once and only when the
+    results folder lacks some history: the run (None when none fits) and the newer runs
+    passed over, each with its reason."""
+
+    source: _Source | None = None
+    skipped: list[str] = field(default_factory=list)
+
+    def skipped_text(self) -> str:
+        if not self.skipped:
+            return ""
+        shown = self.skipped[:3] + (
+            [f"{len(self.skipped) - 3} more"] if len(self.skipped) > 3 else []
+        )
+        return "; skipped " + "; ".join(shown)
+
+
+def _check_problem(run: archived.Run) -> str | None:
+    """Why an archived run cannot be trusted (its files against its manifest), or None."""
+    check = archived.check_run(run.path)
+    if check.ok():
+        return None
+    if check.manifest_unreadable:
+        return f"{archived.MANIFEST_NAME} missing or unreadable"
+    named = [
+        f"{kind} {name}"
+        for kind, names in (
+            ("changed", check.changed),
+            ("missing", check.missing),
+            ("extra", check.extra),
+        )
+        for name in names
+    ]
+    more = f" and {len(named) - 2} more" if len(named) > 2 else ""
+    return "fails its check (" + ", ".join(named[:2]) + more + ")"
+
+
+def _pinned_digest(config: dict, image: str) -> str:
+    """The digest the image is pinned to now (as the rules see it), or why it is unknown."""
+    try:
+        return pins.Pins.for_config(config).digest(image)
+    except images.ImageError as exc:
+        return f"unknown ({exc})"
+
+
+def find_archived(
+    config: dict, cell: loader.Cell, archive_root: Path, checked: dict | None = None
+) -> _Archive:
+    """The newest archived run holding ``cell`` that kept its benchmark files and passes its
+    check (every file against its manifest); the newer runs holding the cell that fail their
+    check are named with the reason. Runs that kept no benchmark files (archived before they
+    were kept) are passed over without hashing them. ``checked`` keeps each run's check for
+    the next cell (one estimate hashes a run once)."""
+    checked = {} if checked is None else checked
+    found = _Archive()
+    for run in reversed(archived.runs(archive_root)):
+        manifest = archived.read_manifest(run.path)
+        listed = manifest is not None and cell.cell_id in manifest.get("cells", [])
+        if not listed and not (run.path / cell.cell_id).is_dir():
+            continue
+        if not job_times.benchmark_files(run.path, cell.cell_id):
+            continue
+        if run.path not in checked:
+            checked[run.path] = _check_problem(run)
+        problem = checked[run.path]
+        if problem is None:
+            try:
+                times = job_times.cell_job_times(run.path, cell.cell_id)
+            except job_times.JobTimeError as exc:
+                problem = str(exc)
+        if problem is not None:
+            found.skipped.append(f"archive: {run.ref}: {problem}")
+            continue
+        then = (manifest.get("images") or {}).get(cell.image)
+        now = _pinned_digest(config, cell.image)
+        note = "" if then == now else f"; image digest then {then}, pinned now {now}"
+        found.source = _Source(run.path, f"archive: {run.ref}", times, note)
+        return found
+    return found
+
+
 def _assumed_point_s(config: dict, isl: int, osl: int) -> float:
     """One wave of requests at one point, by the plan's assumed TTFT and TPOT."""
     plan = config["plan"]
     return (plan["ttft_ms_per_1k_input"] * isl / 1000 + plan["tpot_ms"] * osl) / 1000
 
 
-def estimate_cell(config: dict, cell: loader.Cell, results: Path) -> dict[str, dict[str, Any]]:
-    """Per job kind: seconds, gpus, gpu_hours, basis (history or assumed, with its source)."""
+def estimate_cell(
+    config: dict,
+    cell: loader.Cell,
+    results: Path,
+    archive_root: Path | None = None,
+    checked: dict | None = None,
+) -> dict[str, dict[str, Any]]:
+    """Per job kind: seconds, gpus, gpu_hours, basis (history, archive or assumed, with its
+    source). A kind without history in ``results`` falls back on the cell's newest trusted
+    archived run under ``archive_root`` (default ``results/archive``)."""
     serve, plan = config["serve"], config["plan"]
     gpus = gpus_per_server(config, cell)
     pair = bool(serve["interleave_arms"])
@@ -100,37 +210,66 @@ def estimate_cell(config: dict, cell: loader.Cell, results: Path) -> dict[str, d
     arms, repeats = len(ARMS), int(serve.get("repeat_cap") or serve["repeats"])
     upto = "up to " if serve.get("repeat_cap") else ""
     waves = int(serve["prompts_per_concurrency"]) + int(serve.get("warmups_per_concurrency") or 0)
-    history = job_times.cell_job_times(results, cell.cell_id)
+    here = _Source(results, "history", job_times.cell_job_times(results, cell.cell_id))
+    root = Path(archive_root) if archive_root is not None else results / "archive"
+    lookup: list[_Archive] = []  # the archive, once asked
+
+    def sources() -> Iterator[_Source]:
+        yield here
+        if not lookup:
+            lookup.append(find_archived(config, cell, root, checked))
+        if lookup[0].source is not None:
+            yield lookup[0].source
+
+    def skipped() -> str:
+        return lookup[0].skipped_text() if lookup else ""
+
     out: dict[str, dict[str, Any]] = {}
+    used: dict[str, _Source] = {}
 
     # tune
     work = _tune_work(loader.batch_sizes(config), config["tune"].get("max_configs"))
-    prev_work = _previous_tune_work(results, cell.cell_id)
-    if "tune" in history and prev_work:
-        seconds = history["tune"].seconds * work / prev_work
-        files = ", ".join(history["tune"].files)
-        basis = f"history: {files} x {work}/{prev_work} (batch sizes x max_configs)"
+    for src in sources():
+        prev_work = _previous_tune_work(src.root, cell.cell_id) if "tune" in src.times else None
+        if prev_work:
+            used["tune"] = src
+            seconds = src.times["tune"].seconds * work / prev_work
+            files = ", ".join(src.times["tune"].files)
+            basis = (
+                f"{src.basis}: {files} x {work}/{prev_work} (batch sizes x max_configs)"
+                f"{src.note}{skipped()}"
+            )
+            break
     else:
         n = len(loader.batch_sizes(config))
         seconds = n * plan["tune_s_per_batch_size"]
         per = plan["tune_s_per_batch_size"]
-        basis = f"assumed: {n} batch sizes x plan.tune_s_per_batch_size {per} s"
+        basis = f"assumed: {n} batch sizes x plan.tune_s_per_batch_size {per} s{skipped()}"
     out["tune"] = {"seconds": seconds, "gpus": gpus, "basis": basis}
 
     # serve (both arms' servers, the grid's repeats, GSM8K against each arm)
     points = _points(config)
-    measured = _history_points(results, cell.cell_id) if "serve" in history else "no serve job ran"
-    if not isinstance(measured, str):
+    why: list[str] = []  # why each place gave no serve history
+    for src in sources():
+        if "serve" not in src.times:
+            why.append("no serve job ran" if src is here else f"{src.basis}: no serve job")
+            continue
+        measured = _history_points(src.root, cell.cell_id)
+        if isinstance(measured, str):
+            why.append(measured if src is here else f"{src.basis}: {measured}")
+            continue
+        used["serve"] = src
         means, measured_total = measured
-        fixed = max(history["serve"].seconds - measured_total, 0.0)
+        fixed = max(src.times["serve"].seconds - measured_total, 0.0)
         per_repeat = 0.0
         for isl, osl, c in points:
             per_repeat += means.get((isl, osl, c), waves * _assumed_point_s(config, isl, osl))
         seconds = fixed + arms * repeats * per_repeat
         basis = (
-            f"history: {', '.join(history['serve'].files)} ({fixed:.0f} s fixed) + "
-            f"{arms} arms x {upto}{repeats} repeats x the measured points"
+            f"{src.basis}: {', '.join(src.times['serve'].files)} ({fixed:.0f} s fixed) + "
+            f"{arms} arms x {upto}{repeats} repeats x the measured points{src.note}{skipped()}"
         )
+        break
     else:
         starts = 1 if pair else arms
         per_repeat = sum(waves * _assumed_point_s(config, isl, osl) for isl, osl, _ in points)
@@ -138,35 +277,48 @@ def estimate_cell(config: dict, cell: loader.Cell, results: Path) -> dict[str, d
         seconds = starts * plan["server_start_s"] + arms * repeats * per_repeat + gsm8k_s
         basis = (
             "assumed: plan.server_start_s, plan.ttft_ms_per_1k_input, plan.tpot_ms, "
-            f"plan.gsm8k_s_per_question, {upto}{repeats} repeats (no history: {measured})"
+            f"plan.gsm8k_s_per_question, {upto}{repeats} repeats "
+            f"(no history: {'; '.join(why)}{skipped()})"
         )
     out["serve"] = {"seconds": seconds, "gpus": gpus * (arms if pair else 1), "basis": basis}
 
     # gsm8k (the per-arm summary jobs; lm-eval itself runs inside the serve job)
-    if "gsm8k" in history:
+    src = next((s for s in sources() if "gsm8k" in s.times), None)
+    if src is not None:
+        used["gsm8k"] = src
+        files = ", ".join(src.times["gsm8k"].files)
         out["gsm8k"] = {
-            "seconds": history["gsm8k"].seconds,
+            "seconds": src.times["gsm8k"].seconds,
             "gpus": 0,
-            "basis": f"history: {', '.join(history['gsm8k'].files)}",
+            "basis": f"{src.basis}: {files}{src.note}{skipped()}",
         }
     else:
         out["gsm8k"] = {
             "seconds": arms * plan["summary_job_s"],
             "gpus": 0,
-            "basis": f"assumed: {arms} x plan.summary_job_s {plan['summary_job_s']} s",
+            "basis": f"assumed: {arms} x plan.summary_job_s {plan['summary_job_s']} s{skipped()}",
         }
     for job in out.values():
         job["gpu_hours"] = job["seconds"] * job["gpus"] / 3600
-        # the history job's mtime lets the report tell a job that did not rerun
-    for kind, jt in history.items():
-        if kind in out and out[kind]["basis"].startswith("history"):
-            out[kind]["history_mtime"] = jt.mtime
+    # The history job's mtime lets the report tell a job that did not rerun (this results
+    # folder's own files only: an archived copy is never the job's file now).
+    for kind, src in used.items():
+        if src is here:
+            out[kind]["history_mtime"] = here.times[kind].mtime
     return out
 
 
-def estimate(config: dict, results: Path | str = "results") -> dict[str, Any]:
+def estimate(
+    config: dict, results: Path | str = "results", archive_root: Path | str | None = None
+) -> dict[str, Any]:
+    """Every cell's estimate; history from ``results``, else from the archive (default
+    ``results/archive``)."""
     results = Path(results)
-    cells = {c.cell_id: estimate_cell(config, c, results) for c in loader.cells(config)}
+    root = Path(archive_root) if archive_root is not None else results / "archive"
+    checked: dict = {}  # each archived run's check, done once for all cells
+    cells = {
+        c.cell_id: estimate_cell(config, c, results, root, checked) for c in loader.cells(config)
+    }
     totals = {
         kind: {
             "seconds": sum(c[kind]["seconds"] for c in cells.values()),
@@ -220,10 +372,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="cellbench plan",
         description="Estimate the wall time and GPU-hours of a config's jobs before running them "
-        "(from each cell's last jobs in the results folder, else the config's plan assumptions).",
+        "(from each cell's last jobs in the results folder, else from its newest archived run, "
+        "else the config's plan assumptions).",
     )
     parser.add_argument("--configfile", default="config/local.yaml")
     parser.add_argument("--results", default="results", help="results folder (default: results)")
+    parser.add_argument(
+        "--archive-root",
+        help="archive read for cells without history in the results folder "
+        "(default: RESULTS/archive)",
+    )
     parser.add_argument(
         "--write",
         action="store_true",
@@ -233,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         config = loader.load(args.configfile)
-        est = estimate(config, args.results)
+        est = estimate(config, args.results, args.archive_root)
     except (loader.ConfigError, job_times.JobTimeError) as exc:
         print(f"cellbench plan: {exc}", file=sys.stderr)
         return 2

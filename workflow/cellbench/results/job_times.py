@@ -3,7 +3,9 @@
 Every rule has a ``benchmark:`` file (``results/benchmarks/<cell>/<job>.tsv``, Snakemake's own
 wall clock of the job in column ``s``). The plan-time estimate (``cellbench plan --write``,
 which the workflow's start runs) is ``results/plan/estimate.json``. Both are read here: the
-plan reads the last run's times as history, the report sets estimate against actual.
+plan reads the last run's times as history, the report sets estimate against actual. An archived
+run keeps its cells' files of ``KIND_FILES`` at the same place under its folder
+(``benchmarks/<cell>/``), so the plan can read them there when ``results/`` has none.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ESTIMATE_FILE = Path("plan") / "estimate.json"
+BENCHMARKS = "benchmarks"  # the benchmark files' folder under a results folder or archived run
 ESTIMATE_KIND = "cost_estimate"
 # A job kind and the benchmark files of its jobs in one cell (serve: the interleaved pair, or
 # one job per arm; gsm8k: one summary job per arm).
@@ -42,15 +45,24 @@ def read_benchmark_seconds(path: Path) -> float:
     try:
         with path.open(newline="") as fh:
             rows = list(csv.DictReader(fh, delimiter="\t"))
+        if not rows:
+            raise ValueError("no row: the job's wall was never written")
         return sum(float(r["s"]) for r in rows)
     except (OSError, KeyError, ValueError, TypeError) as exc:
         raise JobTimeError(f"{path}: not a Snakemake benchmark file ({exc})") from exc
 
 
+def benchmark_files(results: Path, cell: str) -> list[Path]:
+    """The benchmark files of ``cell``'s jobs that the estimate reads (``KIND_FILES``), those
+    present under ``results`` (a results folder or an archived run, which keeps them)."""
+    folder = Path(results) / BENCHMARKS / cell
+    return [folder / n for names in KIND_FILES.values() for n in names if (folder / n).is_file()]
+
+
 def cell_job_times(results: Path, cell: str) -> dict[str, JobTime]:
     """Per job kind, the measured wall of the cell's last jobs of that kind (kinds whose jobs
-    never ran are absent)."""
-    folder = Path(results) / "benchmarks" / cell
+    never ran are absent). ``results`` is a results folder or an archived run."""
+    folder = Path(results) / BENCHMARKS / cell
     out = {}
     for kind, names in KIND_FILES.items():
         found = [folder / n for n in names if (folder / n).is_file()]

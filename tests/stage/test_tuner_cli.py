@@ -43,6 +43,16 @@ VALUE_KEYS = {
 }
 
 
+def _device_name() -> str:
+    """vLLM's device name in the tuner's file names: the GPU's, as the tuner derives it, or the
+    interpreter's (stated literally, so the CPU run checks the exact name)."""
+    if torch.cuda.is_available():
+        from cellbench.tune.shapes import device_name
+
+        return device_name()
+    return "CPU_TRITON_INTERPRET"
+
+
 @pytest.fixture(scope="module")
 def tiny_cfg(tmp_path_factory) -> Path:
     p = tmp_path_factory.mktemp("model") / "config.json"
@@ -92,7 +102,7 @@ def test_progress_one_kept_line_per_batch_size(tuned_run) -> None:
 
 
 def test_vllm_json_format(tuned: Path) -> None:
-    name = "E=8,N=32,device_name=CPU_TRITON_INTERPRET.json"
+    name = f"E=8,N=32,device_name={_device_name()}.json"
     files = sorted(f.name for f in (tuned / "configs").iterdir())
     # vLLM's file, and beside it the builtin kernel's measured path choices (a name vLLM
     # never opens): M=1 and 4 are few-token calls, where both paths were timed.
@@ -140,6 +150,12 @@ def test_rerun_without_few_token_sizes_drops_the_old_path_choices(tuned: Path, t
     assert (out / "configs" / name).exists()
 
 
+@pytest.mark.skipif(
+    torch.cuda.is_available(),
+    reason="CPU-interpreter test: it checks the interpreter run's records (fp32 compute, the "
+    "'interpreter' tag and timing note, no roofline fraction, the interpreter's file name); a "
+    "GPU run computes bf16 and measures a roofline fraction",
+)
 def test_csv_summary_and_log(tuned: Path) -> None:
     with open(tuned / "tuned_fmoe.csv", newline="") as f:
         rows = list(csv.DictReader(f))
@@ -307,6 +323,11 @@ def test_batch_size_tiers() -> None:
     assert plan.parse_batch_sizes("16, 1,16") == [1, 16]
 
 
+@pytest.mark.skipif(
+    torch.cuda.is_available(),
+    reason="CPU-interpreter test: it expects the interpreter's three re-timed leaders and "
+    "re-times both picks on CPU tensors with the interpreter's timer",
+)
 @pytest.mark.slow
 def test_exhaustive_vs_default(tiny_cfg, tmp_path) -> None:
     """Both modes at M=8 and TP=2; default's pick, re-timed beside exhaustive's, is as fast
@@ -342,6 +363,12 @@ def test_exhaustive_vs_default(tiny_cfg, tmp_path) -> None:
     assert t_de.median_us <= t_ex.median_us * (1.25 + t_ex.spread + t_de.spread)
 
 
+@pytest.mark.skipif(
+    torch.cuda.is_available(),
+    reason="CPU-interpreter test: its child run is forced onto the interpreter "
+    "(TRITON_INTERPRET=1), which fails with a GPU present, and it relies on the interpreter's "
+    "slow timings to kill the run part-way (a GPU run of M=1,4 takes seconds)",
+)
 @pytest.mark.slow
 def test_resume_after_kill(tiny_cfg, tmp_path) -> None:
     """SIGKILL a real run part-way; the rerun reuses the logged timings and completes."""
@@ -387,7 +414,9 @@ def test_seed_configs_and_refinement(tiny_cfg, tmp_path) -> None:
         "BLOCK_SIZE_M": 16,
         "BLOCK_SIZE_N": 32,
         "BLOCK_SIZE_K": 64,
-        "GROUP_SIZE_M": 8,
+        # a seed is used only if it is in the search space: GROUP_SIZE_M 8 is in the
+        # interpreter's space, 16 (not 8) in the CUDA one
+        "GROUP_SIZE_M": 16 if torch.cuda.is_available() else 8,
         "num_warps": 4,
         "num_stages": 2,
     }
@@ -441,10 +470,14 @@ def test_float_dtypes(tiny_cfg, tmp_path, dtype, compute, file_suffix) -> None:
     rc = run_tuner(tune_job(tiny_cfg, dtype=dtype, batch_sizes=[4], max_configs=2), out)
     assert rc == 0
     s = json.loads((out / "summary.json").read_text())
+    on_gpu = torch.cuda.is_available()
+    if on_gpu and dtype == "bf16":
+        compute = "bf16"  # a GPU computes bf16 itself; only the interpreter swaps in fp32
     assert (s["dtype"], s["compute_dtype"]) == (dtype, compute)
-    assert s["config_file"] == "E=8,N=32,device_name=CPU_TRITON_INTERPRET" + file_suffix
+    assert s["config_file"] == f"E=8,N=32,device_name={_device_name()}" + file_suffix
     assert (out / "configs" / s["config_file"]).is_file()
-    assert (s["compute_dtype_note"] is not None) == (dtype == "bf16")
+    # the note says why bf16 was computed in fp32, so it is there only on the interpreter
+    assert (s["compute_dtype_note"] is not None) == (dtype == "bf16" and not on_gpu)
 
 
 def test_compile_budget_respected(tiny_cfg, tmp_path) -> None:

@@ -39,6 +39,20 @@ ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_SRC = ROOT / ".vllm-src" / "vllm-0.34.0"
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
+# vLLM's kernel calls tl.dot at Triton's default input precision, which on an NVIDIA GPU puts
+# fp32 operands through TF32 (10 explicit mantissa bits, as many as fp16 has); the project's
+# fp32 bound assumes IEEE fp32 dots, which only the interpreter gives it. Measured on one H100
+# (benchmarks/results/gpu_tests_h100_2026-12-06): 2.1e-3 to 2.9e-3 against the float64
+# reference in these tests. On a GPU, fp32 problems are held to fp16's bound instead.
+TF32_BOUND = reference.error_bound("fp16")
+
+
+def _bound_for_vllms_kernel(p) -> float:
+    """The error bound vLLM's kernel is held to on this machine for problem p."""
+    if DEVICE != "cpu" and p.quant is None and p.dtype == "fp32":
+        return TF32_BOUND
+    return reference.problem_error_bound(p)
+
 
 @pytest.fixture(scope="session")
 def vllm_src() -> Path:
@@ -66,7 +80,12 @@ def loaded(vllm_src):
 
 @pytest.fixture
 def no_vllm_env(monkeypatch):
-    monkeypatch.delenv(vs.SOURCE_ENV, raising=False)
+    # Set first so that teardown restores the variable's earlier state (normally: unset) even
+    # when the code under test sets it: the tuner's plan exports --vllm-source as
+    # CELLBENCH_VLLM_SOURCE for its compile workers, and left set it let a later test's
+    # `--backend vllm` run instead of being refused (test_tuner_cli's bad-input case).
+    monkeypatch.setenv(vs.SOURCE_ENV, "")
+    monkeypatch.delenv(vs.SOURCE_ENV)
 
 
 def _cfg(bm: int, bn: int, bk: int) -> dict[str, int]:
@@ -83,7 +102,7 @@ def test_vllm_kernel_matches_the_reference(loaded, m, dtype) -> None:
     out = loaded.fused_experts(p, _cfg(16, 32, 32))
     assert out.shape == (m, 64) and out.dtype == p.hidden_states.dtype
     err = relative_error(out, reference.torch_moe_reference(p))
-    assert err < reference.problem_error_bound(p), (dtype, m, err)
+    assert err < _bound_for_vllms_kernel(p), (dtype, m, err)
 
 
 def test_record_names_vllms_parts_and_the_wheel(loaded, vllm_src) -> None:
@@ -103,6 +122,13 @@ def test_record_names_vllms_parts_and_the_wheel(loaded, vllm_src) -> None:
 
 # Hopper (9, 0): vLLM's launcher swaps the operands for fp8 at BLOCK_SIZE_M < 64 and
 # BLOCK_SIZE_N >= 64; the group (16) is below BLOCK_SIZE_N so the scales load per column.
+@pytest.mark.skipif(
+    DEVICE != "cpu",
+    reason="CPU-interpreter test: it holds an fp8 GEMM with BLOCK_SIZE_K=16 (tied to its 16-wide "
+    "scale groups) to 1e-5, a bound for the interpreter's fp32-accumulated fp8 dots; on a GPU "
+    "Triton cannot compile an fp8 dot with K < 32, and on sm90 it accumulates fp8 dots in "
+    "reduced precision by default (max_num_imprecise_acc)",
+)
 @pytest.mark.parametrize("capability", [None, (9, 0)], ids=["plain", "sm90-swap-ab"])
 def test_vllm_fp8_block_gemm_on_its_quantised_inputs(vllm_src, capability) -> None:
     src = vs.load_vllm_source(vllm_src, capability=capability)
@@ -147,7 +173,8 @@ def test_backend_without_vllm_runs_vllms_kernel_from_the_sources(vllm_src, no_vl
     p = be.make_problem(5, 3)
     cfg = _cfg(16, 32, 32)
     err = relative_error(be.output(p, cfg), be.reference(p))
-    assert err < be.error_bound
+    # the backend's own bound is IEEE fp32's; vLLM's kernel runs TF32 dots on a GPU
+    assert err < (be.error_bound if DEVICE == "cpu" else TF32_BOUND)
     # GEMM-only closures (inputs prepared once) give GEMM 2's routed output
     g1, g2 = be.gemm_calls(p, cfg)
     g1()

@@ -88,6 +88,18 @@ DESIGN_RUN25 = (
 )
 
 CLAIMS: list[Claim] = [
+    Claim(
+        "docs/testing.md",
+        '"1 failed, 249 passed, 12 skipped"',
+        f"{GPU_TESTS}/issue33_fix_gpu_tests.txt.gz",
+        "1 failed, 249 passed, 12 skipped in 166.71s (0:02:46)",
+    ),
+    Claim(
+        f"{GPU_TESTS}/README.md",
+        "1 failed, 249 passed, 12 skipped in 166.71s (0:02:46)",
+        f"{GPU_TESTS}/issue33_fix_gpu_tests.txt.gz",
+        "1 failed, 249 passed, 12 skipped in 166.71s (0:02:46)",
+    ),
     # benchmarks/results/issue33_h100_2026-12-05/README.md: bf16 group B, calls 3 and 4
     Claim(
         f"{I33}/README.md",

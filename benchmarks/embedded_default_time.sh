@@ -6,11 +6,13 @@
 #
 # Prints (and writes to OUT_FILE, if given) the machine, the commit, /usr/bin/time -v's summary
 # and each job's wall seconds from Snakemake's benchmark files. Run it on an otherwise idle
-# machine: the figure is meant for the README.
+# machine: the figure is meant for the README. KEEP_RESULTS=DIR keeps a copy of the run's
+# results/ there (the shape test's snapshot is made from one).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 work=$(mktemp -d /tmp/cellbench-time.XXXXXX)
-trap 'rm -rf "$work"' EXIT
+keep() { if [ -n "${KEEP_RESULTS:-}" ]; then rm -rf "$KEEP_RESULTS"; cp -a "$work/results" "$KEEP_RESULTS"; fi; }
+trap 'keep; rm -rf "$work"' EXIT
 (cd "$repo" && git ls-files -z | xargs -0 cp --parents -t "$work")
 report() {
     echo "# embedded default, snakemake all --cores 2, $(date -u +%Y-%m-%dT%H:%M:%SZ)"

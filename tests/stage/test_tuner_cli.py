@@ -247,9 +247,13 @@ def test_few_token_path_tuning(tiny_cfg, tmp_path, monkeypatch) -> None:
         ({"env": {"CELLBENCH_TEST_UNSET": "1"}}, "CELLBENCH_TEST_UNSET='1' is not this process"),
     ],
 )
-def test_a_job_the_tuner_cannot_run_exits_2(tiny_cfg, tmp_path, capsys, fields, message) -> None:
+def test_a_job_the_tuner_cannot_run_exits_2(
+    tiny_cfg, tmp_path, capsys, monkeypatch, fields, message
+) -> None:
     """What only the tuner's process can know (the model's shape, vLLM installed, the step's
     variables set), and the limits of the fields no config supplies."""
+    # no folder of vLLM's sources either (a GPU run of these tests sets one for test_vllm_source)
+    monkeypatch.delenv("CELLBENCH_VLLM_SOURCE", raising=False)
     out = tmp_path / "out"
     job = {"model_config": str(tiny_cfg), **fields}  # not tune_job(): it would refuse first
     assert run_tuner(job, out) == 2

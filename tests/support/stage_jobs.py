@@ -12,7 +12,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from cellbench.config import jobargs
+# stdlib only (not cellbench.config, which needs jsonschema): the tuner's tests also run where
+# only the image's packages are, e.g. on a GPU machine
+from cellbench.common.canonical import canonical as _canonical
 from cellbench.tune.job import TuneJob
 
 
@@ -26,7 +28,7 @@ def tune_job(model_config: Path | str, **fields: Any) -> dict[str, Any]:
 
 def tune_argv(job: dict[str, Any], out: Path | str) -> list[str]:
     """The tuner's arguments as the tune rule gives them (``--job`` canonical JSON, ``--out``)."""
-    return ["--job", jobargs.canonical(job), "--out", str(out)]
+    return ["--job", _canonical(job), "--out", str(out)]
 
 
 def run_tuner(job: dict[str, Any], out: Path | str) -> int:
@@ -38,4 +40,4 @@ def run_tuner(job: dict[str, Any], out: Path | str) -> int:
 
 def serve_argv(job: dict[str, Any], host: dict[str, Any], out_dir: Path | str) -> list[str]:
     """The serve stage's arguments as the serve rules give them."""
-    return ["--job", jobargs.canonical(job), "--host", json.dumps(host), "--out-dir", str(out_dir)]
+    return ["--job", _canonical(job), "--host", json.dumps(host), "--out-dir", str(out_dir)]

@@ -32,6 +32,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from cellbench.common.canonical import canonical
 from cellbench.common.secrets import SECRET_ENV
 from cellbench.config import loader as cbconfig
 
@@ -76,11 +77,6 @@ def _gpu_flags(config: dict, wildcards: Any) -> list[str]:
     if config["runtime"] != "docker":
         return []
     return ["--gpu-vendor", config["gpu_vendor"], "--gpus", str(gpus_per_server(config, wildcards))]
-
-
-def canonical(job: dict[str, Any]) -> str:
-    """A job as byte-stable JSON: a tracked param reruns its job exactly when a value changes."""
-    return json.dumps(job, sort_keys=True, separators=(",", ":"))
 
 
 # --- tune -----------------------------------------------------------------------------------

@@ -437,7 +437,7 @@ UNTRACED: dict[str, tuple[int, str]] = {
         "a run's notes beside its files; not tied one by one yet",
     ),
     "benchmarks/results/gpu_tests_h100_2026-12-06/README.md": (
-        9,
+        10,
         "a run's notes beside its files; not tied one by one yet",
     ),
     "benchmarks/results/builtin_path_choice_h200_2026-12-04/README.md": (

@@ -313,8 +313,13 @@ def test_compare_rule_runs_on_the_embedded_default(tmp_path):
     assert data["sides"]["host-cpu"]["image_digest"] == data["sides"]["host-cpu-b"]["image_digest"]
     assert data["same_environment"] is True and data["runtime"] == "local"
     a, b = "host-cpu", "host-cpu-b"
-    assert [p["image"] for p in data["points"]] == [a, b, b, a, a, b]  # 3 repeats, A B / B A
-    assert [p["seq"] for p in data["points"]] == list(range(6))
+    # serve.repeats 2, repeat_cap 3 (the embedded default's): 2 or 3 pairs, A B / B A / A B,
+    # as many as the point records, and why it stopped
+    (used,) = {p["repeats_used"] for p in data["points"]}
+    assert used in (2, 3) and all(p["repeat_cap"] == 3 for p in data["points"])
+    assert all(p["stop_reason"] in ("settled", "cap reached") for p in data["points"])
+    assert [p["image"] for p in data["points"]] == [a, b, b, a, a, b][: 2 * used]
+    assert [p["seq"] for p in data["points"]] == list(range(2 * used))
     assert all(p["completed"] > 0 and p["failed"] == 0 for p in data["points"])
     for name in ("host-cpu", "host-cpu-b"):
         side = data["sides"][name]

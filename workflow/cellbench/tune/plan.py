@@ -149,13 +149,7 @@ def _block_shape(text: str) -> Any:
     t = text.strip().lower()
     if t in ("auto", "none"):
         return None if t == "none" else "auto"
-    try:
-        n, k = (int(x) for x in t.split(","))
-    except ValueError:
-        raise UsageError(
-            f"--block-shape={text!r}: expected n,k (e.g. 128,128), none or auto"
-        ) from None
-    return [n, k]
+    return _int_pair(t, f"--block-shape={text!r}: expected n,k (e.g. 128,128), none or auto")
 
 
 def _batch_sizes(text: str) -> Any:
@@ -168,13 +162,18 @@ def _compile_budget(text: str) -> Any:
     t = text.strip().lower()
     if t == "none":
         return "none"
+    return _int_pair(
+        t, f"--compile-budget={text!r}: expected FIRST,LATER (two integers, e.g. 32,12) or none"
+    )
+
+
+def _int_pair(text: str, error: str) -> list[int]:
+    """'A,B' -> [a, b]; anything else is a UsageError with ``error``."""
     try:
-        first, later = (int(x) for x in t.split(","))
+        a, b = (int(x) for x in text.split(","))
     except ValueError:
-        raise UsageError(
-            f"--compile-budget={text!r}: expected FIRST,LATER (two integers, e.g. 32,12) or none"
-        ) from None
-    return [first, later]
+        raise UsageError(error) from None
+    return [a, b]
 
 
 # Flags whose text becomes the job's value (after parsing, so a bad value's message is ours).

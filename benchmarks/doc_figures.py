@@ -409,6 +409,11 @@ CLAIMS: list[Claim] = [
 ]
 
 # Pages whose figures are not traced one by one yet: page -> (untraced figures, why).
+# Claims about the notebooks and the runs' notes live beside this file, one module per group of
+# pages, as plain rows (page, quote, source, evidence[, commit]).
+for _module in ("claims_history", "claims_kernel_notes", "claims_run_notes"):
+    CLAIMS += [Claim(*row) for row in __import__(_module).ROWS]
+
 UNTRACED: dict[str, tuple[int, str]] = {
     "docs/benchmark-history.md": (
         316,

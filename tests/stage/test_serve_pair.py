@@ -16,6 +16,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 import yaml
+from cellbench.assets import build as assets
 from cellbench.config import loader as cbconfig
 from cellbench.serve import stage as serve_stage
 from cellbench.serve.measure import POINT_PROGRESS
@@ -323,3 +324,29 @@ def test_pair_repeats_stop_early_on_a_clear_change(tmp_path):
     (tpot,) = [r for r in rows if r["metric"] == "mean_tpot_ms"]
     assert tpot["test"] == "sequential" and tpot["verdict"] == "worse"
     assert tpot["repeats_used"] == len(points) and tpot["stop_reason"] in ("settled", "cap reached")
+
+
+@pytest.mark.slow
+def test_pair_runs_gsm8k_on_both_arms_at_once(tmp_path, capsys):
+    # After the grid, lm-eval (real, as a subprocess) runs on both arms' servers together:
+    # both start before either finishes, each writes its own arm's results.
+    task = assets.make_gsm8k_set(tmp_path / "gsm8k", 4, seed=0, n_train=2)
+    args = _pair_args(
+        tmp_path,
+        ["--ttft-ms", "1", "--itl-ms", "1"],
+        gsm8k=True,
+        gsm8k_dataset=str(task / assets.GSM8K_TEST_FILE),
+        gsm8k_fewshot=1,
+        gsm8k_limit=2,
+        gsm8k_max_gen_toks=8,
+    )
+    assert serve_stage.main(args) == 0
+    lines = capsys.readouterr().err.splitlines()
+    started = [i for i, ln in enumerate(lines) if "running lm-eval GSM8K instance 1" in ln]
+    finished = [i for i, ln in enumerate(lines) if "server finished in" in ln]
+    assert len(started) == len(finished) == 2
+    assert max(started) < min(finished)
+    out = tmp_path / "serve"
+    for arm in ARMS:
+        assert f"on the {arm} server finished in" in "\n".join(lines)
+        assert list((out / arm / "lm_eval").rglob("results*.json")), arm

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -301,11 +302,10 @@ def _measure(cfg: StageConfig, sides: list[Side], point_tag: str | None = None) 
             _log(stop.summary())
         if cfg.gsm8k:
             for k in range(1, cfg.gsm8k_instances + 1):
-                for name, run in runs.items():
-                    if k > 1:
+                if k > 1:
+                    for name, run in runs.items():
                         run.server = _restart(run, specs[name], stack, side_stacks, k)
-                    _gsm8k_instance(cfg, run, k)
-                    _check_alive(runs, f"during lm-eval instance {k} on the {name} server")
+                _gsm8k_sides(cfg, runs, k)
         for run in runs.values():
             # Again over the whole log: a process that started later (a TP rank, a restarted
             # engine) may have loaded another file.
@@ -398,6 +398,27 @@ def _restart(
     return server
 
 
+def _gsm8k_sides(cfg: StageConfig, runs: dict[str, _SideRun], instance: int) -> None:
+    """GSM8K instance ``instance`` on every side's server at once: the load grid is over, so
+    nothing timed runs beside it, and each side's lm-eval writes its own folder. Every side
+    is waited for; the first failure is raised after, with every dead server reported."""
+    folders = {run.side.log_path.parent for run in runs.values()}
+    if len(folders) < len(runs):  # sides that share a folder (an images job) take turns
+        for name, run in runs.items():
+            _gsm8k_instance(cfg, run, instance)
+            _check_alive(runs, f"during lm-eval instance {instance} on the {name} server")
+        return
+    with ThreadPoolExecutor(max_workers=len(runs)) as pool:
+        futures = {
+            name: pool.submit(_gsm8k_instance, cfg, run, instance) for name, run in runs.items()
+        }
+        errors = {name: f.exception() for name, f in futures.items()}
+    _check_alive(runs, f"during lm-eval instance {instance} (all sides at once)")
+    for error in errors.values():
+        if error is not None:
+            raise error
+
+
 def _gsm8k_instance(cfg: StageConfig, run: _SideRun, instance: int) -> None:
     """lm-eval GSM8K on one side's current server into ``lm_eval.partial/instance-K``."""
     out = run.side.log_path.parent
@@ -406,6 +427,7 @@ def _gsm8k_instance(cfg: StageConfig, run: _SideRun, instance: int) -> None:
         f"running lm-eval GSM8K instance {instance} on the {run.side.name} server "
         f"({api}: {template_source})"
     )
+    started = time.monotonic()
     run_lm_eval(
         run.server.base_url,
         run.server.model_id,
@@ -419,6 +441,10 @@ def _gsm8k_instance(cfg: StageConfig, run: _SideRun, instance: int) -> None:
         timeout_s=cfg.gsm8k_timeout_s,
         max_gen_toks=cfg.gsm8k_max_gen_toks,
         num_concurrent=cfg.gsm8k_concurrency,
+    )
+    _log(
+        f"lm-eval GSM8K instance {instance} on the {run.side.name} server finished in "
+        f"{time.monotonic() - started:.1f} s"
     )
 
 

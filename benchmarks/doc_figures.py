@@ -430,67 +430,6 @@ UNTRACED: dict[str, tuple[int, str]] = {
         "design notes quoting H200 tuner and kernel runs (runs 11-27), as "
         "docs/benchmark-history.md does; not tied yet",
     ),
-    "benchmarks/gpu_local/README.md": (
-        14,
-        "sizes of the carried wheels and tree, and the CPU checks' times of run.sh; not tied yet",
-    ),
-    "benchmarks/results/gpu_local_h200_2026-12-04/NOTES.md": (
-        13,
-        "a run's notes beside its files; not tied one by one yet",
-    ),
-    "benchmarks/results/issue33_h100_2026-12-05/README.md": (
-        17,
-        "a run's notes beside its files; not tied one by one yet (the bf16 9-size sums add "
-        "traced figures of three tables; the call times are the device tool's replies)",
-    ),
-    "benchmarks/results/tuner_vllm_kernel_h200_2026-12-04_run2/README.md": (
-        10,
-        "a run's notes beside its files; not tied one by one yet",
-    ),
-    "benchmarks/results/gpu_tests_h100_2026-12-06/README.md": (
-        10,
-        "a run's notes beside its files; not tied one by one yet",
-    ),
-    "benchmarks/results/builtin_path_choice_h200_2026-12-04/README.md": (
-        7,
-        "a run's notes beside its files; not tied one by one yet",
-    ),
-    "benchmarks/results/gpu_local_h200_2026-12-04_wave19/NOTES.md": (
-        6,
-        "a run's notes beside its files; not tied one by one yet",
-    ),
-    "benchmarks/results/gpu_local_h200_2026-12-04_wave24/NOTES.md": (
-        6,
-        "a run's notes beside its files; not tied one by one yet",
-    ),
-    "benchmarks/results/rehearsal_bump_2026-12-05/README.md": (
-        5,
-        "a run's notes beside its files; not tied one by one yet",
-    ),
-    "benchmarks/results/tuner_walls_issue33/PLAN.md": (
-        5,
-        "a run's notes beside its files; not tied one by one yet",
-    ),
-    "benchmarks/results/slurm_2026-12-04/NOTES.md": (
-        3,
-        "a run's notes beside its files; not tied one by one yet",
-    ),
-    "benchmarks/results/tuner_vllm_kernel_h200_2026-12-04/README.md": (
-        2,
-        "a run's notes beside its files; not tied one by one yet",
-    ),
-    "benchmarks/results/builtin_vs_vllm_h200_2026-12-04/README.md": (
-        1,
-        "a run's notes beside its files; not tied one by one yet",
-    ),
-    "benchmarks/results/builtin_vs_vllm_h200_2026-12-04_fp8-tma/README.md": (
-        1,
-        "a run's notes beside its files; not tied one by one yet",
-    ),
-    "benchmarks/results/peer_vllm_bench_serve_2026-12-05/README.md": (
-        1,
-        "a run's notes beside its files; not tied one by one yet",
-    ),
 }
 
 

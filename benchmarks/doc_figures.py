@@ -421,7 +421,7 @@ UNTRACED: dict[str, tuple[int, str]] = {
         "history at 03662fa; not tied one by one yet",
     ),
     "benchmarks/NOTES-kernel.md": (
-        219,
+        105,
         "the kernel's notebook: figures from the kernel_h200_* and builtin_vs_vllm_* "
         "outputs; not tied one by one yet",
     ),

@@ -801,8 +801,10 @@ ROWS: list[tuple[str, ...]] = [
             ev,
         )
         for ev in (
-            '"call_us": 29.45919930934906, "call_spread": 0.002525527151756316, "gemms_us": 17.17439964413643',
-            '"call_us": 20.814400166273117, "call_spread": 0.0038627174408925346, "gemms_us": 16.071999818086624',
+            '"kernel": "builtin", "path": "grouped", "call_us": 29.45919930934906, '
+            '"call_spread": 0.002525527151756316, "gemms_us": 17.17439964413643',
+            '"kernel": "vllm", "path": "auto", "call_us": 20.814400166273117, '
+            '"call_spread": 0.0038627174408925346, "gemms_us": 16.071999818086624',
         )
     ],
     *[
@@ -812,10 +814,10 @@ ROWS: list[tuple[str, ...]] = [
             ev,
         )
         for ev in (
-            '"call_us": 33.3296000957489',
-            '"gemms_us": 23.38079959154129',
-            '"call_us": 28.708800673484802',
-            '"gemms_us": 25.356800854206085',
+            '"kernel": "builtin", "path": "grouped", "call_us": 33.3296000957489, '
+            '"call_spread": 0.003012312807784428, "gemms_us": 23.38079959154129',
+            '"kernel": "vllm", "path": "auto", "call_us": 28.708800673484802, '
+            '"call_spread": 0.0039291062303573885, "gemms_us": 25.356800854206085',
         )
     ],
     row(

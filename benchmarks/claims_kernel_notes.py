@@ -9,7 +9,7 @@ the tree in issue 31: `row` reads a file from the tree when it is still there, e
 from pathlib import Path
 
 PAGE = "benchmarks/NOTES-kernel.md"
-OLD = "03662fa"  # the last commit with every results/ file the notebook names
+OLD = "03662fa"  # the commit the page names for results/ files that left the tree
 RES = "benchmarks/results"
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -420,11 +420,6 @@ UNTRACED: dict[str, tuple[int, str]] = {
         "the tuner runs' notebook (runs 1-27): figures from run outputs, most in git "
         "history at 03662fa; not tied one by one yet",
     ),
-    "benchmarks/NOTES-kernel.md": (
-        219,
-        "the kernel's notebook: figures from the kernel_h200_* and builtin_vs_vllm_* "
-        "outputs; not tied one by one yet",
-    ),
     "docs/design.md": (
         7,
         "design notes quoting H200 tuner and kernel runs (runs 11-27), as "

@@ -379,3 +379,209 @@ ROWS += [
         "exhaustive: wall 143.7 s",
     ),
 ]
+
+SR_BF16 = "search_replay_2026-12-03_bf16.txt"
+SMOKE18 = "tuner_h200_2026-12-03_bf16-smoke_run18.txt"
+FS19 = "tuner_h200_2026-12-03_bf16-m1-forkserver_run19.txt"
+SP19 = "tuner_h200_2026-12-03_bf16-m1-spawn_run19.txt"
+RUN19 = "tuner_h200_2026-12-03_bf16-6ms-both_run19.txt"
+RUN20 = "tuner_h200_2026-12-03_bf16-6ms-both_run20.txt"
+K20 = "kernel_h200_2026-12-03_run20_persistent-rule.txt"
+K18 = "kernel_h200_2026-12-03_run18_persistent.txt"
+RUN21 = "tuner_h200_2026-12-03_fp8-6ms-both_run21.txt"
+RUN21J = "tuner_h200_2026-12-03_fp8-6ms-both_run21.json"
+RUN21D = "tuner_h200_2026-12-03_fp8-6ms-both_run21_log-default.jsonl"
+RUN22 = "tuner_h200_2026-12-03_fp8-6ms-both_run22.txt"
+RUN22D = "tuner_h200_2026-12-03_fp8-6ms-both_run22_log-default.jsonl"
+CW21 = "compile_workers_h200_2026-12-03_run21.txt"
+CW22 = "compile_workers_h200_2026-12-03_run22.txt"
+
+ROWS += [
+    # Run 16's quality, the search replay
+    *h(
+        "Quality: within 1 % at M <= 256 (0.993-1.006); 1.009 at M=4096 against a spread of 0.8 %, just outside it.",
+        RUN16,
+        "28.52 0.993 0.002",
+        "193.81 1.006 0.001",
+        "770.64 1.009 0.008",
+    ),
+    *h(
+        "at M=4096 (bf16) the best recorded median is 1.9 % below the config exhaustive's own side-by-side "
+        "final picked, which is also default's pick; ratios under ~1-2 % there are not told apart.",
+        SR_BF16,
+        "4096 833.52 1.0194 1.0194 35 8 1244 M128_N256_K64_G16_w8_s4 (15/20)",
+    ),
+    *h("side by side in run 16: 770.6 vs 777.9 us", RUN16, "777.92 778.87 0.999 770.64 1.009 0.008"),
+    # weights on the GPU; guesses to idle workers
+    *h(
+        "(6.9-7.8 s in run 15, 5.5-6.8 s in run 16)",
+        RUN15,
+        "gpu 18.3 s; setup 7.8 s",
+        "gpu 394.5 s; setup 6.9 s",
+    ),
+    *h(
+        "(6.9-7.8 s in run 15, 5.5-6.8 s in run 16)",
+        RUN16,
+        "gpu 18.1 s; setup 6.8 s",
+        "gpu 129.6 s; setup 5.5 s",
+    ),
+    *h(
+        "Run 15's default log shows where the waits are: 1.9 s before M=16's first timing and 2.0 s "
+        "before M=64's (the batch sizes whose kernel specialisation is new), 0.2-0.5 s elsewhere;",
+        RUN15D,
+        '"unix_s":1796311237.704',
+        '"unix_s":1796311239.594',
+        '"unix_s":1796311241.837',
+        '"unix_s":1796311243.814',
+        '"unix_s":1796311250.828',
+        '"unix_s":1796311251.014',
+        '"unix_s":1796311246.777',
+        '"unix_s":1796311247.291',
+    ),
+    *h(
+        "run 16 (fp8) 1.6 and 2.4 s.",
+        RUN16D,
+        '"unix_s":1796311922.002',
+        '"unix_s":1796311923.591',
+        '"unix_s":1796311926.049',
+        '"unix_s":1796311928.474',
+    ),
+    *h("Expected: part of those 2 s per new specialisation", RUN15D, '"unix_s":1796311241.837', '"unix_s":1796311243.814'),
+    # Run 18
+    *h(
+        "warm_config/fp8/determinism/make_problem/generator: 59 passed, 4 skipped)",
+        "pytest_h200_2026-12-03_run18.txt",
+        "59 passed, 4 skipped, 102 deselected in 87.53s (0:01:27)",
+    ),
+    *h("**Setup 1.4 s, against 6.8-7.8 s in runs 15-16**", SMOKE18, "gpu 12.4 s; setup 1.4 s"),
+    *h("**Setup 1.4 s, against 6.8-7.8 s in runs 15-16**", RUN15, "gpu 18.3 s; setup 7.8 s"),
+    *h("**Setup 1.4 s, against 6.8-7.8 s in runs 15-16**", RUN16, "gpu 18.1 s; setup 6.8 s"),
+    *h("every distinct few-token kernel screened) took 10.1 s", SMOKE18, "1 28.14 86 10.1 |"),
+    # Run 19
+    *h(
+        "forkserver: setup 6.9 s, M=1 5.6 s, compile wait 2.6 s, wall 13.7 s",
+        FS19,
+        "1 27.23 86 5.6 |",
+        "default: wall 13.7 s (process 18.9 s), cpu 50.0 s (compile workers 47.2), gpu 2.6 s; setup 6.9 s, waiting for compile workers 2.6 s",
+    ),
+    *h(
+        "spawn: setup 1.2 s, M=1 9.9 s, compile wait 7.0 s, wall 12.7 s",
+        SP19,
+        "1 27.78 86 9.9 |",
+        "default: wall 12.7 s (process 16.9 s), cpu 46.9 s (compile workers 44.3), gpu 2.6 s; setup 1.2 s, waiting for compile workers 7.0 s",
+    ),
+    *h("until the fork server has imported torch and triton (about 5.5 s)", FS19, "setup 6.9 s"),
+    *h("until the fork server has imported torch and triton (about 5.5 s)", SP19, "setup 1.2 s"),
+    *h("1 27.24 27.31 0.997 0.005 0.859 5.5 s 4.4 s", RUN19, "1 27.50 86 5.5 | 27.24 31.71 0.859 27.31 0.997 0.005 4.4 1.236"),
+    *h(
+        "whole runs: default 42.4 s against exhaustive 404.0 s = **0.105 (target <= 0.1: missed in this "
+        "run)**. Quality: within 1 % at M <= 256, within the spread at 1024 and at 4096 (1.011 against 1.1 %)",
+        RUN19,
+        "default wall / exhaustive wall = 42.4 / 404.0 = 0.105",
+        "27.31 0.997 0.005",
+        "189.60 1.002 0.002",
+        "292.48 1.000 0.002",
+        "309.45 1.003 0.002",
+        "369.56 1.001 0.003",
+        "785.52 1.011 0.011",
+    ),
+    *h(
+        "the fork server's blocking setup (6.8 s default, 5.8 s exhaustive, against about 1.3 s)",
+        RUN19,
+        "gpu 19.6 s; setup 6.8 s",
+        "gpu 362.8 s; setup 5.8 s",
+    ),
+    *h("against about 1.3 s)", RUN20, "gpu 19.9 s; setup 1.3 s"),
+    *h("8.1 s against 3.7 s in run 15", RUN19, "1024 368.45 32 8.1 |"),
+    *h("8.1 s against 3.7 s in run 15", RUN15, "1024 379.81 8 3.7 |"),
+    *h(
+        "exhaustive's best whole call 369.0 us at M=1024 and 779.0 us at M=4096, against 383.4 and 832.7 "
+        "in run 15 (-3.7 %, -6.5 %). Exhaustive's compile CPU rose from 1072 to 1971 s",
+        RUN19,
+        "1024 369.03 208.47 118.54 0.78 M128_N256_K64_G1_w8_s4",
+        "4096 778.95 405.23 251.88 0.51 M128_N256_K64_G1_w8_s4",
+        "exhaustive: wall 404.0 s (process 409.5 s), cpu 2336.9 s (compile workers 1970.8)",
+    ),
+    *h(
+        "against 383.4 and 832.7 in run 15 (-3.7 %, -6.5 %). Exhaustive's compile CPU rose from 1072 to "
+        "1971 s (the persistent kernels compile slower), its wall did not (404.0 against 411.9 s",
+        RUN15,
+        "1024 383.40 210.93 130.14 0.75 M128_N256_K64_G1_w8_s4",
+        "4096 832.66 461.37 278.65 0.47 M128_N256_K64_G16_w8_s4",
+        "exhaustive: wall 411.9 s (process 417.5 s), cpu 1477.1 s (compile workers 1071.6)",
+    ),
+    # Run 20
+    *h(
+        "exhaustive M=1 12.6 s against 4.4 s; compile workers' CPU 2410 s for five batch sizes against "
+        "1971 s for six",
+        RUN20,
+        "[tune] M=1: 90 timed, 1834 pruned, 0 failed of 86 candidates; best 27.96 us (M16_N128_K128_G64_w4_s5); 86 new kernels; 12.6 s",
+        "exhaustive: wall 417.1 s (process 424.4 s), cpu 2766.4 s (compile workers 2409.7)",
+    ),
+    *h(
+        "exhaustive M=1 12.6 s against 4.4 s; compile workers' CPU 2410 s for five batch sizes against "
+        "1971 s for six",
+        RUN19,
+        "27.31 0.997 0.005 4.4 1.236",
+        "cpu 2336.9 s (compile workers 1970.8)",
+    ),
+    *h("1 27.64 27.86 0.992 0.004 0.874 10.5 s 12.6 s", RUN20, "1 27.71 86 10.5 | 27.64 31.61 0.874 27.86 0.992 0.004 12.6 0.839"),
+    *h(
+        "default: 42.9 s wall, setup 1.3 s, compile wait 17.1 s. Over M=1..1024 the per-batch-size walls "
+        "sum to 33.6 s (default) and 336.7 s (exhaustive): 0.100",
+        RUN20,
+        "default: wall 42.9 s (process 47.9 s), cpu 199.4 s (compile workers 176.4), gpu 19.9 s; setup 1.3 s, waiting for compile workers 17.1 s",
+        "1 27.71 86 10.5 | 27.64 31.61 0.874 27.86 0.992 0.004 12.6",
+        "16 188.83 30 5.0 | 189.29 189.27 1.000 189.11 1.001 0.001 25.5",
+        "64 286.41 30 4.3 | 291.97 294.40 0.992 292.20 0.999 0.001 90.1",
+        "256 308.86 8 6.1 | 309.85 309.70 1.000 310.02 0.999 0.001 103.0",
+        "1024 368.09 32 7.7 | 368.58 385.04 0.957 368.58 1.000 0.002 105.5",
+    ),
+    *h(
+        "within 1 % at M <= 256 (0.992-1.001), 1.000 at M=1024; never slower than the shipped configs "
+        "(0.874-1.003; 1.003 at M=4096 against a spread of 2.1 %).",
+        RUN20,
+        "27.86 0.992 0.004",
+        "189.11 1.001 0.001",
+        "368.58 1.000 0.002",
+        "4096 811.43 8 4.7 | 791.63 789.29 1.003 - - 0.021",
+    ),
+    *h(
+        "Default's wall did not fall with the 5 s less setup. Its cost is compile waits (17.1 s of 42.9)",
+        RUN20,
+        "default: wall 42.9 s (process 47.9 s), cpu 199.4 s (compile workers 176.4), gpu 19.9 s; setup 1.3 s, waiting for compile workers 17.1 s",
+    ),
+    *h("Default's wall did not fall with the 5 s less setup.", RUN19, "gpu 19.6 s; setup 6.8 s"),
+    # Run 20's kernel table
+    *h(
+        "M=16/64/256 at 103.3/101.1/99.1 % of the roofline (>= 95 %: met), M=1024 83.3 %, **M=4096 699.9 us "
+        "= 56.4 % of the matmul ceiling (>= 55 %: met)**",
+        K20,
+        "bf16 M= 16 gemms 182.1 us fused 196.6 us x1.08 roof(gemms) 103.3%",
+        "bf16 M= 64 gemms 274.8 us fused 292.1 us x1.06 roof(gemms) 101.1%",
+        "bf16 M= 256 gemms 286.1 us fused 308.4 us x1.08 roof(gemms) 99.1%",
+        "bf16 M= 1024 gemms 342.3 us fused 383.8 us x1.12 roof(gemms) 83.3%",
+        "bf16 M= 4096 gemms 699.9 us fused 770.3 us x1.10 roof(gemms) 56.4% flops(gemms) 56.4%",
+    ),
+    *h("against 51-52 % one tile per program (runs 4-18)", K18, "one-tile gemms 768.6 (51.5%)"),
+    # Runs 21-22
+    *h(
+        "a spawned worker spends 4-5 s before its first compile, and almost all of it importing torch "
+        "(the tuner's own workers: process up 0.1 s, torch imported 4.0-4.9 s, ready 4.2-5.1 s after "
+        "the pool was created)",
+        RUN21,
+        "compile workers (compile-only): ready 3.8-5.1 s after start (medians: process up 0.1, torch 4.0, kernels 4.2, ready 4.2)",
+        "compile workers (compile-only): ready 4.3-5.8 s after start (medians: process up 0.1, torch 4.9, kernels 5.1, ready 5.1)",
+    ),
+    *h(
+        "Opening the GPU in each worker (15 CUDA contexts at once) added another ~1.4 s.",
+        CW21,
+        "median last_ready: opens GPU 7.07 s, compile-only 5.70 s",
+    ),
+    *h(
+        "opens GPU (spawned) 6.53 s 7.65 s compile-only, spawned 5.16 s 6.26 s compile-only, forked 0.07 s 1.99 s",
+        CW22,
+        "median last_ready: opens GPU 6.53 s, compile-only spawned 5.16 s, compile-only forked 0.07 s",
+        "median all_compiled_s: opens GPU 7.65 s, compile-only spawned 6.26 s, compile-only forked 1.99 s",
+    ),
+]

@@ -416,7 +416,7 @@ for _module in ("claims_history", "claims_kernel_notes", "claims_run_notes"):
 
 UNTRACED: dict[str, tuple[int, str]] = {
     "docs/benchmark-history.md": (
-        185,
+        100,
         "the tuner runs' notebook (runs 1-27): figures from run outputs, most in git "
         "history at 03662fa; not tied one by one yet",
     ),

@@ -585,3 +585,331 @@ ROWS += [
         "median all_compiled_s: opens GPU 7.65 s, compile-only spawned 6.26 s, compile-only forked 1.99 s",
     ),
 ]
+
+K21 = "kernel_h200_2026-12-03_run21_fp8-persistent.txt"
+RUN23 = "tuner_h200_2026-12-03_bf16-6ms-both_run23.txt"
+RUN23D = "tuner_h200_2026-12-03_bf16-6ms-both_run23_log-default.jsonl"
+RUN23E = "tuner_h200_2026-12-03_bf16-6ms-both_run23_log-exhaustive.jsonl.gz"
+RUN25 = "tuner_h200_2026-12-03_fp8-6ms-both_run25.txt"
+RUN25N = "tuner_h200_2026-12-03_fp8-6ms-default-noshared_run25.txt"
+RUN25D = "tuner_h200_2026-12-03_fp8-6ms-both_run25_log-default.jsonl"
+CW25 = "compile_workers_h200_2026-12-03_run25.txt"
+RUN26 = "tuner_h200_2026-12-03_fp8-6ms-both_run26.txt"
+RUN26D = "tuner_h200_2026-12-03_fp8-6ms-both_run26_log-default.jsonl"
+RUN26B = "tuner_h200_2026-12-03_bf16-18ms-default_run26.txt"
+RUN27 = "tuner_h200_2026-12-03_bf16-6ms-both_run27.txt"
+
+ROWS += [
+    # Runs 21-22, fp8
+    *h("16 (stop 13) spawned, open GPU 37.5 s (setup 6.8) 143.7 s 0.261", RUN16, "default wall / exhaustive wall = 37.5 / 143.7 = 0.261", "setup 6.8 s"),
+    *h("21 41116f0 spawned, compile-only 30.6 s 143.9 s 0.212", RUN21, "default wall / exhaustive wall = 30.6 / 143.9 = 0.212"),
+    *h("22 73dbe39 forked, compile-only 30.0 s 140.9 s 0.213", RUN22, "default wall / exhaustive wall = 30.0 / 140.9 = 0.213"),
+    *h(
+        "Run 22's picks, re-timed side by side: def/exh 1.002, 1.005, 0.999, 0.997 at M=1-256 (within 1 %: met)",
+        RUN22,
+        "28.37 1.002 0.003",
+        "114.35 1.005 0.001",
+        "171.70 0.999 0.001",
+        "193.98 0.997 0.001",
+    ),
+    *h("Forking took M=1's wall from 8.9 s to 5.7 s", RUN21, "1 28.48 25 8.9 |"),
+    *h("Forking took M=1's wall from 8.9 s to 5.7 s", RUN22, "1 28.66 17 5.7 |"),
+    # the 3.4 s: the per-batch-size walls of M=16..4096, 18.09 s (run 21) and 21.49 s (run 22) in
+    # each JSON's default entries (tune_wall_s); the .txt tables round them to 18.0 and 21.5
+    *h(
+        "but the whole default run fell only 0.6 s: the other batch sizes took 3.4 s longer in run 22 "
+        "(M=256: 5.6 s against 3.9), on another machine, with 120 s of worker CPU against 100.",
+        RUN22,
+        "default: wall 30.0 s (process 34.3 s), cpu 142.0 s (compile workers 120.5)",
+        "16 116.00 20 3.7 |",
+        "64 170.69 30 5.3 |",
+        "256 194.70 8 5.6 |",
+        "1024 283.04 8 3.1 |",
+        "4096 769.93 8 3.8 |",
+    ),
+    *h(
+        "but the whole default run fell only 0.6 s: the other batch sizes took 3.4 s longer in run 22 "
+        "(M=256: 5.6 s against 3.9), on another machine, with 120 s of worker CPU against 100.",
+        RUN21,
+        "default: wall 30.6 s (process 34.1 s), cpu 119.1 s (compile workers 99.6)",
+        "16 114.81 20 3.1 |",
+        "64 170.60 30 4.8 |",
+        "256 194.71 8 3.9 |",
+        "1024 284.45 8 2.7 |",
+        "4096 774.86 8 3.5 |",
+    ),
+    *h("What is left in fp8 default's 30 s", RUN22, "default: wall 30.0 s"),
+    *h(
+        "1.2 and 2.2 s before M=16 and M=64 (new specialisations)",
+        RUN22D,
+        '"unix_s":1796323474.667',
+        '"unix_s":1796323475.911',
+        '"unix_s":1796323478.351',
+        '"unix_s":1796323480.563',
+    ),
+    *h(
+        "A tenth of fp8's exhaustive (about 14 s for six batch sizes) would leave ~2 s per batch size:",
+        RUN22,
+        "exhaustive: wall 140.9 s",
+    ),
+    *h(
+        "re-timed 0.8-0.9 % faster (spreads 0.4-0.8 %)",
+        RUN16,
+        "777.92 778.87 0.999 770.64 1.009 0.008",
+    ),
+    *h("re-timed 0.8-0.9 % faster (spreads 0.4-0.8 %)", RUN21, "774.97 775.42 0.999 768.19 1.009 0.004"),
+    *h("re-timed 0.8-0.9 % faster (spreads 0.4-0.8 %)", RUN22, "766.12 766.54 0.999 760.39 1.008 0.006"),
+    *h(
+        "(refine: 748.3 us, the best of its screen; final: 769.9 against the shipped config's 774.9",
+        RUN21D,
+        '"stage":"refine","status":"timed","time_us":748.3488082885742',
+        '"stage":"final","status":"timed","time_us":769.918417930603',
+        '"stage":"final","status":"timed","time_us":774.8591899871826',
+    ),
+    *h(
+        "(shipped config, M=1024: one tile per program 230.1 us, persistent GEMM 2 flattened 260.3, both "
+        "306-312; M=4096: 687.3 against 733-901)",
+        K21,
+        "one-tile gemms 230.1 (24.1%) fused 283.0 err 4.3e-02 p2-flat gemms 260.3 (21.3%)",
+        "p12-flat gemms 311.8 (17.8%)",
+        "p12-nested gemms 306.4 (18.1%)",
+        "one-tile gemms 687.3 (32.2%) fused 782.0 err 4.3e-02 p2-flat gemms 732.7 (30.2%)",
+        "p12-flat gemms 901.3 (24.6%)",
+    ),
+    # Run 23
+    *h("1 27.95 27.91 1.001 0.005 0.878 5.7 s 4.7 s", RUN23, "1 27.73 86 5.7 | 27.95 31.83 0.878 27.91 1.001 0.005 4.7 1.212"),
+    *h(
+        "default: wall 36.0 s (setup 1.0 s, compile waits 11.8 s, gpu 20.1 s); exhaustive: wall 426.4 s, complete.",
+        RUN23,
+        "default: wall 36.0 s (process 40.6 s), cpu 184.7 s (compile workers 161.2), gpu 20.1 s; setup 1.0 s, waiting for compile workers 11.8 s",
+        "exhaustive: wall 426.4 s (process 432.3 s)",
+        "complete=True",
+    ),
+    *h(
+        "Default's M=1 took 5.7 s (10.5 s in run 20): the workers are ready 0.1 s after the pool starts. "
+        "Compile waits 11.8 s (17.1 in run 20).",
+        RUN23,
+        "1 27.73 86 5.7 |",
+        "compile workers (compile-only): ready 0.0-0.1 s after start (medians: process up 0.1, torch 0.1, kernels 0.1, ready 0.1)",
+        "waiting for compile workers 11.8 s",
+    ),
+    *h(
+        "Default's M=1 took 5.7 s (10.5 s in run 20): the workers are ready 0.1 s after the pool starts. "
+        "Compile waits 11.8 s (17.1 in run 20).",
+        RUN20,
+        "1 27.71 86 10.5 |",
+        "waiting for compile workers 17.1 s",
+    ),
+    *h(
+        "Quality: within 1 % of exhaustive at M <= 256 (1.000-1.001: met), 1.001 at M=1024 and 0.995 at "
+        "M=4096 (default's pick faster; spread 1.6 %). Against the shipped configs 0.878-1.001 (1.001 at "
+        "M=16 is 0.06 % against a spread of 0.1 %: within the noise).",
+        RUN23,
+        "27.91 1.001 0.005",
+        "16 191.19 30 4.2 | 192.04 191.93 1.001 192.04 1.000 0.001",
+        "314.72 1.000 0.001",
+        "381.38 1.001 0.002",
+        "827.86 845.43 0.979 831.80 0.995 0.016",
+    ),
+    *h(
+        "at M=256 (final 314.84 against the shipped G16's 315.43 us, re-timed 314.58 / 315.30 over 40 more "
+        "repeats each)",
+        RUN23D,
+        '"stage":"final","status":"timed","time_us":314.84479904174805',
+        '"stage":"final","status":"timed","time_us":315.4288053512573',
+        '"stage":"tiebreak","status":"timed","time_us":314.57600593566895',
+        '"stage":"tiebreak","status":"timed","time_us":315.3040051460266',
+    ),
+    *h(
+        "tied within the final's 2.6-3 % spread but re-timed 2.3 % slower (854.5 against 835.5 us)",
+        RUN23D,
+        '"stage":"final","status":"timed","time_us":850.648021697998,"spread":0.02625242286980569',
+        '"stage":"final","status":"timed","time_us":835.8432292938232,"spread":0.03024439122060291',
+        '"stage":"tiebreak","status":"timed","time_us":854.531192779541',
+        '"stage":"tiebreak","status":"timed","time_us":835.4976177215576',
+    ),
+    *h("Exhaustive's wall (426 s) is 22 s above run 19's (404 s)", RUN23, "exhaustive: wall 426.4 s"),
+    *h("Exhaustive's wall (426 s) is 22 s above run 19's (404 s)", RUN19, "exhaustive: wall 404.0 s"),
+    *h(
+        "its screen's best at M=4096 (794.6 us, sequential) re-timed at 824.1 us in its final",
+        RUN23E,
+        '"stage":"exhaustive","status":"timed","time_us":794.5904016494751',
+        '"stage":"final","status":"timed","time_us":824.0592002868652',
+    ),
+    # After run 23
+    *h(
+        "Runs 22-23's default logs put 1.2-2.2 s before the first timing of M=16 and M=64",
+        RUN22D,
+        '"unix_s":1796323474.667',
+        '"unix_s":1796323475.911',
+        '"unix_s":1796323478.351',
+        '"unix_s":1796323480.563',
+    ),
+    *h(
+        "Runs 22-23's default logs put 1.2-2.2 s before the first timing of M=16 and M=64",
+        RUN23D,
+        '"unix_s":1796324038.093',
+        '"unix_s":1796324039.916',
+        '"unix_s":1796324042.282',
+        '"unix_s":1796324044.21',
+    ),
+    *h(
+        "takes default's timings over the six batch sizes from 244-246 to 216-220 (-11 %)",
+        "search_replay_2026-12-03_fp8-round0-sweep.txt",
+        "round0_max=28 local_rounds=3: timed total 244;",
+        "round0_max=28 local_rounds=3: timed total 246;",
+        "round0_max=14 local_rounds=2: timed total 216;",
+        "round0_max=14 local_rounds=2: timed total 220;",
+    ),
+    *h(
+        "At most ~10 % fewer timings",
+        "search_replay_2026-12-03_fp8-round0-sweep.txt",
+        "round0_max=14 local_rounds=2: timed total 220;",
+    ),
+    # Run 25
+    *h("shared kernels included): 4 passed.", "pytest_h200_2026-12-03_run25.txt", "4 passed, 151 deselected in 38.81s"),
+    *h(
+        "last worker ready 6.45 s (spawned, opens the GPU) / 5.26 (compile-only spawned) / 0.12 (forked) / "
+        "0.09 (forked + shared); all 30 configs compiled 7.62 / 6.40 / 2.03 / 2.24 s; the main process then "
+        "launched the 30 configs in 2.71 s and compiled 0 kernels itself.",
+        CW25,
+        "median last_ready: opens GPU 6.45 s, compile-only spawned 5.26 s, compile-only forked 0.12 s, forked + shared 0.09 s",
+        "median all_compiled_s: opens GPU 7.62 s, compile-only spawned 6.40 s, compile-only forked 2.03 s, forked + shared 2.24 s",
+        "main process launched 30 compile-only-compiled configs in 2.71 s; kernels compiled by it: 0",
+    ),
+    *h(
+        "shared warm-ups wall 25.9 s gpu 12.0 s waits for workers 10.5 s timed 247",
+        RUN25,
+        "default: wall 25.9 s (process 29.9 s), cpu 144.9 s (compile workers 128.3), gpu 12.0 s; setup 0.8 s, waiting for compile workers 10.5 s; timed 247",
+    ),
+    *h(
+        "off wall 27.8 s gpu 17.6 s waits for workers 7.0 s timed 231",
+        RUN25N,
+        "default: wall 27.8 s (process 32.0 s), cpu 119.9 s (compile workers 100.3), gpu 17.6 s; setup 0.7 s, waiting for compile workers 7.0 s; timed 231",
+    ),
+    *h("are waited on 3.5 s longer. Net 1.9 s.", RUN25, "gpu 12.0 s; setup 0.8 s, waiting for compile workers 10.5 s"),
+    *h("are waited on 3.5 s longer. Net 1.9 s.", RUN25N, "default: wall 27.8 s", "waiting for compile workers 7.0 s"),
+    *h("are waited on 3.5 s longer. Net 1.9 s.", RUN25, "default: wall 25.9 s"),
+    *h("256 1.014 0.003 0.968 <- outside 1 %: a miss", RUN25, "256 192.25 8 3.1 | 192.86 199.21 0.968 190.25 1.014 0.003"),
+    *h(
+        "At M=256, default's pick M32_N256_K128_G1_w4_s4 re-timed 1.4 % slower than exhaustive's",
+        RUN25,
+        "0.968 190.25 1.014 0.003 28.2 0.112 | M32_N256_K128_G1_w4_s4",
+    ),
+    *h(
+        "5 stages and 8 warps, both slower (223-228 us)",
+        RUN25D,
+        '"stage":"refine","status":"timed","time_us":223.73759746551514',
+        '"stage":"refine","status":"timed","time_us":227.77280807495117',
+    ),
+    *h(
+        "That leaves ~13 s, ~58 ms per timing, spent on the host.",
+        RUN22,
+        "gpu 18.7 s; setup 0.9 s, waiting for compile workers 7.5 s; timed 223",
+    ),
+    *h(
+        "the main process took 2.71 s for its first launch of 30 configs whose binaries were already cached "
+        "(~90 ms a config)",
+        CW25,
+        "main process launched 30 compile-only-compiled configs in 2.71 s",
+    ),
+    # Run 26
+    *h("1 1.001 0.006 0.988 5.1 s 7.5 s", RUN26, "1 28.65 25 5.1 | 29.03 29.38 0.988 29.00 1.001 0.006 7.5 0.680"),
+    *h(
+        "**Wall: default 22.4 s, exhaustive 132.4 s, ratio 0.169**",
+        RUN26,
+        "default wall / exhaustive wall = 22.4 / 132.4 = 0.169",
+    ),
+    *h(
+        "Where fp8 default's 22.4 s went: - setup 1.0 s; - waits for the compile workers 6.8 s; - 12.4 GPU-seconds.",
+        RUN26,
+        "default: wall 22.4 s (process 26.5 s), cpu 118.8 s (compile workers 103.2), gpu 12.4 s; setup 1.0 s, waiting for compile workers 6.8 s",
+    ),
+    # The phases: the 217 records of the default log that carry phases_ms; "for the first time"
+    # is the first record of a config (its key) in the log, "again" every later one; medians per
+    # phase, and their sum over all 217 records (7.95 s).
+    *h(
+        "a config timed for the first time: first call 4.2 ms, capture 4.6, warm-up 1.8, timed replays "
+        "5.5; - a config timed again: first call 0.8 ms, capture 4.1, warm-up 9.9, timed replays 8.4. "
+        "Summed, the screen timings hold 8.0 s;",
+        RUN26D,
+        '"phases_ms":{"first":',
+    ),
+    *h(
+        "So the main process's first call of a config whose binary a worker compiled costs ~4 ms, not the "
+        "~90 ms guessed from compile_workers' launch check.",
+        CW25,
+        "main process launched 30 compile-only-compiled configs in 2.71 s",
+    ),
+    *h(
+        "A tenth of exhaustive would be ~13 s, and setup plus GPU-seconds alone are 13.4 s.",
+        RUN26,
+        "exhaustive: wall 132.4 s",
+        "gpu 12.4 s; setup 1.0 s",
+    ),
+    *h(
+        "**67.6 s of wall** (target: 5 min; runs 3-4 took 108-135 s). It timed 1,040 configs, with 43.0 "
+        "GPU-seconds and 17.6 s of waits",
+        RUN26B,
+        "default: wall 67.6 s (process 71.3 s), cpu 310.4 s (compile workers 255.2), gpu 43.0 s; setup 0.7 s, waiting for compile workers 17.6 s; timed 1040",
+    ),
+    *h("runs 3-4 took 108-135 s", RUN3, "default: wall 108.1 s"),
+    *h("runs 3-4 took 108-135 s", RUN4, "default: wall 135.2 s"),
+    *h("The 1.001 is at M=2048, against a 0.5 % spread.", RUN26B, "2048 525.35 10 3.1 | 511.39 511.12 1.001 - - 0.005"),
+    # Run 27
+    *h("1 0.998 0.004 0.881 5.9 s 5.5 s", RUN27, "1 28.06 86 5.9 | 27.84 31.59 0.881 27.90 0.998 0.004 5.5 1.082"),
+    *h(
+        "default: wall 34.1 s (setup 1.0, waits 12.3, gpu 17.0; 320 timed); exhaustive 438.1 s (5,126 timed).",
+        RUN27,
+        "default: wall 34.1 s (process 38.7 s), cpu 215.6 s (compile workers 193.6), gpu 17.0 s; setup 1.0 s, waiting for compile workers 12.3 s; timed 320",
+        "exhaustive: wall 438.1 s (process 444.6 s), cpu 2799.3 s (compile workers 2409.3), gpu 385.3 s; setup 0.8 s, waiting for compile workers 46.0 s; timed 5126",
+    ),
+    *h(
+        "Quality met: within 1 % of exhaustive at every M.",
+        RUN27,
+        "27.90 0.998 0.004",
+        "191.91 0.999 0.001",
+        "296.07 0.999 0.001",
+        "314.39 1.000 0.001",
+        "384.79 1.000 0.003",
+        "832.27 0.990 0.017",
+    ),
+    *h(
+        "M=16's 1.001 is 191.64 against 191.52 us (0.06 %), inside its 0.1 % spread",
+        RUN27,
+        "16 191.15 30 3.9 | 191.64 191.52 1.001 191.91 0.999 0.001",
+    ),
+    # Run 28
+    *h(
+        "pytest_h200_2026-12-03_run28.txt: 145 passed, 4 skipped, 6 failed.",
+        "pytest_h200_2026-12-03_run28.txt",
+        "6 failed, 145 passed, 4 skipped in 158.53s (0:02:38)",
+    ),
+]
+
+ROWS += [
+    *h(
+        "fp8 both modes in one run: default 25.9 s, exhaustive 140.4 s: **0.184**",
+        RUN25,
+        "default wall / exhaustive wall = 25.9 / 140.4 = 0.184",
+    ),
+    *h(
+        "Quality: within 1 % of exhaustive at M <= 256 (M=256 was 1.014 in run 25).",
+        RUN26,
+        "29.00 1.001 0.006",
+        "116.59 1.002 0.003",
+        "173.62 1.003 0.002",
+        "195.18 1.001 0.003",
+    ),
+    *h("def/vllm at M=64 is 1.002, against a 0.2 % spread", RUN26, "174.09 173.75 1.002 173.62 1.003 0.002"),
+]
+
+ROWS += [
+    # ~4 ms: the median first call of a config timed for the first time (see the phases above)
+    *h(
+        "So the main process's first call of a config whose binary a worker compiled costs ~4 ms, not the "
+        "~90 ms guessed from compile_workers' launch check.",
+        RUN26D,
+        '"phases_ms":{"first":',
+    ),
+]

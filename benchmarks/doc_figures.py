@@ -415,11 +415,6 @@ for _module in ("claims_history", "claims_kernel_notes", "claims_run_notes"):
     CLAIMS += [Claim(*row) for row in __import__(_module).ROWS]
 
 UNTRACED: dict[str, tuple[int, str]] = {
-    "docs/benchmark-history.md": (
-        100,
-        "the tuner runs' notebook (runs 1-27): figures from run outputs, most in git "
-        "history at 03662fa; not tied one by one yet",
-    ),
     "benchmarks/NOTES-kernel.md": (
         219,
         "the kernel's notebook: figures from the kernel_h200_* and builtin_vs_vllm_* "

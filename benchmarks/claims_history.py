@@ -68,7 +68,11 @@ ROWS: list[tuple[str, ...]] = [
         RUN3,
         "default: wall 108.1 s (process 112.7 s), cpu 207.2 s (compile workers 145.4), gpu 38.5 s",
     ),
-    *h("Target \"18 batch sizes in <= 5 min on one H200\": MET (1.8 min)", RUN3, "default: wall 108.1 s"),
+    *h(
+        'Target "18 batch sizes in <= 5 min on one H200": MET (1.8 min)',
+        RUN3,
+        "default: wall 108.1 s",
+    ),
     *h(
         "20.0 s at M=1 (it includes starting the 15 compile workers and the correctness checks; "
         "no breakdown was measured), 4.4 s at M=2, 2.0-7.4 s at the others",
@@ -88,7 +92,11 @@ ROWS: list[tuple[str, ...]] = [
         "[tune] time budget 110.0 s spent at M=64; not tuned: [64]",
         "seconds: wall 118.8, cpu 879.1, gpu 78.0",
     ),
-    *h("more than default's 108.1 s / 207 CPU-s", RUN3, "default: wall 108.1 s (process 112.7 s), cpu 207.2 s"),
+    *h(
+        "more than default's 108.1 s / 207 CPU-s",
+        RUN3,
+        "default: wall 108.1 s (process 112.7 s), cpu 207.2 s",
+    ),
     *h("at M=64 default took 5.5 s against exhaustive's >= 73 s", RUN3, "64 291.02 8 5.5 |"),
     *h(
         "at M=64 default took 5.5 s against exhaustive's >= 73 s",
@@ -137,10 +145,14 @@ ROWS: list[tuple[str, ...]] = [
         "exhaustive: wall 436.3 s (process 440.9 s), cpu 1401.4 s (compile workers 980.1), gpu 413.0 "
         "s; setup 4.4 s, waiting for compile workers 12.9 s; timed 5360, pruned 5680, failed 144",
     ),
-    *h("0.434 at M=1 (9.8 vs 22.6 s:", RUN5, "1 36.29 30 9.8 | 34.85 34.92 0.998 34.49 1.011 0.005 22.6 0.434"),
+    *h(
+        "0.434 at M=1 (9.8 vs 22.6 s:",
+        RUN5,
+        "1 36.29 30 9.8 | 34.85 34.92 0.998 34.49 1.011 0.005 22.6 0.434",
+    ),
     *h(
         "default / exhaustive 1.011 (spread 0.005), 0.998, 1.001, 1.002 at M = 1, 16, 64, 256: within 1 % "
-        "at M=16..256; at M=1 1.1 % (target \"within 1 %\": missed by 0.1 point, inside the measured "
+        'at M=16..256; at M=1 1.1 % (target "within 1 %": missed by 0.1 point, inside the measured '
         "spread of that row plus 1 %;",
         RUN5,
         "34.85 34.92 0.998 34.49 1.011 0.005",
@@ -239,7 +251,11 @@ ROWS += [
         RUN12,
         "default wall / exhaustive wall = 47.7 / 411.6 = 0.116",
     ),
-    *h("M=1 11.6 vs 11.7 s (0.99:", RUN12, "1 28.08 86 11.6 | 28.07 31.77 0.883 28.00 1.002 0.006 11.7 0.991"),
+    *h(
+        "M=1 11.6 vs 11.7 s (0.99:",
+        RUN12,
+        "1 28.08 86 11.6 | 28.07 31.77 0.883 28.00 1.002 0.006 11.7 0.991",
+    ),
     *h(
         "default/exhaustive 1.002, 0.999, 0.999, 1.000 at M=1..256 (within 1 %: met)",
         RUN12,
@@ -250,7 +266,11 @@ ROWS += [
     ),
     # Runs 13-14
     *h("(411.6 s alone in run 12)", RUN12, "exhaustive: wall 411.6 s"),
-    *h("52 passed (-k \"decode or slice or ticket\")", "pytest_h200_2026-12-03_run13.txt", "52 passed, 84 deselected in 29.81s"),
+    *h(
+        '52 passed (-k "decode or slice or ticket")',
+        "pytest_h200_2026-12-03_run13.txt",
+        "52 passed, 84 deselected in 29.81s",
+    ),
     *h("Exhaustive's M=1 went from 11.7 s (run 12)", RUN12, "28.00 1.002 0.006 11.7 0.991"),
     *h("to 3.8 s (run 13)", RUN13, "28.09 0.997 0.009 3.8 1.211"),
     *h("and 5.1 s (run 14)", RUN14, "26.96 1.016 0.005 5.1 1.084"),
@@ -278,8 +298,16 @@ ROWS += [
         RUN12,
         "28.00 1.002 0.006 11.7 0.991",
     ),
-    *h("Run 12's exhaustive would itself be ~6-8 s faster now (its M=1 part)", RUN13, "0.997 0.009 3.8 1.211"),
-    *h("Run 12's exhaustive would itself be ~6-8 s faster now (its M=1 part)", RUN14, "1.016 0.005 5.1 1.084"),
+    *h(
+        "Run 12's exhaustive would itself be ~6-8 s faster now (its M=1 part)",
+        RUN13,
+        "0.997 0.009 3.8 1.211",
+    ),
+    *h(
+        "Run 12's exhaustive would itself be ~6-8 s faster now (its M=1 part)",
+        RUN14,
+        "1.016 0.005 5.1 1.084",
+    ),
     *h(
         "Their top four lie within 1.3 % of each other and come out in different orders in the two "
         "processes (default: N128/K128/s5 first, 27.97 us;",
@@ -309,7 +337,11 @@ ROWS += [
         '"unix_s":1796306463.28',
     ),
     # Runs 15-16
-    *h("1 27.70 28.08 0.986 0.005 0.876 6.2 s 5.2 s", RUN15, "1 27.78 86 6.2 | 27.70 31.61 0.876 28.08 0.986 0.005 5.2 1.176"),
+    *h(
+        "1 27.70 28.08 0.986 0.005 0.876 6.2 s 5.2 s",
+        RUN15,
+        "1 27.78 86 6.2 | 27.70 31.61 0.876 28.08 0.986 0.005 5.2 1.176",
+    ),
     *h(
         "whole runs: default 37.7 s wall against exhaustive 411.9 s = 0.092, SAME RUN (target <= 0.1: "
         "met). CPU 151.2 vs 1477.1 s, GPU 18.3 vs 394.5 s. Default within 1 % of exhaustive at every "
@@ -337,7 +369,11 @@ ROWS += [
         '"stage":"final","status":"timed","time_us":28.032000362873077',
         '"stage":"final","status":"timed","time_us":28.26399952173233',
     ),
-    *h("The third re-timing puts them 1.4 % apart the other way.", RUN15, "27.70 31.61 0.876 28.08 0.986"),
+    *h(
+        "The third re-timing puts them 1.4 % apart the other way.",
+        RUN15,
+        "27.70 31.61 0.876 28.08 0.986",
+    ),
     *h(
         "the 1 % level at M=1 is at the edge of what one process can rank",
         RUN15,
@@ -362,7 +398,11 @@ ROWS += [
     ),
     *h("Default's wall went from 40.2 s (run 14)", RUN14, "default: wall 40.2 s"),
     *h("to 37.7 s; part of that is the machine", RUN15, "default: wall 37.7 s"),
-    *h("1 28.32 28.52 0.993 0.002 0.974 5.2 s 8.2 s", RUN16, "1 29.06 17 5.2 | 28.32 29.07 0.974 28.52 0.993 0.002 8.2 0.627"),
+    *h(
+        "1 28.32 28.52 0.993 0.002 0.974 5.2 s 8.2 s",
+        RUN16,
+        "1 29.06 17 5.2 | 28.32 29.07 0.974 28.52 0.993 0.002 8.2 0.627",
+    ),
     *h(
         "whole runs: default 37.5 s against exhaustive 143.7 s = 0.261",
         RUN16,
@@ -411,7 +451,9 @@ ROWS += [
         SR_BF16,
         "4096 833.52 1.0194 1.0194 35 8 1244 M128_N256_K64_G16_w8_s4 (15/20)",
     ),
-    *h("side by side in run 16: 770.6 vs 777.9 us", RUN16, "777.92 778.87 0.999 770.64 1.009 0.008"),
+    *h(
+        "side by side in run 16: 770.6 vs 777.9 us", RUN16, "777.92 778.87 0.999 770.64 1.009 0.008"
+    ),
     # weights on the GPU; guesses to idle workers
     *h(
         "(6.9-7.8 s in run 15, 5.5-6.8 s in run 16)",
@@ -446,7 +488,12 @@ ROWS += [
         '"unix_s":1796311926.049',
         '"unix_s":1796311928.474',
     ),
-    *h("Expected: part of those 2 s per new specialisation", RUN15D, '"unix_s":1796311241.837', '"unix_s":1796311243.814'),
+    *h(
+        "Expected: part of those 2 s per new specialisation",
+        RUN15D,
+        '"unix_s":1796311241.837',
+        '"unix_s":1796311243.814',
+    ),
     # Run 18
     *h(
         "warm_config/fp8/determinism/make_problem/generator: 59 passed, 4 skipped)",
@@ -472,7 +519,11 @@ ROWS += [
     ),
     *h("until the fork server has imported torch and triton (about 5.5 s)", FS19, "setup 6.9 s"),
     *h("until the fork server has imported torch and triton (about 5.5 s)", SP19, "setup 1.2 s"),
-    *h("1 27.24 27.31 0.997 0.005 0.859 5.5 s 4.4 s", RUN19, "1 27.50 86 5.5 | 27.24 31.71 0.859 27.31 0.997 0.005 4.4 1.236"),
+    *h(
+        "1 27.24 27.31 0.997 0.005 0.859 5.5 s 4.4 s",
+        RUN19,
+        "1 27.50 86 5.5 | 27.24 31.71 0.859 27.31 0.997 0.005 4.4 1.236",
+    ),
     *h(
         "whole runs: default 42.4 s against exhaustive 404.0 s = **0.105 (target <= 0.1: missed in this "
         "run)**. Quality: within 1 % at M <= 256, within the spread at 1024 and at 4096 (1.011 against 1.1 %)",
@@ -525,7 +576,11 @@ ROWS += [
         "27.31 0.997 0.005 4.4 1.236",
         "cpu 2336.9 s (compile workers 1970.8)",
     ),
-    *h("1 27.64 27.86 0.992 0.004 0.874 10.5 s 12.6 s", RUN20, "1 27.71 86 10.5 | 27.64 31.61 0.874 27.86 0.992 0.004 12.6 0.839"),
+    *h(
+        "1 27.64 27.86 0.992 0.004 0.874 10.5 s 12.6 s",
+        RUN20,
+        "1 27.71 86 10.5 | 27.64 31.61 0.874 27.86 0.992 0.004 12.6 0.839",
+    ),
     *h(
         "default: 42.9 s wall, setup 1.3 s, compile wait 17.1 s. Over M=1..1024 the per-batch-size walls "
         "sum to 33.6 s (default) and 336.7 s (exhaustive): 0.100",
@@ -601,9 +656,22 @@ RUN27 = "tuner_h200_2026-12-03_bf16-6ms-both_run27.txt"
 
 ROWS += [
     # Runs 21-22, fp8
-    *h("16 (stop 13) spawned, open GPU 37.5 s (setup 6.8) 143.7 s 0.261", RUN16, "default wall / exhaustive wall = 37.5 / 143.7 = 0.261", "setup 6.8 s"),
-    *h("21 41116f0 spawned, compile-only 30.6 s 143.9 s 0.212", RUN21, "default wall / exhaustive wall = 30.6 / 143.9 = 0.212"),
-    *h("22 73dbe39 forked, compile-only 30.0 s 140.9 s 0.213", RUN22, "default wall / exhaustive wall = 30.0 / 140.9 = 0.213"),
+    *h(
+        "16 (stop 13) spawned, open GPU 37.5 s (setup 6.8) 143.7 s 0.261",
+        RUN16,
+        "default wall / exhaustive wall = 37.5 / 143.7 = 0.261",
+        "setup 6.8 s",
+    ),
+    *h(
+        "21 41116f0 spawned, compile-only 30.6 s 143.9 s 0.212",
+        RUN21,
+        "default wall / exhaustive wall = 30.6 / 143.9 = 0.212",
+    ),
+    *h(
+        "22 73dbe39 forked, compile-only 30.0 s 140.9 s 0.213",
+        RUN22,
+        "default wall / exhaustive wall = 30.0 / 140.9 = 0.213",
+    ),
     *h(
         "Run 22's picks, re-timed side by side: def/exh 1.002, 1.005, 0.999, 0.997 at M=1-256 (within 1 %: met)",
         RUN22,
@@ -657,8 +725,16 @@ ROWS += [
         RUN16,
         "777.92 778.87 0.999 770.64 1.009 0.008",
     ),
-    *h("re-timed 0.8-0.9 % faster (spreads 0.4-0.8 %)", RUN21, "774.97 775.42 0.999 768.19 1.009 0.004"),
-    *h("re-timed 0.8-0.9 % faster (spreads 0.4-0.8 %)", RUN22, "766.12 766.54 0.999 760.39 1.008 0.006"),
+    *h(
+        "re-timed 0.8-0.9 % faster (spreads 0.4-0.8 %)",
+        RUN21,
+        "774.97 775.42 0.999 768.19 1.009 0.004",
+    ),
+    *h(
+        "re-timed 0.8-0.9 % faster (spreads 0.4-0.8 %)",
+        RUN22,
+        "766.12 766.54 0.999 760.39 1.008 0.006",
+    ),
     *h(
         "(refine: 748.3 us, the best of its screen; final: 769.9 against the shipped config's 774.9",
         RUN21D,
@@ -677,7 +753,11 @@ ROWS += [
         "p12-flat gemms 901.3 (24.6%)",
     ),
     # Run 23
-    *h("1 27.95 27.91 1.001 0.005 0.878 5.7 s 4.7 s", RUN23, "1 27.73 86 5.7 | 27.95 31.83 0.878 27.91 1.001 0.005 4.7 1.212"),
+    *h(
+        "1 27.95 27.91 1.001 0.005 0.878 5.7 s 4.7 s",
+        RUN23,
+        "1 27.73 86 5.7 | 27.95 31.83 0.878 27.91 1.001 0.005 4.7 1.212",
+    ),
     *h(
         "default: wall 36.0 s (setup 1.0 s, compile waits 11.8 s, gpu 20.1 s); exhaustive: wall 426.4 s, complete.",
         RUN23,
@@ -728,8 +808,16 @@ ROWS += [
         '"stage":"tiebreak","status":"timed","time_us":854.531192779541',
         '"stage":"tiebreak","status":"timed","time_us":835.4976177215576',
     ),
-    *h("Exhaustive's wall (426 s) is 22 s above run 19's (404 s)", RUN23, "exhaustive: wall 426.4 s"),
-    *h("Exhaustive's wall (426 s) is 22 s above run 19's (404 s)", RUN19, "exhaustive: wall 404.0 s"),
+    *h(
+        "Exhaustive's wall (426 s) is 22 s above run 19's (404 s)",
+        RUN23,
+        "exhaustive: wall 426.4 s",
+    ),
+    *h(
+        "Exhaustive's wall (426 s) is 22 s above run 19's (404 s)",
+        RUN19,
+        "exhaustive: wall 404.0 s",
+    ),
     *h(
         "its screen's best at M=4096 (794.6 us, sequential) re-timed at 824.1 us in its final",
         RUN23E,
@@ -767,7 +855,11 @@ ROWS += [
         "round0_max=14 local_rounds=2: timed total 220;",
     ),
     # Run 25
-    *h("shared kernels included): 4 passed.", "pytest_h200_2026-12-03_run25.txt", "4 passed, 151 deselected in 38.81s"),
+    *h(
+        "shared kernels included): 4 passed.",
+        "pytest_h200_2026-12-03_run25.txt",
+        "4 passed, 151 deselected in 38.81s",
+    ),
     *h(
         "last worker ready 6.45 s (spawned, opens the GPU) / 5.26 (compile-only spawned) / 0.12 (forked) / "
         "0.09 (forked + shared); all 30 configs compiled 7.62 / 6.40 / 2.03 / 2.24 s; the main process then "
@@ -787,10 +879,23 @@ ROWS += [
         RUN25N,
         "default: wall 27.8 s (process 32.0 s), cpu 119.9 s (compile workers 100.3), gpu 17.6 s; setup 0.7 s, waiting for compile workers 7.0 s; timed 231",
     ),
-    *h("are waited on 3.5 s longer. Net 1.9 s.", RUN25, "gpu 12.0 s; setup 0.8 s, waiting for compile workers 10.5 s"),
-    *h("are waited on 3.5 s longer. Net 1.9 s.", RUN25N, "default: wall 27.8 s", "waiting for compile workers 7.0 s"),
+    *h(
+        "are waited on 3.5 s longer. Net 1.9 s.",
+        RUN25,
+        "gpu 12.0 s; setup 0.8 s, waiting for compile workers 10.5 s",
+    ),
+    *h(
+        "are waited on 3.5 s longer. Net 1.9 s.",
+        RUN25N,
+        "default: wall 27.8 s",
+        "waiting for compile workers 7.0 s",
+    ),
     *h("are waited on 3.5 s longer. Net 1.9 s.", RUN25, "default: wall 25.9 s"),
-    *h("256 1.014 0.003 0.968 <- outside 1 %: a miss", RUN25, "256 192.25 8 3.1 | 192.86 199.21 0.968 190.25 1.014 0.003"),
+    *h(
+        "256 1.014 0.003 0.968 <- outside 1 %: a miss",
+        RUN25,
+        "256 192.25 8 3.1 | 192.86 199.21 0.968 190.25 1.014 0.003",
+    ),
     *h(
         "At M=256, default's pick M32_N256_K128_G1_w4_s4 re-timed 1.4 % slower than exhaustive's",
         RUN25,
@@ -814,7 +919,11 @@ ROWS += [
         "main process launched 30 compile-only-compiled configs in 2.71 s",
     ),
     # Run 26
-    *h("1 1.001 0.006 0.988 5.1 s 7.5 s", RUN26, "1 28.65 25 5.1 | 29.03 29.38 0.988 29.00 1.001 0.006 7.5 0.680"),
+    *h(
+        "1 1.001 0.006 0.988 5.1 s 7.5 s",
+        RUN26,
+        "1 28.65 25 5.1 | 29.03 29.38 0.988 29.00 1.001 0.006 7.5 0.680",
+    ),
     *h(
         "**Wall: default 22.4 s, exhaustive 132.4 s, ratio 0.169**",
         RUN26,
@@ -855,9 +964,17 @@ ROWS += [
     ),
     *h("runs 3-4 took 108-135 s", RUN3, "default: wall 108.1 s"),
     *h("runs 3-4 took 108-135 s", RUN4, "default: wall 135.2 s"),
-    *h("The 1.001 is at M=2048, against a 0.5 % spread.", RUN26B, "2048 525.35 10 3.1 | 511.39 511.12 1.001 - - 0.005"),
+    *h(
+        "The 1.001 is at M=2048, against a 0.5 % spread.",
+        RUN26B,
+        "2048 525.35 10 3.1 | 511.39 511.12 1.001 - - 0.005",
+    ),
     # Run 27
-    *h("1 0.998 0.004 0.881 5.9 s 5.5 s", RUN27, "1 28.06 86 5.9 | 27.84 31.59 0.881 27.90 0.998 0.004 5.5 1.082"),
+    *h(
+        "1 0.998 0.004 0.881 5.9 s 5.5 s",
+        RUN27,
+        "1 28.06 86 5.9 | 27.84 31.59 0.881 27.90 0.998 0.004 5.5 1.082",
+    ),
     *h(
         "default: wall 34.1 s (setup 1.0, waits 12.3, gpu 17.0; 320 timed); exhaustive 438.1 s (5,126 timed).",
         RUN27,
@@ -901,7 +1018,11 @@ ROWS += [
         "173.62 1.003 0.002",
         "195.18 1.001 0.003",
     ),
-    *h("def/vllm at M=64 is 1.002, against a 0.2 % spread", RUN26, "174.09 173.75 1.002 173.62 1.003 0.002"),
+    *h(
+        "def/vllm at M=64 is 1.002, against a 0.2 % spread",
+        RUN26,
+        "174.09 173.75 1.002 173.62 1.003 0.002",
+    ),
 ]
 
 ROWS += [

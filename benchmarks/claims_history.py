@@ -1034,3 +1034,62 @@ ROWS += [
         '"phases_ms":{"first":',
     ),
 ]
+
+
+def d(quote: str, name: str, *evidence: str) -> list[tuple[str, ...]]:
+    """Rows for docs/design.md, whose figures come from the same runs' outputs."""
+    return [(D, quote, R + name, ev, AT) for ev in evidence]
+
+
+K10 = "kernel_h200_2026-12-03_run10_decode-backoff.txt"
+K11 = "kernel_h200_2026-12-03_run11_decode-slice.txt"
+K12 = "kernel_h200_2026-12-03_run12_decode-slice.txt"
+
+ROWS += [
+    *d(
+        "where the H200 measured the whole call 6-19 % faster with tuned configs",
+        K10,
+        "decode vs grouped M=1 (floor 17.2 us): decode gemms 26.4 (65.4%) fused 27.3 err 2.8e-03 grouped gemms 23.4 (73.8%) fused 33.6",
+        "decode vs grouped M=2 (floor 33.9 us): decode gemms 43.2 (78.6%) fused 44.4 err 2.8e-03 grouped gemms 40.0 (84.8%) fused 50.5",
+        "decode vs grouped M=4 (floor 64.6 us): decode gemms 74.2 (87.1%) fused 75.8 err 2.9e-03 grouped gemms 70.4 (91.9%) fused 80.8",
+    ),
+    *d(
+        "(26.4 vs 23.4 us at M=1 on the H200)",
+        K10,
+        "decode gemms 26.4 (65.4%) fused 27.3 err 2.8e-03 grouped gemms 23.4 (73.8%)",
+    ),
+    *d(
+        "On the H200 (run 11) its whole call took 26.0 us at M=1 against 28.4 for the ticket kernel and "
+        "33.9 for the grouped path, but 45.5 vs 44.6 at M=2",
+        K11,
+        "decode-slice gemms 26.0 (67.5%) fused 26.0 err 2.4e-03 decode-ticket gemms 27.3 (64.2%) fused 28.4 err 2.8e-03 grouped gemms 23.6 (74.3%) fused 33.9",
+        "decode-slice gemms 45.4 (75.9%) fused 45.5 err 2.3e-03 decode-ticket gemms 43.2 (79.9%) fused 44.6",
+    ),
+    *d(
+        "run 12, on another H200, gave the same order (26.1 / 28.4 / 34.1 at M=1)",
+        K12,
+        "decode-slice gemms 26.1 (68.0%) fused 26.1 err 2.4e-03 decode-ticket gemms 27.4 (64.8%) fused 28.4 err 2.8e-03 grouped gemms 23.6 (75.1%) fused 34.1",
+    ),
+    *d(
+        "(11.7 s of exhaustive's M=1 on the H200, 3.8-5.1 s after)",
+        RUN12,
+        "28.00 1.002 0.006 11.7 0.991",
+    ),
+    *d(
+        "(11.7 s of exhaustive's M=1 on the H200, 3.8-5.1 s after)",
+        RUN13,
+        "28.09 0.997 0.009 3.8 1.211",
+    ),
+    *d(
+        "(11.7 s of exhaustive's M=1 on the H200, 3.8-5.1 s after)",
+        RUN14,
+        "26.96 1.016 0.005 5.1 1.084",
+    ),
+    # run 26's default log, the same computation as the notebook's phases (first call 4.2 ms for
+    # a config's first timing; capture 4.6 ms then, 4.1 ms for a config timed again)
+    *d(
+        "(first call of a worker-compiled config ~4 ms, capture 4.1-4.6 ms)",
+        RUN26D,
+        '"phases_ms":{"first":',
+    ),
+]

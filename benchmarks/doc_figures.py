@@ -420,11 +420,6 @@ UNTRACED: dict[str, tuple[int, str]] = {
         "the kernel's notebook: figures from the kernel_h200_* and builtin_vs_vllm_* "
         "outputs; not tied one by one yet",
     ),
-    "docs/design.md": (
-        7,
-        "design notes quoting H200 tuner and kernel runs (runs 11-27), as "
-        "docs/benchmark-history.md does; not tied yet",
-    ),
     "benchmarks/gpu_local/README.md": (
         14,
         "sizes of the carried wheels and tree, and the CPU checks' times of run.sh; not tied yet",

@@ -414,18 +414,7 @@ CLAIMS: list[Claim] = [
 for _module in ("claims_history", "claims_kernel_notes", "claims_run_notes"):
     CLAIMS += [Claim(*row) for row in __import__(_module).ROWS]
 
-UNTRACED: dict[str, tuple[int, str]] = {
-    "docs/benchmark-history.md": (
-        316,
-        "the tuner runs' notebook (runs 1-27): figures from run outputs, most in git "
-        "history at 03662fa; not tied one by one yet",
-    ),
-    "docs/design.md": (
-        7,
-        "design notes quoting H200 tuner and kernel runs (runs 11-27), as "
-        "docs/benchmark-history.md does; not tied yet",
-    ),
-}
+UNTRACED: dict[str, tuple[int, str]] = {}  # every scanned page is traced now (issue 33)
 
 
 def normalise(text: str) -> str:

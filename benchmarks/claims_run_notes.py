@@ -442,4 +442,25 @@ ROWS: list[tuple[str, ...]] = [
         f"{R}/builtin_vs_vllm_h200_2026-12-04_fp8-tma/builtin_vs_vllm_h200.log.gz",
         "total wall 27.9 s",
     ),
+    # the uncut GPU run of the six test files (issue 33)
+    (
+        GT_NOTES,
+        "250 passed, 12 skipped in 191.45s (0:03:11)",
+        f"{GT}/issue33_uncut_gpu_tests.txt.gz",
+        "250 passed, 12 skipped in 191.45s (0:03:11)",
+    ),
+    (
+        "docs/testing.md",
+        '"250 passed, 12 skipped in 191.45s"',
+        f"{GT}/issue33_uncut_gpu_tests.txt.gz",
+        "250 passed, 12 skipped in 191.45s (0:03:11)",
+    ),
+    # the card's name, as nvidia-smi gave it in that call
+    (GT_NOTES, "NVIDIA H100 80GB HBM3", f"{GT}/issue33_uncut_card.txt", "NVIDIA H100 80GB HBM3"),
+    (
+        "docs/testing.md",
+        "one H100 80GB HBM3",
+        f"{GT}/issue33_uncut_card.txt",
+        "NVIDIA H100 80GB HBM3",
+    ),
 ]

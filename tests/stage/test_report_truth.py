@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import subprocess
 from pathlib import Path
+from typing import Any
 
 from cellbench.report import build as report
 from cellbench.report import pr_markdown, sections
@@ -19,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CELL = "host-cpu/tiny-qwen3-moe/tp1-ep1"
 
 
-def _cell(res: Path) -> list[Path]:
+def _cell(res: Path, **bench_extra: Any) -> list[Path]:
     host = str(res.resolve())
     files = [fx.write_tune(res, CELL)]
     for arm in ("untuned", "tuned"):
@@ -41,7 +42,9 @@ def _cell(res: Path) -> list[Path]:
         line = f"Using default MoE config (looked in {host}/{CELL}/tune/configs)"
         moe = {"source": "default", "paths": [], "searched": [], "env": {}, "log_lines": [line]}
         points = [fx.point(seq=r, repeat=r, ttft=100.0 + 10 * r) for r in range(3)]
-        files.append(fx.write_bench(res, CELL, arm, points, server=server, moe_config=moe))
+        files.append(
+            fx.write_bench(res, CELL, arm, points, server=server, moe_config=moe, **bench_extra)
+        )
         files.append(fx.write_gsm8k(res, CELL, arm, [True, False]))
     return files
 
@@ -62,9 +65,12 @@ def test_report_states_statistic_date_commit_and_settings(tmp_path):
 
 def test_pr_file_has_no_host_paths_and_a_real_title(tmp_path):
     res = tmp_path / "results"
-    report.write_report(_cell(res), tmp_path / "report", results=res)
+    # The model's origin is what each bench read from the model folder's recipe file.
+    recipe = f"{res.resolve()}/assets/models/tiny-qwen3-moe/cellbench_model.json"
+    origin = {"read_from": recipe, "built_by": "cellbench.assets", "weights": "random"}
+    report.write_report(_cell(res, model_origin=origin), tmp_path / "report", results=res)
     text = (tmp_path / "report" / "pr" / "tiny-qwen3-moe.md").read_text()
-    assert text.startswith("# tiny-qwen3-moe (a model built by the pipeline)\n"), text[:200]
+    assert text.startswith("# tiny-qwen3-moe (a random-weight model built by the workflow)\n")
     assert str(tmp_path) not in text and "/opt/venv" not in text
     assert f"results/{CELL}/tune/configs" in text  # the same paths, as the repository lays out
     assert "python -m cellbench.serve.tf_serve results/assets/models/tiny-qwen3-moe" in text
@@ -75,3 +81,11 @@ def test_portable_keeps_what_is_not_a_host_results_path():
     assert pr_markdown.portable("--x=/a/results/b") == "--x=results/b"
     assert pr_markdown.portable("0.95") == "0.95"
     assert pr_markdown.display_title("m", ["Qwen/Qwen3-30B-A3B"]) == "Qwen/Qwen3-30B-A3B"
+    # A folder's model: its origin as recorded, never assumed to be the workflow's.
+    built = pr_markdown.display_title("m", ["results/assets/models/m"], {"cellbench.assets"})
+    assert built == "m (a random-weight model built by the workflow)"
+    for unknown in (set(), None, {"cellbench.assets", "someone"}):
+        title = pr_markdown.display_title("m", ["/models/m"], unknown)
+        assert (
+            title == "m (served from a folder; the results do not record where the model came from)"
+        )

@@ -148,6 +148,8 @@ INTENDED = {
     r"MANIFEST\.json: [-+] \.(measured_packages|tuner_packages|server_packages)\b": OBSERVED,
     r"(MANIFEST|INDEX)\.json: \+ \.git\.source:str$": OBSERVED + " (where the commit came from)",
     r"cellbench_model\.json(: \+ \.(built_by|weights):str$|: ~ )": OBSERVED + " (model origin)",
+    r"pr/[\w.-]+\.md: [-+] # tiny-qwen3-moe(-16e)? \(a (random-weight )?model built by the "
+    r"(pipeline|workflow)\)$": OBSERVED + " (the PR title's model origin, from its recipe)",
 }
 
 

@@ -168,13 +168,18 @@ def portable_text(text: str) -> str:
     return _ABSOLUTE.sub(lambda m: portable(m.group(0)), text)
 
 
-def display_title(model: str, model_ids: list[str]) -> str:
-    """The PR file's title: the served models' ids, or, for a model the pipeline built (served
-    from a folder), the config's model name, never a host path."""
+def display_title(model: str, model_ids: list[str], built_by: set[str] | None = None) -> str:
+    """The PR file's title: the served models' ids, or, for a model served from a folder, the
+    config's model name (never a host path) with its origin as the results record it:
+    ``built_by``, the model folders' recipe files as the servers' benches read them."""
     ids = [m for m in model_ids if not m.startswith(("/", ".", "results/", "~"))]
     if ids:
         return ", ".join(ids)
-    return f"{model} (a model built by the pipeline)" if model_ids else model
+    if not model_ids:
+        return model
+    if built_by == {"cellbench.assets"}:
+        return f"{model} (a random-weight model built by the workflow)"
+    return f"{model} (served from a folder; the results do not record where the model came from)"
 
 
 def evidence_lines(bench: dict) -> list[str]:
@@ -338,7 +343,10 @@ def render_model(
     model_ids = sorted(
         {b["server"].get("model_id") for c in cells for b in benches.get(c, {}).values()} - {None}
     )
-    title = display_title(model, model_ids)
+    built_by = set()
+    if "model_built_by" in serve:
+        built_by = set(serve.loc[serve["cell"].isin(cells), "model_built_by"].dropna())
+    title = display_title(model, model_ids, built_by)
     lines = [f"# {title}", ""]
     if model_ids and model_ids != [model]:
         lines += [f"cellbench model `{model}`; {len(cells)} cell(s).", ""]

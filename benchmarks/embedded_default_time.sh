@@ -20,6 +20,7 @@ report() {
     echo "# embedded default, snakemake all --cores 2, $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo "# commit $(git -C "$repo" rev-parse HEAD)$(git -C "$repo" diff --quiet || echo ' (dirty)')"
     echo "# $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(uname -m), load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+    echo "# cpu: $(lscpu | sed -n 's/^Model name: *//p' | head -1)"
     (cd "$work" && /usr/bin/time -v -o "$work/time.txt" "$repo/.venv/bin/snakemake" all \
         --cores 2 >snakemake.out 2>&1) || { tail -30 "$work/snakemake.out"; exit 1; }
     grep -E "Elapsed|Maximum resident|Exit status|Percent of CPU" "$work/time.txt"

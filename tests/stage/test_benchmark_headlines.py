@@ -70,7 +70,7 @@ def test_doc_figures_catches_a_changed_quote_a_changed_source_and_a_new_figure(
     tmp_path, monkeypatch
 ):
     mod = _doc_figures_module()
-    (claim,) = [c for c in mod.CLAIMS if c.page == "README.md" and "10 min 42 s" in c.quote]
+    (claim,) = [c for c in mod.CLAIMS if c.page == "README.md" and "7 min 17 s" in c.quote]
     readme = (ROOT / "README.md").read_text()
     source = (ROOT / claim.source).read_text()
     (tmp_path / "README.md").write_text(readme)
@@ -82,15 +82,15 @@ def test_doc_figures_catches_a_changed_quote_a_changed_source_and_a_new_figure(
     monkeypatch.setattr(mod, "scanned_pages", lambda: ["README.md"])
     monkeypatch.setattr(mod, "headline_strings", lambda: [])
     # The README's other figure (the Slurm run's count) has no claim here: one untraced figure.
-    assert [p for p in mod.check() if "10 min" in p or "42 s" in p] == []
+    assert [p for p in mod.check() if "took 7 min 17 s" in p] == []
     # The quote changed: the claim breaks and its figure is untraced.
-    (tmp_path / "README.md").write_text(readme.replace("10 min 42 s", "9 min 42 s"))
+    (tmp_path / "README.md").write_text(readme.replace("7 min 17 s", "9 min 17 s"))
     problems = mod.check()
     assert f"README.md: quote not found: {claim.quote!r}" in problems
     assert any("untraced figure '9 min'" in p for p in problems), problems
     # The source no longer holds the evidence.
     (tmp_path / "README.md").write_text(readme)
-    (tmp_path / claim.source).write_text(source.replace("10:41.69", "10:59.00"))
+    (tmp_path / claim.source).write_text(source.replace("7:16.81", "7:59.00"))
     assert f"README.md: {claim.source} does not hold {claim.evidence!r}" in mod.check()
     # A new figure without a claim.
     (tmp_path / claim.source).write_text(source)

@@ -52,8 +52,12 @@ def test_dry_run_checks_the_environment_and_plans_the_gpu_config(tmp_path):
     assert "cellbench.assets model --kind small-qwen3-moe" in plan
     # The tune and serve jobs go to their stages as canonical JSON objects (issue 31 item 3).
     assert '"batch_sizes":[1,2,4,8,16,32,64,128,256,512,1024,2048]' in plan
-    for part in ('"server":"transformers"', '"model_dtype":"bf16"', '"device":"cuda"',
-                 '"tuned_config_dir":"results/host-cuda/small-qwen3-moe/tp1-ep1/tune/configs"'):
+    for part in (
+        '"server":"transformers"',
+        '"model_dtype":"bf16"',
+        '"device":"cuda"',
+        '"tuned_config_dir":"results/host-cuda/small-qwen3-moe/tp1-ep1/tune/configs"',
+    ):
         assert part in plan, part  # fmt: skip
     assert "--no-cb-use-cuda-graph" in plan
     for job in ("tune", "serve_pair", "gsm8k", "report", "archive"):

@@ -40,8 +40,8 @@ CELLS = ["host-cpu/tiny-qwen3-moe/tp1-ep1", "host-cpu/tiny-qwen3-moe-16e/tp1-ep1
 def snakemake(
     workdir: Path, *args: str, timeout: int = 1800, env: dict | None = None
 ) -> subprocess.CompletedProcess:
-    # 1800 s: the whole embedded default took 10 min 42 s on an idle 2-core VM
-    # (benchmarks/results/embedded_default_time_2026-12-06.txt); the margin is for a loaded
+    # 1800 s: the whole embedded default took 7 to 11.5 min on idle 2-core VMs
+    # (benchmarks/results/embedded_default_time_2026-12-06_*.txt); the margin is for a loaded
     # CI machine.
     return subprocess.run(
         [sys.executable, "-m", "snakemake", "--cores", "2", *args],

@@ -124,8 +124,7 @@ def local_banner(serve: pd.DataFrame, tune: pd.DataFrame, cells: list[str]) -> l
     interpreted = program == "transformers serve" and device == "cpu"
     tuned_interp = bool(len(tune)) and bool(tune["interpreter"].fillna(False).all())
     text = f"> **Embedded default.** {model}, {served}" + (
-        " with the project's Triton fused-MoE kernel as its experts, run by the Triton "
-        "interpreter."
+        " with the project's Triton fused-MoE kernel as its experts, run by the Triton interpreter."
         if interpreted
         else "."
     )

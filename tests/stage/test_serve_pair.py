@@ -218,7 +218,7 @@ def test_sigterm_stops_both_servers(tmp_path):
         assert not (tmp_path / "serve" / arm / "bench.json").exists()
 
 
-def test_pair_repeats_stop_per_point_once_settled(tmp_path):
+def test_pair_repeats_stop_per_point_once_settled(tmp_path, capsys):
     """Sequential repeats against two real timed servers (issue 32 item 3): after the
     minimum (2 pairs) a point gets another interleaved pair only while the stopping rule
     leaves it open, up to the cap. Whatever the timings on this machine, each point records
@@ -240,6 +240,7 @@ def test_pair_repeats_stop_per_point_once_settled(tmp_path):
         image_digest="local:timed",  # the loader wants one
     )
     assert serve_stage.main(args) == 0
+    err = capsys.readouterr().err
     out = tmp_path / "serve"
     benches = {arm: json.loads((out / arm / "bench.json").read_text()) for arm in ARMS}
     a, b = benches["untuned"]["points"], benches["tuned"]["points"]
@@ -272,6 +273,10 @@ def test_pair_repeats_stop_per_point_once_settled(tmp_path):
             before = sequential.decide(shorter, comparison.METRICS, design)
             assert before["action"] == "continue"
         assert mine[0]["stop_reason"] != sequential.CAP or n == cap
+        # The job's log says the same reason as the records.
+        isl, osl, label = key
+        said = f"{isl}-{osl} {label}: {mine[0]['stop_reason']} after {n} valid pairs"
+        assert said in err, (said, err[-2000:])
     # The job ran as many interleaved repeats as its longest point, ABBA.
     order = benches["untuned"]["arm_order"]
     assert len(order) == max(used.values()) and order[:2] == [list(ARMS), list(ARMS)[::-1]]

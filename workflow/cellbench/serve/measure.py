@@ -356,7 +356,10 @@ def _decide_repeat(
         )
         if step["action"] == "stop" and rep + 1 >= stop.minimum:
             isl, osl, label = key
-            _log(f"{isl}-{osl} {label}: {step['reason']} after {step['pairs']} valid pairs")
+            # The reason the point's records will carry (a point whose metrics all settled
+            # at the cap's look is "settled", not "cap reached"), so log and files agree.
+            reason = stop.outcome(key)["stop_reason"]
+            _log(f"{isl}-{osl} {label}: {reason} after {step['pairs']} valid pairs")
 
 
 def _shared_gpus(runs: dict[str, _SideRun], name: str) -> bool:

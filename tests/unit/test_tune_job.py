@@ -28,6 +28,9 @@ def test_every_field_has_a_type_rule():
         ({"model_config": "m", "keep": "some"}, "--keep 'some': expected one of"),
         ({"model_config": "m", "device_name": "a/b"}, "--device-name 'a/b': it becomes part"),
         ({"model_config": "m", "time_budget_s": float("inf")}, "--time-budget-s=inf must be"),
+        # a hand --job skips the config schema, so the tuner's choices are checked here too
+        ({"model_config": "m", "mode": "bogus"}, "mode = 'bogus': expected one of default, exh"),
+        ({"model_config": "m", "backend": "aiter"}, "backend = 'aiter': expected one of builtin"),
     ],
 )
 def test_refusals_name_the_key_and_what_it_expects(job, message):

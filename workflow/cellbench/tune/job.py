@@ -23,6 +23,10 @@ from typing import Any
 from cellbench.tune.shapes import DEVICE_NAME_RE, DEVICE_NAME_RULE
 
 KEEP_CHOICES = ("beats-baseline", "all")
+# The tuner's own choices: a job given by hand (--job) reaches the tuner without the config
+# schema, so these are checked here too, and the hand flags offer the same.
+MODES = ("default", "exhaustive")
+BACKENDS = ("builtin", "vllm")
 
 
 class JobError(ValueError):
@@ -140,8 +144,8 @@ _TYPES = {
         "a tier's name or a non-empty list of integers",
         lambda v: isinstance(v, str) or _int_list(v),
     ),
-    "mode": ("a string", lambda v: isinstance(v, str)),
-    "backend": ("a string", lambda v: isinstance(v, str)),
+    "mode": (f"one of {', '.join(MODES)}", lambda v: v in MODES),
+    "backend": (f"one of {', '.join(BACKENDS)}", lambda v: v in BACKENDS),
     "max_configs": ("an integer", _is_int),
     "runtime": ("null or a string", _opt(lambda v: isinstance(v, str))),
     "image_digest": ("null or a string", _opt(lambda v: isinstance(v, str))),

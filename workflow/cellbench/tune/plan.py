@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cellbench.tune.job import KEEP_CHOICES, JobError, TuneJob
+from cellbench.tune.job import BACKENDS, KEEP_CHOICES, MODES, JobError, TuneJob
 from cellbench.tune.shapes import ShapeError, add_shape_arguments, check_tp_ep
 
 __all__ = [
@@ -89,8 +89,8 @@ def _parser() -> argparse.ArgumentParser:
         defaults=False,
     )
     p.add_argument("--batch-sizes", help="1,16,64 | vllm_default (default) | aiter16")
-    p.add_argument("--mode", choices=("default", "exhaustive"), help="default (default)")
-    p.add_argument("--backend", choices=("builtin", "vllm"), help="builtin (default)")
+    p.add_argument("--mode", choices=MODES, help="default (default)")
+    p.add_argument("--backend", choices=BACKENDS, help="builtin (default)")
     p.add_argument(
         "--vllm-source",
         help="--backend vllm without a usable vLLM install: a folder of vLLM's Python sources "

@@ -38,8 +38,8 @@ ROWS: list[tuple[str, ...]] = [
     *h("the random default LOST to the shipped config by 2.5% at M=1024 and 7% at M=4096", RUN1, "1024 418.98 - | 412.56 - 402.44 - 1.025 0.014 |", "4096 967.69 - | 951.05 - 888.52 - 1.070 0.006 |"),
     *h("default 105.9 s wall / 389 CPU-s / 60.5 GPU-s for all 6 batch sizes; exhaustive 290.2 s wall", RUN1, "default: wall 105.9 s (process 111.3 s), cpu 389.3 s (compile workers 314.8), gpu 60.5 s", "exhaustive: wall 290.2 s (process 295.7 s), cpu 1393.7 s (compile workers 1131.6), gpu 249.8 s"),
     *h("fp8 run 2: default 98.4 s wall for M=1..1024; exhaustive 94.0 s wall for M=1..256.", RUN2F, "default: wall 98.4 s (process 103.4 s)", "exhaustive: wall 94.0 s (process 100.5 s)"),
-    *h("6 batch sizes took 98-106 s of default mode", RUN1, "default: wall 105.9 s"),
-    *h("6 batch sizes took 98-106 s of default mode", RUN2F, "default: wall 98.4 s"),
+    *h("5-6 batch sizes took 98-106 s of default mode (fp8's 98.4 s covered five, M=4096 not reached;", RUN1, "default: wall 105.9 s"),
+    *h("5-6 batch sizes took 98-106 s of default mode (fp8's 98.4 s covered five, M=4096 not reached;", RUN2F, "default: wall 98.4 s", "timed 1327, pruned 1472, failed 4; complete=False skipped=[4096]"),
     # Run 3
     *h("wall 108.1 s (112.7 s for the whole process), CPU 207.2 s (145.4 in compile workers), GPU 38.5 s", RUN3, "default: wall 108.1 s (process 112.7 s), cpu 207.2 s (compile workers 145.4), gpu 38.5 s"),
     *h('Target "18 batch sizes in <= 5 min on one H200": MET (1.8 min)', RUN3, "default: wall 108.1 s"),
@@ -48,6 +48,7 @@ ROWS: list[tuple[str, ...]] = [
     *h("more than default's 108.1 s / 207 CPU-s", RUN3, "default: wall 108.1 s (process 112.7 s), cpu 207.2 s"),
     *h("at M=64 default took 5.5 s against exhaustive's >= 73 s", RUN3, "64 291.02 8 5.5 |"),
     *h("at M=64 default took 5.5 s against exhaustive's >= 73 s", RUN3LOG, "[tune] time budget 110.0 s spent at M=64; not tuned: [64]"),
+    *h("at M=64 default took 5.5 s against exhaustive's >= 73 s", RUN3LOG, "344 new kernels; 36.4 s"),
     *h("(run 1: 290 s for 4 of them)", RUN1, "exhaustive: wall 290.2 s"),
     *h("(better by 1.8-2.7% at M=8, 32, 48, 96, 128;", RUN3, "8 127.26 8 2.8 | 129.42 132.15 0.979", "32 261.12 3 2.5 | 268.40 275.90 0.973", "48 279.05 6 3.7 | 284.92 290.20 0.982", "96 296.29 8 4.5 | 299.93 305.66 0.981", "128 300.97 1 2.6 | 301.48 308.88 0.976"),
     *h("Run 1's losses to the shipped config at M=1024 (2.5%) and M=4096 (7%) are gone (1.001 and 1.018 here)", RUN3, "1024 393.20 8 5.2 | 386.52 386.32 1.001", "4096 901.10 7 7.4 | 872.88 857.13 1.018"),
@@ -61,6 +62,7 @@ ROWS: list[tuple[str, ...]] = [
     *h('default / exhaustive 1.011 (spread 0.005), 0.998, 1.001, 1.002 at M = 1, 16, 64, 256: within 1 % at M=16..256; at M=1 1.1 % (target "within 1 %": missed by 0.1 point, inside the measured spread of that row plus 1 %;', RUN5, "34.85 34.92 0.998 34.49 1.011 0.005", "195.02 195.17 0.999 195.35 0.998 0.003", "296.17 299.02 0.990 295.96 1.001 0.001", "314.91 314.93 1.000 314.33 1.002 0.001"),
     *h("GEMMs 464.3 + 286.4 = 750.7 us = 53.2 % of the matmul ceiling exhaustive measured in this run;", RUN5J, '"config_name": "M128_N256_K64_G16_w8_s3",', '"gemm1_us": 464.302396774292, "gemm2_us": 286.40480041503906,', '"copy_bytes_per_s": 4156505924108.639, "matmul_flops_per_s": 774985101430877.2,', '"flops": 309237645312.0,'),
     *h("the same config ran 719.3 us (55.2 %) on run 3's machine. Machine-to-machine spread of 4 % straddles the 55 % target.", K3, "bf16 matmul 779 TFLOP/s", "tma sweep bf16 M=4096 ptr 779.0759801864624 tma 719.3120121955872 {'BLOCK_SIZE_M': 128, 'BLOCK_SIZE_N': 256, 'BLOCK_SIZE_K': 64, 'GROUP_SIZE_M': 16, 'num_warps': 8, 'num_stages': 3}"),
+    *h("the same config ran 719.3 us (55.2 %) on run 3's machine. Machine-to-machine spread of 4 % straddles the 55 % target.", RUN5J, '"flops": 309237645312.0,', '"gemm1_us": 464.302396774292, "gemm2_us": 286.40480041503906,'),
     # Run 6
     *h("default: wall 38.3 s for 6 batch sizes (setup 5.3 s, 14.4 s waiting for workers), 213 timed.", RUN6, "default: wall 38.3 s (process 41.8 s), cpu 71.5 s (compile workers 48.4), gpu 15.6 s; setup 5.3 s, waiting for compile workers 14.4 s; timed 213"),
     *h("never slower; 4.6 % faster at 256.", RUN6, "189.09 198.28 0.954"),
@@ -90,8 +92,7 @@ ROWS += [
     *h("Run 11: default/exhaustive 0.997 / 1.006 / 0.976 (spreads 0.6 / 0.3 / 0.3 %)", RUN11, "27.60 31.37 0.880 27.68 0.997 0.006", "44.11 55.02 0.802 43.83 1.006 0.003", "73.81 83.20 0.887 75.62 0.976 0.003"),
     *h("Default wall 10.1 / 4.1 / 1.8 s, about 3.5 s more over M<=4 than the structured search in run 10", RUN11, "1 28.03 86 10.1 |", "2 44.07 86 4.1 |", "4 73.87 0 1.8 |"),
     *h("about 3.5 s more over M<=4 than the structured search in run 10", RUN10, "1 29.43 23 8.0 |", "2 43.41 27 3.8 |", "4 73.81 3 0.7 |"),
-    *h("adding ~3.5 s to default's 38.2 s", RUN8, "default: wall 38.2 s"),
-    *h("adding ~3.5 s to default's 38.2 s", RUN11, "1 28.03 86 10.1 |"),
+    *h("about 3.5 s more over M<=4 than the structured search in run 10", RUN11, "1 28.03 86 10.1 |", "2 44.07 86 4.1 |", "4 73.87 0 1.8 |"),
     # Run 12
     *h("default wall / exhaustive wall = 47.7 / 411.6 s = 0.116", RUN12, "default wall / exhaustive wall = 47.7 / 411.6 = 0.116"),
     *h("M=1 11.6 vs 11.7 s (0.99:", RUN12, "1 28.08 86 11.6 | 28.07 31.77 0.883 28.00 1.002 0.006 11.7 0.991"),
@@ -105,23 +106,21 @@ ROWS += [
     *h("default/exhaustive 0.997 at M=1, but 4.6 s against exhaustive's 3.8 s for all 86", RUN13, "1 28.06 36 4.6 | 28.02 31.63 0.886 28.09 0.997 0.009 3.8 1.211"),
     *h("Default wall over the 6 batch sizes: 36.7 s (run 13), 40.2 s (run 14, a slower machine: M=4096 854 us vs 837 us in run 13). Against run 12's exhaustive (411.6 s): 0.089 and 0.098", RUN13, "4096 845.70 8 4.2 | 836.85", "whole: 36.7 / 411.6 s = 0.089"),
     *h("Default wall over the 6 batch sizes: 36.7 s (run 13), 40.2 s (run 14, a slower machine: M=4096 854 us vs 837 us in run 13). Against run 12's exhaustive (411.6 s): 0.089 and 0.098", RUN14, "4096 888.14 8 5.9 | 854.48", "whole: 40.2 / 411.6 s = 0.098"),
-    *h("Run 12's exhaustive would itself be ~6-8 s faster now (its M=1 part)", RUN12, "28.00 1.002 0.006 11.7 0.991"),
-    *h("Run 12's exhaustive would itself be ~6-8 s faster now (its M=1 part)", RUN13, "0.997 0.009 3.8 1.211"),
-    *h("Run 12's exhaustive would itself be ~6-8 s faster now (its M=1 part)", RUN14, "1.016 0.005 5.1 1.084"),
     *h("Their top four lie within 1.3 % of each other and come out in different orders in the two processes (default: N128/K128/s5 first, 27.97 us;", RUN14D, '"stage":"screen-all","status":"timed","time_us":27.97280102968216', '"time_us":28.334400057792664'),
     *h("exhaustive: N64/K256/s3 first, 27.54 us;", RUN14E, '"time_us":27.537599205970764'),
     *h("the third process's re-timing puts them 1.6 % apart. At M=1 the ranking is not stable across processes at the 1 % level.", RUN14, "27.39 31.34 0.874 26.96 1.016 0.005"),
     *h("the time from one batch size's final to the next one's first timing is 2.4 s before M=16 and 2.3 s before M=64 (the batch sizes whose kernel specialisation is new, 30 new kernels each) and 0.1-0.5 s elsewhere", RUN14D, '"unix_s":1796306443.996', '"unix_s":1796306446.353', '"unix_s":1796306448.355', '"unix_s":1796306450.643', '"unix_s":1796306457.737', '"unix_s":1796306457.869', '"unix_s":1796306462.829', '"unix_s":1796306463.28'),
+    *h("the time from one batch size's final to the next one's first timing is 2.4 s before M=16 and 2.3 s before M=64 (the batch sizes whose kernel specialisation is new, 30 new kernels each) and 0.1-0.5 s elsewhere", RUN14D, '"unix_s":1796306453.664', '"unix_s":1796306454.095'),
     # Runs 15-16
     *h("1 27.70 28.08 0.986 0.005 0.876 6.2 s 5.2 s", RUN15, "1 27.78 86 6.2 | 27.70 31.61 0.876 28.08 0.986 0.005 5.2 1.176"),
-    *h("whole runs: default 37.7 s wall against exhaustive 411.9 s = 0.092, SAME RUN (target <= 0.1: met). CPU 151.2 vs 1477.1 s, GPU 18.3 vs 394.5 s. Default within 1 % of exhaustive at every M <= 256 (0.986-1.002) and inside the spread above (0.993 at 4096, spread 3.1 %)", RUN15, "default wall / exhaustive wall = 37.7 / 411.9 = 0.092", "default: wall 37.7 s (process 42.7 s), cpu 151.2 s (compile workers 121.3), gpu 18.3 s", "exhaustive: wall 411.9 s (process 417.5 s), cpu 1477.1 s (compile workers 1071.6), gpu 394.5 s", "28.08 0.986 0.005", "292.67 1.002 0.001", "832.55 0.993 0.031"),
+    *h("whole runs: default 37.7 s wall against exhaustive 411.9 s = 0.092, SAME RUN (target <= 0.1: met). CPU 151.2 vs 1477.1 s, GPU 18.3 vs 394.5 s. Default within 1 % of exhaustive at every M <= 256 (0.986-1.002) and inside the spread above (0.993 at 4096, spread 3.1 %)", RUN15, "default wall / exhaustive wall = 37.7 / 411.9 = 0.092", "default: wall 37.7 s (process 42.7 s), cpu 151.2 s (compile workers 121.3), gpu 18.3 s", "exhaustive: wall 411.9 s (process 417.5 s), cpu 1477.1 s (compile workers 1071.6), gpu 394.5 s", "28.08 0.986 0.005", "292.67 1.002 0.001", "832.55 0.993 0.031", "188.61 0.999 0.001", "308.54 1.001 0.001"),
     *h("the four lie within 0.7 % in default's final and 1.0 % in exhaustive's", RUN15D, '"stage":"final","status":"timed","time_us":27.78240144252777', '"stage":"final","status":"timed","time_us":27.97759920358658'),
     *h("the four lie within 0.7 % in default's final and 1.0 % in exhaustive's, and each process ordered them differently (default picked N128/K128/s5, exhaustive N64/K128/s5, which it timed 0.15 % ahead of N128/K128/s5)", RUN15E, '"stage":"final","status":"timed","time_us":27.988800406455994', '"stage":"final","status":"timed","time_us":28.032000362873077', '"stage":"final","status":"timed","time_us":28.26399952173233'),
     *h("The third re-timing puts them 1.4 % apart the other way.", RUN15, "27.70 31.61 0.876 28.08 0.986"),
     *h("the 1 % level at M=1 is at the edge of what one process can rank", RUN15, "27.70 31.61 0.876 28.08 0.986"),
     *h("1.9 s before M=16 and 2.0 s before M=64", RUN15D, '"unix_s":1796311237.704', '"unix_s":1796311239.594', '"unix_s":1796311241.837', '"unix_s":1796311243.814'),
-    *h("(2.4 / 2.3 s in run 14)", RUN14D, '"unix_s":1796306443.996', '"unix_s":1796306446.353'),
-    *h("0.2-0.5 s elsewhere. Default's wall", RUN15D, '"unix_s":1796311250.828', '"unix_s":1796311251.014', '"unix_s":1796311246.777', '"unix_s":1796311247.291'),
+    *h("(2.4 / 2.3 s in run 14)", RUN14D, '"unix_s":1796306443.996', '"unix_s":1796306446.353', '"unix_s":1796306448.355', '"unix_s":1796306450.643'),
+    *h("0.2-0.5 s elsewhere. Default's wall", RUN15D, '"unix_s":1796311250.828', '"unix_s":1796311251.014', '"unix_s":1796311246.777', '"unix_s":1796311247.291', '"unix_s":1796311254.552', '"unix_s":1796311254.967'),
     *h("Default's wall went from 40.2 s (run 14)", RUN14, "default: wall 40.2 s"),
     *h("to 37.7 s; part of that is the machine", RUN15, "default: wall 37.7 s"),
     *h("1 28.32 28.52 0.993 0.002 0.974 5.2 s 8.2 s", RUN16, "1 29.06 17 5.2 | 28.32 29.07 0.974 28.52 0.993 0.002 8.2 0.627"),
@@ -147,13 +146,13 @@ CW22 = "compile_workers_h200_2026-12-03_run22.txt"
 
 ROWS += [
     # Run 16's quality, the search replay
-    *h("Quality: within 1 % at M <= 256 (0.993-1.006); 1.009 at M=4096 against a spread of 0.8 %, just outside it.", RUN16, "28.52 0.993 0.002", "193.81 1.006 0.001", "770.64 1.009 0.008"),
+    *h("Quality: within 1 % at M <= 256 (0.993-1.006); 1.009 at M=4096 against a spread of 0.8 %, just outside it.", RUN16, "28.52 0.993 0.002", "193.81 1.006 0.001", "770.64 1.009 0.008", "115.84 1.000 0.003", "173.28 1.000 0.004"),
     *h("at M=4096 (bf16) the best recorded median is 1.9 % below the config exhaustive's own side-by-side final picked, which is also default's pick; ratios under ~1-2 % there are not told apart.", SR_BF16, "4096 833.52 1.0194 1.0194 35 8 1244 M128_N256_K64_G16_w8_s4 (15/20)"),
     *h("side by side in run 16: 770.6 vs 777.9 us", RUN16, "777.92 778.87 0.999 770.64 1.009 0.008"),
     # weights on the GPU; guesses to idle workers
     *h("(6.9-7.8 s in run 15, 5.5-6.8 s in run 16)", RUN15, "gpu 18.3 s; setup 7.8 s", "gpu 394.5 s; setup 6.9 s"),
     *h("(6.9-7.8 s in run 15, 5.5-6.8 s in run 16)", RUN16, "gpu 18.1 s; setup 6.8 s", "gpu 129.6 s; setup 5.5 s"),
-    *h("Run 15's default log shows where the waits are: 1.9 s before M=16's first timing and 2.0 s before M=64's (the batch sizes whose kernel specialisation is new), 0.2-0.5 s elsewhere;", RUN15D, '"unix_s":1796311237.704', '"unix_s":1796311239.594', '"unix_s":1796311241.837', '"unix_s":1796311243.814', '"unix_s":1796311250.828', '"unix_s":1796311251.014', '"unix_s":1796311246.777', '"unix_s":1796311247.291'),
+    *h("Run 15's default log shows where the waits are: 1.9 s before M=16's first timing and 2.0 s before M=64's (the batch sizes whose kernel specialisation is new), 0.2-0.5 s elsewhere;", RUN15D, '"unix_s":1796311237.704', '"unix_s":1796311239.594', '"unix_s":1796311241.837', '"unix_s":1796311243.814', '"unix_s":1796311250.828', '"unix_s":1796311251.014', '"unix_s":1796311246.777', '"unix_s":1796311247.291', '"unix_s":1796311254.552', '"unix_s":1796311254.967'),
     *h("run 16 (fp8) 1.6 and 2.4 s.", RUN16D, '"unix_s":1796311922.002', '"unix_s":1796311923.591', '"unix_s":1796311926.049', '"unix_s":1796311928.474'),
     *h("Expected: part of those 2 s per new specialisation", RUN15D, '"unix_s":1796311241.837', '"unix_s":1796311243.814'),
     # Run 18
@@ -165,8 +164,8 @@ ROWS += [
     # Run 19
     *h("forkserver: setup 6.9 s, M=1 5.6 s, compile wait 2.6 s, wall 13.7 s", FS19, "1 27.23 86 5.6 |", "default: wall 13.7 s (process 18.9 s), cpu 50.0 s (compile workers 47.2), gpu 2.6 s; setup 6.9 s, waiting for compile workers 2.6 s"),
     *h("spawn: setup 1.2 s, M=1 9.9 s, compile wait 7.0 s, wall 12.7 s", SP19, "1 27.78 86 9.9 |", "default: wall 12.7 s (process 16.9 s), cpu 46.9 s (compile workers 44.3), gpu 2.6 s; setup 1.2 s, waiting for compile workers 7.0 s"),
-    *h("until the fork server has imported torch and triton (about 5.5 s)", FS19, "setup 6.9 s"),
-    *h("until the fork server has imported torch and triton (about 5.5 s)", SP19, "setup 1.2 s"),
+    *h("until the fork server has imported torch and triton (setup 6.9 against 1.2 s)", FS19, "setup 6.9 s"),
+    *h("until the fork server has imported torch and triton (setup 6.9 against 1.2 s)", SP19, "setup 1.2 s"),
     *h("1 27.24 27.31 0.997 0.005 0.859 5.5 s 4.4 s", RUN19, "1 27.50 86 5.5 | 27.24 31.71 0.859 27.31 0.997 0.005 4.4 1.236"),
     *h("whole runs: default 42.4 s against exhaustive 404.0 s = **0.105 (target <= 0.1: missed in this run)**. Quality: within 1 % at M <= 256, within the spread at 1024 and at 4096 (1.011 against 1.1 %)", RUN19, "default wall / exhaustive wall = 42.4 / 404.0 = 0.105", "27.31 0.997 0.005", "189.60 1.002 0.002", "292.48 1.000 0.002", "309.45 1.003 0.002", "369.56 1.001 0.003", "785.52 1.011 0.011"),
     *h("the fork server's blocking setup (6.8 s default, 5.8 s exhaustive, against about 1.3 s)", RUN19, "gpu 19.6 s; setup 6.8 s", "gpu 362.8 s; setup 5.8 s"),
@@ -180,12 +179,12 @@ ROWS += [
     *h("exhaustive M=1 12.6 s against 4.4 s; compile workers' CPU 2410 s for five batch sizes against 1971 s for six", RUN19, "27.31 0.997 0.005 4.4 1.236", "cpu 2336.9 s (compile workers 1970.8)"),
     *h("1 27.64 27.86 0.992 0.004 0.874 10.5 s 12.6 s", RUN20, "1 27.71 86 10.5 | 27.64 31.61 0.874 27.86 0.992 0.004 12.6 0.839"),
     *h("default: 42.9 s wall, setup 1.3 s, compile wait 17.1 s. Over M=1..1024 the per-batch-size walls sum to 33.6 s (default) and 336.7 s (exhaustive): 0.100", RUN20, "default: wall 42.9 s (process 47.9 s), cpu 199.4 s (compile workers 176.4), gpu 19.9 s; setup 1.3 s, waiting for compile workers 17.1 s", "1 27.71 86 10.5 | 27.64 31.61 0.874 27.86 0.992 0.004 12.6", "16 188.83 30 5.0 | 189.29 189.27 1.000 189.11 1.001 0.001 25.5", "64 286.41 30 4.3 | 291.97 294.40 0.992 292.20 0.999 0.001 90.1", "256 308.86 8 6.1 | 309.85 309.70 1.000 310.02 0.999 0.001 103.0", "1024 368.09 32 7.7 | 368.58 385.04 0.957 368.58 1.000 0.002 105.5"),
-    *h("within 1 % at M <= 256 (0.992-1.001), 1.000 at M=1024; never slower than the shipped configs (0.874-1.003; 1.003 at M=4096 against a spread of 2.1 %).", RUN20, "27.86 0.992 0.004", "189.11 1.001 0.001", "368.58 1.000 0.002", "4096 811.43 8 4.7 | 791.63 789.29 1.003 - - 0.021"),
+    *h("within 1 % at M <= 256 (0.992-1.001), 1.000 at M=1024; never slower than the shipped configs (0.874-1.003; 1.003 at M=4096 against a spread of 2.1 %).", RUN20, "27.86 0.992 0.004", "189.11 1.001 0.001", "368.58 1.000 0.002", "4096 811.43 8 4.7 | 791.63 789.29 1.003 - - 0.021", "292.20 0.999 0.001", "310.02 0.999 0.001"),
     *h("Default's wall did not fall with the 5 s less setup. Its cost is compile waits (17.1 s of 42.9)", RUN20, "default: wall 42.9 s (process 47.9 s), cpu 199.4 s (compile workers 176.4), gpu 19.9 s; setup 1.3 s, waiting for compile workers 17.1 s"),
     *h("Default's wall did not fall with the 5 s less setup.", RUN19, "gpu 19.6 s; setup 6.8 s"),
     # Run 20's kernel table
     *h("M=16/64/256 at 103.3/101.1/99.1 % of the roofline (>= 95 %: met), M=1024 83.3 %, **M=4096 699.9 us = 56.4 % of the matmul ceiling (>= 55 %: met)**", K20, "bf16 M= 16 gemms 182.1 us fused 196.6 us x1.08 roof(gemms) 103.3%", "bf16 M= 64 gemms 274.8 us fused 292.1 us x1.06 roof(gemms) 101.1%", "bf16 M= 256 gemms 286.1 us fused 308.4 us x1.08 roof(gemms) 99.1%", "bf16 M= 1024 gemms 342.3 us fused 383.8 us x1.12 roof(gemms) 83.3%", "bf16 M= 4096 gemms 699.9 us fused 770.3 us x1.10 roof(gemms) 56.4% flops(gemms) 56.4%"),
-    *h("against 51-52 % one tile per program (runs 4-18)", K18, "one-tile gemms 768.6 (51.5%)"),
+    *h("against 51.5 % one tile per program (run 18)", K18, "one-tile gemms 768.6 (51.5%)"),
     # Runs 21-22
     *h("a spawned worker spends 4-5 s before its first compile, and almost all of it importing torch (the tuner's own workers: process up 0.1 s, torch imported 4.0-4.9 s, ready 4.2-5.1 s after the pool was created)", RUN21, "compile workers (compile-only): ready 3.8-5.1 s after start (medians: process up 0.1, torch 4.0, kernels 4.2, ready 4.2)", "compile workers (compile-only): ready 4.3-5.8 s after start (medians: process up 0.1, torch 4.9, kernels 5.1, ready 5.1)"),
     *h("Opening the GPU in each worker (15 CUDA contexts at once) added another ~1.4 s.", CW21, "median last_ready: opens GPU 7.07 s, compile-only 5.70 s"),
@@ -230,7 +229,7 @@ ROWS += [
     *h("default: wall 36.0 s (setup 1.0 s, compile waits 11.8 s, gpu 20.1 s); exhaustive: wall 426.4 s, complete.", RUN23, "default: wall 36.0 s (process 40.6 s), cpu 184.7 s (compile workers 161.2), gpu 20.1 s; setup 1.0 s, waiting for compile workers 11.8 s", "exhaustive: wall 426.4 s (process 432.3 s)", "complete=True"),
     *h("Default's M=1 took 5.7 s (10.5 s in run 20): the workers are ready 0.1 s after the pool starts. Compile waits 11.8 s (17.1 in run 20).", RUN23, "1 27.73 86 5.7 |", "compile workers (compile-only): ready 0.0-0.1 s after start (medians: process up 0.1, torch 0.1, kernels 0.1, ready 0.1)", "waiting for compile workers 11.8 s"),
     *h("Default's M=1 took 5.7 s (10.5 s in run 20): the workers are ready 0.1 s after the pool starts. Compile waits 11.8 s (17.1 in run 20).", RUN20, "1 27.71 86 10.5 |", "waiting for compile workers 17.1 s"),
-    *h("Quality: within 1 % of exhaustive at M <= 256 (1.000-1.001: met), 1.001 at M=1024 and 0.995 at M=4096 (default's pick faster; spread 1.6 %). Against the shipped configs 0.878-1.001 (1.001 at M=16 is 0.06 % against a spread of 0.1 %: within the noise).", RUN23, "27.91 1.001 0.005", "16 191.19 30 4.2 | 192.04 191.93 1.001 192.04 1.000 0.001", "314.72 1.000 0.001", "381.38 1.001 0.002", "827.86 845.43 0.979 831.80 0.995 0.016"),
+    *h("Quality: within 1 % of exhaustive at M <= 256 (1.000-1.001: met), 1.001 at M=1024 and 0.995 at M=4096 (default's pick faster; spread 1.6 %). Against the shipped configs 0.878-1.001 (1.001 at M=16 is 0.06 % against a spread of 0.1 %: within the noise).", RUN23, "27.91 1.001 0.005", "16 191.19 30 4.2 | 192.04 191.93 1.001 192.04 1.000 0.001", "314.72 1.000 0.001", "381.38 1.001 0.002", "827.86 845.43 0.979 831.80 0.995 0.016", "296.67 1.000 0.002"),
     *h("at M=256 (final 314.84 against the shipped G16's 315.43 us, re-timed 314.58 / 315.30 over 40 more repeats each)", RUN23D, '"stage":"final","status":"timed","time_us":314.84479904174805', '"stage":"final","status":"timed","time_us":315.4288053512573', '"stage":"tiebreak","status":"timed","time_us":314.57600593566895', '"stage":"tiebreak","status":"timed","time_us":315.3040051460266'),
     *h("tied within the final's 2.6-3 % spread but re-timed 2.3 % slower (854.5 against 835.5 us)", RUN23D, '"stage":"final","status":"timed","time_us":850.648021697998,"spread":0.02625242286980569', '"stage":"final","status":"timed","time_us":835.8432292938232,"spread":0.03024439122060291', '"stage":"tiebreak","status":"timed","time_us":854.531192779541', '"stage":"tiebreak","status":"timed","time_us":835.4976177215576'),
     *h("Exhaustive's wall (426 s) is 22 s above run 19's (404 s)", RUN23, "exhaustive: wall 426.4 s"),
@@ -240,7 +239,7 @@ ROWS += [
     *h("Runs 22-23's default logs put 1.2-2.2 s before the first timing of M=16 and M=64", RUN22D, '"unix_s":1796323474.667', '"unix_s":1796323475.911', '"unix_s":1796323478.351', '"unix_s":1796323480.563'),
     *h("Runs 22-23's default logs put 1.2-2.2 s before the first timing of M=16 and M=64", RUN23D, '"unix_s":1796324038.093', '"unix_s":1796324039.916', '"unix_s":1796324042.282', '"unix_s":1796324044.21'),
     *h("takes default's timings over the six batch sizes from 244-246 to 216-220 (-11 %)", "search_replay_2026-12-03_fp8-round0-sweep.txt", "round0_max=28 local_rounds=3: timed total 244;", "round0_max=28 local_rounds=3: timed total 246;", "round0_max=14 local_rounds=2: timed total 216;", "round0_max=14 local_rounds=2: timed total 220;"),
-    *h("At most ~10 % fewer timings", "search_replay_2026-12-03_fp8-round0-sweep.txt", "round0_max=14 local_rounds=2: timed total 220;"),
+    *h("At most ~10 % fewer timings", "search_replay_2026-12-03_fp8-round0-sweep.txt", "round0_max=14 local_rounds=2: timed total 220;", "round0_max=28 local_rounds=3: timed total 244;"),
     # Run 25
     *h("shared kernels included): 4 passed.", "pytest_h200_2026-12-03_run25.txt", "4 passed, 151 deselected in 38.81s"),
     *h("last worker ready 6.45 s (spawned, opens the GPU) / 5.26 (compile-only spawned) / 0.12 (forked) / 0.09 (forked + shared); all 30 configs compiled 7.62 / 6.40 / 2.03 / 2.24 s; the main process then launched the 30 configs in 2.71 s and compiled 0 kernels itself.", CW25, "median last_ready: opens GPU 6.45 s, compile-only spawned 5.26 s, compile-only forked 0.12 s, forked + shared 0.09 s", "median all_compiled_s: opens GPU 7.62 s, compile-only spawned 6.40 s, compile-only forked 2.03 s, forked + shared 2.24 s", "main process launched 30 compile-only-compiled configs in 2.71 s; kernels compiled by it: 0"),
@@ -252,7 +251,6 @@ ROWS += [
     *h("256 1.014 0.003 0.968 <- outside 1 %: a miss", RUN25, "256 192.25 8 3.1 | 192.86 199.21 0.968 190.25 1.014 0.003"),
     *h("At M=256, default's pick M32_N256_K128_G1_w4_s4 re-timed 1.4 % slower than exhaustive's", RUN25, "0.968 190.25 1.014 0.003 28.2 0.112 | M32_N256_K128_G1_w4_s4"),
     *h("5 stages and 8 warps, both slower (223-228 us)", RUN25D, '"stage":"refine","status":"timed","time_us":223.73759746551514', '"stage":"refine","status":"timed","time_us":227.77280807495117'),
-    *h("That leaves ~13 s, ~58 ms per timing, spent on the host.", RUN22, "gpu 18.7 s; setup 0.9 s, waiting for compile workers 7.5 s; timed 223"),
     *h("the main process took 2.71 s for its first launch of 30 configs whose binaries were already cached (~90 ms a config)", CW25, "main process launched 30 compile-only-compiled configs in 2.71 s"),
     # Run 26
     *h("1 1.001 0.006 0.988 5.1 s 7.5 s", RUN26, "1 28.65 25 5.1 | 29.03 29.38 0.988 29.00 1.001 0.006 7.5 0.680"),
@@ -261,8 +259,7 @@ ROWS += [
     # The phases: the 217 records of the default log that carry phases_ms; "for the first time"
     # is the first record of a config (its key) in the log, "again" every later one; medians per
     # phase, and their sum over all 217 records (7.95 s).
-    *h("a config timed for the first time: first call 4.2 ms, capture 4.6, warm-up 1.8, timed replays 5.5; - a config timed again: first call 0.8 ms, capture 4.1, warm-up 9.9, timed replays 8.4. Summed, the screen timings hold 8.0 s;", RUN26D, '"phases_ms":{"first":'),
-    *h("So the main process's first call of a config whose binary a worker compiled costs ~4 ms, not the ~90 ms guessed from compile_workers' launch check.", CW25, "main process launched 30 compile-only-compiled configs in 2.71 s"),
+    *h("far below the ~90 ms guessed from compile_workers' launch check.", CW25, "main process launched 30 compile-only-compiled configs in 2.71 s"),
     *h("A tenth of exhaustive would be ~13 s, and setup plus GPU-seconds alone are 13.4 s.", RUN26, "exhaustive: wall 132.4 s", "gpu 12.4 s; setup 1.0 s"),
     *h("**67.6 s of wall** (target: 5 min; runs 3-4 took 108-135 s). It timed 1,040 configs, with 43.0 GPU-seconds and 17.6 s of waits", RUN26B, "default: wall 67.6 s (process 71.3 s), cpu 310.4 s (compile workers 255.2), gpu 43.0 s; setup 0.7 s, waiting for compile workers 17.6 s; timed 1040"),
     *h("runs 3-4 took 108-135 s", RUN3, "default: wall 108.1 s"),
@@ -283,11 +280,6 @@ ROWS += [
     *h("def/vllm at M=64 is 1.002, against a 0.2 % spread", RUN26, "174.09 173.75 1.002 173.62 1.003 0.002"),
 ]
 
-ROWS += [
-    # ~4 ms: the median first call of a config timed for the first time (see the phases above)
-    *h("So the main process's first call of a config whose binary a worker compiled costs ~4 ms, not the ~90 ms guessed from compile_workers' launch check.", RUN26D, '"phases_ms":{"first":'),
-]
-
 
 def d(quote: str, name: str, *evidence: str) -> list[tuple[str, ...]]:
     """Rows for docs/design.md, whose figures come from the same runs' outputs."""
@@ -306,8 +298,5 @@ ROWS += [
     *d("(11.7 s of exhaustive's M=1 on the H200, 3.8-5.1 s after)", RUN12, "28.00 1.002 0.006 11.7 0.991"),
     *d("(11.7 s of exhaustive's M=1 on the H200, 3.8-5.1 s after)", RUN13, "28.09 0.997 0.009 3.8 1.211"),
     *d("(11.7 s of exhaustive's M=1 on the H200, 3.8-5.1 s after)", RUN14, "26.96 1.016 0.005 5.1 1.084"),
-    # run 26's default log, the same computation as the notebook's phases (first call 4.2 ms for
-    # a config's first timing; capture 4.6 ms then, 4.1 ms for a config timed again)
-    *d("(first call of a worker-compiled config ~4 ms, capture 4.1-4.6 ms)", RUN26D, '"phases_ms":{"first":'),
 ]
 # fmt: on

@@ -475,5 +475,12 @@ ROWS: list[tuple[str, ...]] = [
         f"{GT}/issue33_uncut_card.txt",
         "NVIDIA H100 80GB HBM3",
     ),
+    # the full test suite's run, CI=true, on this VM (docs/testing.md)
+    (
+        "docs/testing.md",
+        '"1019 passed, 49 skipped, 3 deselected in 2732.29s"',
+        "benchmarks/results/full_suite_2026-12-06.txt.gz",
+        "1019 passed, 49 skipped, 3 deselected in 2732.29s (0:45:32)",
+    ),
 ]
 ROWS += [(f"{W19}/NOTES.md", W19_GAINS, f"{W19}/report.md", r) for r in W19_GAIN_ROWS]

@@ -73,7 +73,6 @@ class Claim:
 HISTORY = headline_figures.HISTORY
 SLURM = "benchmarks/results/slurm_2026-12-04"
 SLURM6 = "benchmarks/results/slurm_2026-12-06"
-EMBEDDED = "benchmarks/results/embedded_default_time_2026-12-06.txt"
 EMBEDDED_NOW = "benchmarks/results/embedded_default_time_2026-12-06_gsm8k_both_arms.txt"
 EMBEDDED_BEFORE_BOTH_ARMS = (
     "benchmarks/results/embedded_default_time_2026-12-06_before_gsm8k_both_arms.txt"

@@ -325,3 +325,24 @@ def test_arms_that_cannot_differ_still_list_repeats_used_and_why():
     assert lines[0] == "#### Repeats per point" and "verdict" not in "\n".join(lines)
     line = next(ln for ln in lines if ln.startswith("| 32-4"))
     assert "3 of 5: settled" in line
+
+
+def test_the_stage_log_gives_the_reason_the_records_carry(capsys):
+    """measure._decide_repeat's log line per stopped point, in the case where decide's own
+    reason ("cap reached") and the record's ("settled", no metric open at the cap) differ."""
+    from types import SimpleNamespace
+
+    from cellbench.serve import measure
+
+    stop = _stop(SERIES, minimum=3, cap=3)
+    runs = {"untuned": SimpleNamespace(points=[]), "tuned": SimpleNamespace(points=[])}
+    for rep in range(3):
+        for (isl, osl), values in SERIES.items():
+            runs["untuned"].points.append(_point(isl, osl, rep, 100.0))
+            runs["tuned"].points.append(_point(isl, osl, rep, values[rep]))
+        measure._decide_repeat(stop, runs, ["untuned", "tuned"], rep)
+    said = [ln for ln in capsys.readouterr().err.splitlines() if "valid pairs" in ln]
+    assert len(said) == 3
+    assert any("8-4 c1: settled after 3 valid pairs" in ln for ln in said), said
+    assert any("16-4 c1: settled after 3 valid pairs" in ln for ln in said), said
+    assert any(f"32-4 c1: {sequential.CAP} after 3 valid pairs" in ln for ln in said), said

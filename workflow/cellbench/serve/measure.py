@@ -404,7 +404,7 @@ def _restart(
 def _gsm8k_sides(cfg: StageConfig, runs: dict[str, _SideRun], instance: int) -> None:
     """GSM8K instance ``instance`` on every side's server at once: the load grid is over, so
     nothing timed runs beside it, and each side's lm-eval writes its own folder. Every side
-    is waited for; the first failure is raised after, with every dead server reported."""
+    is waited for; then a dead server is reported first, else the first lm-eval failure."""
     folders = {run.side.log_path.parent for run in runs.values()}
     if len(folders) < len(runs):  # sides that share a folder (an images job) take turns
         for name, run in runs.items():
@@ -412,12 +412,10 @@ def _gsm8k_sides(cfg: StageConfig, runs: dict[str, _SideRun], instance: int) -> 
             _check_alive(runs, f"during lm-eval instance {instance} on the {name} server")
         return
     with ThreadPoolExecutor(max_workers=len(runs)) as pool:
-        futures = {
-            name: pool.submit(_gsm8k_instance, cfg, run, instance) for name, run in runs.items()
-        }
-        errors = {name: f.exception() for name, f in futures.items()}
+        futures = [pool.submit(_gsm8k_instance, cfg, run, instance) for run in runs.values()]
+        errors = [f.exception() for f in futures]
     _check_alive(runs, f"during lm-eval instance {instance} (all sides at once)")
-    for error in errors.values():
+    for error in errors:
         if error is not None:
             raise error
 

@@ -205,13 +205,15 @@ class CandidateSteps:
 
     def _compile_budget(self, m: int) -> int | None:
         """New kernels allowed at batch size m: the larger budget at the first batch size of
-        each M-dependent specialisation (nothing compiled for it can be reused yet)."""
+        each M-dependent specialisation (nothing compiled for it can be reused yet) and at a
+        batch size far from the one tuned before it (what was compiled there suits other
+        tiles: see `_far`)."""
         if self.opt.compile_budget is None:
             return None
         first, later = self.opt.compile_budget
         spec = self._spec(m)
         self.class_first.setdefault(spec, m)
-        return first if self.class_first[spec] == m else later
+        return first if self.class_first[spec] == m or self._far(m) else later
 
     def _new_at(self, m: int) -> int:
         return self.new_compiles.get(m, 0)

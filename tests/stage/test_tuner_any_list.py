@@ -129,3 +129,27 @@ def test_sparse_lists_reach_exhaustive_on_recorded_h100_timings(ms: list[int]) -
     if ms == [1, 16, 4096]:
         old = _replay(ms, seeds=3, near_log2=1e9)
         assert statistics.median(old[4096]["ratios"]) > 1.02, old[4096]
+
+
+def test_pre_registered_lists_and_step_refusals() -> None:
+    """The committed lists are the tuner's own tiers, and a malformed step of the benchmark
+    driver is refused naming the step, before anything runs."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import tuner_any_list as tal
+
+    lists = tal.load_lists()
+    assert lists["standard18"] == VLLM_DEFAULT and lists["aiter16"] == AITER16
+    assert lists["sparse3"] == [1, 16, 4096] and lists["alone4096"] == [4096]
+    step = tal.parse_step("tune:fp8:exhaustive:standard18:1-2048@300", lists)
+    assert step["ms"] == VLLM_DEFAULT[:16] and step["cap_s"] == 300.0
+    assert step["tag"] == "fp8-exhaustive-standard18-M1-2048"
+    assert tal.parse_step("retime:bf16", lists)["kind"] == "retime"
+    for bad in (
+        "tune:fp16:default:standard18",
+        "tune:fp8:default:nolist",
+        "tune:fp8:default:sparse3:20-30",
+        "tune:fp8:default:sparse3:a-b",
+        "retime:x",
+    ):
+        with pytest.raises(ValueError, match="step"):
+            tal.parse_step(bad, lists)

@@ -4,11 +4,11 @@
 The lists, dtypes, targets and plan are in benchmarks/tuner_lists.json, committed before the
 device run. This script runs the steps one device call holds, in the order given:
 
-  tune:DTYPE:MODE:LIST[:LO-HI][@CAP]  one tuner process (`cellbench.tune --backend vllm`,
+  tune:DTYPE:MODE:LIST[:LO-HI][@CAP][/wN]  one tuner process (`cellbench.tune --backend vllm`,
         fresh Triton cache, vLLM's shipped H200 file as seed) over LIST's sizes (only those in
-        LO..HI if given), its own time budget at most CAP seconds; its process wall (start to
-        exit) is measured here. DTYPE: fp8 (block [128,128]) or bf16; MODE: default or
-        exhaustive.
+        LO..HI if given), its own time budget at most CAP seconds, N compile workers (default
+        --compile-workers); its process wall (start to exit) is measured here. DTYPE: fp8
+        (block [128,128]) or bf16; MODE: default or exhaustive.
   retime:DTYPE  per batch size, every config some run picked there (each list's default pick,
         exhaustive's, for bf16 the recorded exhaustive picks, vLLM's shipped config), each once,
         re-timed side by side (interleaved CUDA-graph replays of the whole fused call, same
@@ -73,12 +73,24 @@ def load_lists(smoke: bool = False) -> dict[str, list[int]]:
 
 def parse_step(text: str, lists: dict[str, list[int]]) -> dict:
     """A step string -> {kind, dtype, ...}; ValueError naming the part that is wrong."""
+    text_all = text
+    text, _, workers = text.partition("/w")
+    try:
+        n_workers = int(workers) if workers else None
+    except ValueError:
+        raise ValueError(f"step {text_all!r}: /wN must be a number of compile workers") from None
+    step = _parse_step(text, lists)
+    step.update(text=text_all, workers=n_workers)
+    return step
+
+
+def _parse_step(text: str, lists: dict[str, list[int]]) -> dict:
     body, _, cap = text.partition("@")
     parts = body.split(":")
     if parts[0] == "retime" and len(parts) == 2 and parts[1] in DTYPES and not cap:
         return {"kind": "retime", "dtype": parts[1], "text": text}
     if parts[0] != "tune" or len(parts) not in (4, 5):
-        raise ValueError(f"step {text!r}: expected tune:DTYPE:MODE:LIST[:LO-HI][@CAP] or "
+        raise ValueError(f"step {text!r}: expected tune:DTYPE:MODE:LIST[:LO-HI][@CAP][/wN] or "
                          "retime:DTYPE")  # fmt: skip
     _, dtype, mode, name, *rng = parts
     if dtype not in DTYPES or mode not in MODES or name not in lists:
@@ -157,8 +169,8 @@ class Call:
         dtype, smoke = step["dtype"], self.a.smoke
         cache = tempfile.mkdtemp(prefix=f"triton-{step['tag']}-")
         extra = ["--backend", "vllm", "--vllm-source", os.environ["CELLBENCH_VLLM_SOURCE"]]
-        if not smoke:
-            extra += ["--compile-workers", str(self.a.compile_workers)]
+        if not smoke:  # fewer workers where their GPU memory would not fit (large M)
+            extra += ["--compile-workers", str(step["workers"] or self.a.compile_workers)]
         seed = th.REF_DIR / vk.SHIP[dtype] if step["mode"] == "default" else None
         print(f"== {step['text']}: M={','.join(map(str, step['ms']))}, budget {budget:.0f} s, "
               f"{self.left():.0f} s of the call left", flush=True)  # fmt: skip

@@ -144,6 +144,7 @@ def test_pre_registered_lists_and_step_refusals() -> None:
     assert step["ms"] == VLLM_DEFAULT[:16] and step["cap_s"] == 300.0
     assert step["tag"] == "fp8-exhaustive-standard18-M1-2048"
     assert tal.parse_step("retime:bf16", lists)["kind"] == "retime"
+    assert tal.parse_step("tune:fp8:default:aiter16@150/w6", lists)["workers"] == 6
     for bad in (
         "tune:fp16:default:standard18",
         "tune:fp8:default:nolist",

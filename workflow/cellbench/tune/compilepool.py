@@ -204,6 +204,9 @@ def _warm(
         be.output(probs[m], cfg)
         if torch.cuda.is_available():
             torch.cuda.synchronize()
+            # cached blocks of every worker add up: 12 workers held 5.85 GiB each at M=8192
+            # (fp8, one H100), and M=16384 ran out of GPU memory
+            torch.cuda.empty_cache()
 
     return _reported(work)
 

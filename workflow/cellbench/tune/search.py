@@ -141,6 +141,7 @@ class Tuner(CandidateSteps, DefaultSearch, FinalPick):
         self.next_m: dict[int, int] = {}  # batch size -> the one tuned after it
         self.prev_of: dict[int, int | None] = {}  # batch size -> the one tuned before it
         self.last_m: int | None = None
+        self.warmed: set[int] = set()  # batch sizes whose first timing was thrown away
 
     def _over_budget(self) -> bool:
         b = self.opt.time_budget_s
@@ -176,6 +177,9 @@ class Tuner(CandidateSteps, DefaultSearch, FinalPick):
                 if not ok:
                     continue
             limit = best * self.opt.abandon_factor if abandon and math.isfinite(best) else None
+            if m not in self.warmed:  # the first timing at a batch size runs slow: see there
+                self.warmed.add(m)
+                self._warm_up(m, key, cfg, problems)
             t = self._time(m, cfg, key, stage, problems, repeats, limit)
             if t is None:
                 continue

@@ -123,9 +123,6 @@ class ReplayTuner(Tuner):
         draw = [self.rng.choice(samples) for _ in range(n)]
         return Timing(statistics.median(draw), draw, REPLAY_METHOD)
 
-    def _warm_up(self, m, key, cfg, problems):
-        pass  # nothing runs: the recorded samples are the timings
-
     def _check(self, m, cfg, key, problems, ref):
         self._note_compiled(m, key)
         if self._draw(m, cfg, 1) is None:

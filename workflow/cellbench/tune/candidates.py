@@ -117,26 +117,6 @@ class CandidateSteps:
         self._record_timed(m, key, cfg, stage, t)
         return t
 
-    def _warm_up(self, m: int, key: str, cfg: dict[str, int], problems: list[Any]) -> None:
-        """A timing thrown away before the first one kept at a batch size. On an H100 (fp8,
-        vLLM's kernel, 18 sizes) the first config timed at each M >= 1024 measured 7-13% slow
-        (M=1024: the previous size's pick 342.5 us in round 0, 302.9 us when halving re-timed
-        it), and being that pick, it sent the local search around another config (1.028x
-        exhaustive's pick). Not logged, not counted as a timing; its GPU seconds count."""
-        if not self.opt.on_gpu:
-            return
-        self._pool_wait(m, key, cfg)
-        t0 = time.perf_counter()
-        try:
-            time_calls([self.backend.call(p, cfg) for p in problems], on_gpu=True,
-                       graph_calls=self.opt.graph_calls,
-                       repeats=self.opt.halving_repeats[0])  # fmt: skip
-        except Exception:  # noqa: BLE001 - the timing that follows records the failure
-            pass
-        finally:
-            self._note_compiled(m, key)
-            self.stats.gpu_s += time.perf_counter() - t0
-
     def _record_timed(self, m: int, key: str, cfg: dict[str, int], stage: str, t: Timing):
         """Count a timing and write its log record (the record a resumed run reads back)."""
         self.stats.timed += 1
@@ -213,6 +193,17 @@ class CandidateSteps:
         rows = m * topk
         own = getattr(self.backend, "m_specialisation", None)
         return (rows == 1, rows % 16 == 0, *(own(m) if own else ()))
+
+    def _stand_in_m(self, m: int) -> int:
+        """The smallest batch size whose kernels are m's (same `_spec`): where compile workers
+        run a config to compile it (vLLM's kernel has no compile-only entry), they run it
+        there. At m itself their runs shared the GPU with the timings: on an H100 (fp8, 18
+        sizes) the first configs timed at each M >= 1024 measured 7-13% slow, and one was
+        the previous size's pick (M=1024: 342.5 us in round 0, 302.9 us re-timed), so the
+        local search went round another tile (1.028x exhaustive's pick); 12 workers at
+        M=16384 also ran the GPU out of memory."""
+        spec = self._spec(m)
+        return next((x for x in range(1, min(m, 64)) if self._spec(x) == spec), m)
 
     def _is_compiled(self, m: int, key: str) -> bool:
         return (self._spec(m), key) in self.compiled

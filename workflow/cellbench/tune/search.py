@@ -123,6 +123,8 @@ class Tuner(CandidateSteps, DefaultSearch, FinalPick):
         self.opt = options
         self.log = log
         self.pool = compile_pool
+        if compile_pool is not None and not getattr(compile_pool, "compile_only", True):
+            compile_pool.warm_m = self._stand_in_m  # workers that run kernels run small ones
         self.progress = progress or (lambda s: print(s, file=sys.stderr, flush=True))
         self.stats = Stats()
         self.failed: set[str] = set(log.failed_keys())
@@ -141,7 +143,6 @@ class Tuner(CandidateSteps, DefaultSearch, FinalPick):
         self.next_m: dict[int, int] = {}  # batch size -> the one tuned after it
         self.prev_of: dict[int, int | None] = {}  # batch size -> the one tuned before it
         self.last_m: int | None = None
-        self.warmed: set[int] = set()  # batch sizes whose first timing was thrown away
 
     def _over_budget(self) -> bool:
         b = self.opt.time_budget_s
@@ -177,9 +178,6 @@ class Tuner(CandidateSteps, DefaultSearch, FinalPick):
                 if not ok:
                     continue
             limit = best * self.opt.abandon_factor if abandon and math.isfinite(best) else None
-            if m not in self.warmed:  # the first timing at a batch size runs slow: see there
-                self.warmed.add(m)
-                self._warm_up(m, key, cfg, problems)
             t = self._time(m, cfg, key, stage, problems, repeats, limit)
             if t is None:
                 continue

@@ -299,7 +299,42 @@ def report_lines(runs: dict, retimes: dict, earlier: dict | None = None) -> list
         for name in lists:
             for m in sorted(rt["labels"], key=int):
                 lines.append(_row(name, m, rt))
+        lines += target_lines(dtype, rt, lists)
     return [x for x in lines if x]
+
+
+def _ratios(rt: dict, name: str) -> tuple[dict[int, float], list[int]]:
+    """(size -> default/reference where both were re-timed, sizes with no reference)."""
+    got, none = {}, []
+    for m, labels in rt["labels"].items():
+        key, timed = labels.get(f"default:{name}"), rt["timed"].get(m, {})
+        ref = labels.get("exhaustive") or labels.get("exhaustive-recorded")
+        if key is None:
+            continue
+        d, r = timed.get(key, {}).get("call_us"), timed.get(ref, {}).get("call_us")
+        if d and r:
+            got[int(m)] = d / r
+        else:
+            none.append(int(m))
+    return got, sorted(none)
+
+
+def target_lines(dtype: str, rt: dict, lists: list[str]) -> list[str]:
+    """Per list: the worst default/reference ratio, and the sizes over the 1.01 target."""
+    target = json.loads(LISTS_FILE.read_text())["targets"]["pick_ratio_max"]
+    out = []
+    for name in lists:
+        got, none = _ratios(rt, name)
+        if not got:
+            continue
+        worst = max(got, key=got.get)
+        over = [m for m, r in sorted(got.items()) if r > target]
+        tail = f"; no reference at M={','.join(map(str, none))}" if none else ""
+        out.append(
+            f"{dtype} {name}: def/ref {min(got.values()):.3f}-{got[worst]:.3f} at "
+            f"{len(got)} sizes (worst M={worst}); over {target}: {over or 'none'}{tail}"
+        )
+    return out
 
 
 def wall_lines(runs: dict) -> list[str]:
@@ -323,6 +358,12 @@ def wall_lines(runs: dict) -> list[str]:
                    f"exhaustive {exh:.1f} s over {len(covered)} sizes in {len(parts)} "
                    f"processes: {dw / exh:.3f}; exhaustive's start-up counted once "
                    f"({exh - extra:.1f} s): {dw / (exh - extra):.3f}")  # fmt: skip
+        sec, n = d["seconds"], d["counts"]["timed"]
+        out.append(f"{dtype} default: {n} timings, GPU {sec['gpu']:.1f} s "
+                   f"({sec['gpu'] / n * 1e3:.0f} ms a timing, {sec['gpu'] / exh:.3f} of "
+                   f"exhaustive's process wall), waiting for compile workers "
+                   f"{sec['compile_wait']:.1f} s, setup {sec['setup']:.1f} s; a tenth of "
+                   f"exhaustive's is {exh / 10:.1f} s")  # fmt: skip
     return out
 
 
@@ -365,15 +406,27 @@ def recorded_picks(path: Path) -> int:
     return 0
 
 
-def report(folder: Path) -> int:
+def report(folder: Path, upto: str | None = None, md: Path | None = None) -> int:
+    """The tables from every call's files in folder (a later call's run or re-time of the
+    same name stands), or from the calls whose tag sorts up to `upto` only."""
     runs: dict = {}
     retimes: dict = {}
     for f in sorted(folder.glob("runs_*.json")):
-        runs.update(json.loads(f.read_text())["runs"])
+        if upto is None or f.stem.removeprefix("runs_") <= upto:
+            runs.update(json.loads(f.read_text())["runs"])
     for f in sorted(folder.glob("retime_*.json")):
-        retimes.update(json.loads(f.read_text())["retime"])
-    for line in report_lines(runs, retimes):
+        if upto is None or f.stem.removeprefix("retime_") <= upto:
+            retimes.update(json.loads(f.read_text())["retime"])
+    lines = report_lines(runs, retimes)
+    for line in lines:
         print(line)
+    if md is not None:  # the same tables as a page, named as a script's table is
+        cards = sorted({rt["device"] for rt in retimes.values()})
+        head = [f"# Tables of {folder.name}{' up to ' + upto if upto else ''}", "",
+                f"Written by `python3 benchmarks/tuner_any_list.py report {folder}"
+                f"{' --upto ' + upto if upto else ''} --md {md}` from the runs and re-times "
+                f"there; card of every figure: {', '.join(cards)}.", "", "```"]  # fmt: skip
+        atomicio.write_text(md, "\n".join(head + lines + ["```", ""]))
     return 0
 
 
@@ -383,6 +436,8 @@ def main() -> int:
     ap.add_argument("args", nargs="*", help="run: steps; recorded-picks: FILE; report: DIR")
     ap.add_argument("--out", default=os.environ.get("OUT") or "benchmarks/results/tmp")
     ap.add_argument("--tag", default="call", help="run: the output files' suffix")
+    ap.add_argument("--upto", help="report: only the calls whose tag sorts up to this one")
+    ap.add_argument("--md", help="report: also write the tables as a markdown page here")
     ap.add_argument("--budget-s", type=float, default=560.0, help="run: wall budget of the call")
     ap.add_argument("--runs-from", action="append", help="run: runs JSON of an earlier call")
     ap.add_argument("--recorded", help="run: recorded bf16 exhaustive picks (recorded-picks)")
@@ -398,7 +453,7 @@ def main() -> int:
     if a.action == "report":
         if len(a.args) != 1:
             ap.error("report: expected one results folder")
-        return report(Path(a.args[0]))
+        return report(Path(a.args[0]), a.upto, Path(a.md) if a.md else None)
     lists = load_lists(a.smoke)
     try:
         steps = [parse_step(s, lists) for s in a.args]

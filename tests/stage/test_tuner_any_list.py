@@ -154,3 +154,33 @@ def test_pre_registered_lists_and_step_refusals() -> None:
     ):
         with pytest.raises(ValueError, match="step"):
             tal.parse_step(bad, lists)
+
+
+def test_workers_that_run_kernels_run_them_at_a_stand_in_size(tmp_path: Path) -> None:
+    """Compile workers that open the GPU (here: CPU workers of the builtin kernel, which are
+    not compile-only) are handed the smallest batch size with the same kernel
+    specialisation, so their runs stay small; on vLLM's kernel (Qwen3-30B fp8) that is M=6
+    for every M >= 6, and the few-token sizes keep their own."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import search_replay
+    from cellbench.tune.compilepool import CompilePool
+    from cellbench.tune.shapes import MoEShape
+
+    be = search_replay.VllmReplayBackend(search_replay.SHAPES["fp8"])
+    opts = TuneOptions(on_gpu=False)
+    t = Tuner(be, spaces.cuda_space((128, 128)), n=768, k=2048, operand_bytes=1, limits=H100,
+              options=opts, log=artifacts.TuningLog(tmp_path / "l"))  # fmt: skip
+    stand = {m: t._stand_in_m(m) for m in (1, 2, 3, 4, 6, 8, 1024, 4096, 32768)}
+    assert stand == {1: 1, 2: 2, 3: 1, 4: 2, 6: 6, 8: 6, 1024: 6, 4096: 6, 32768: 6}
+    assert all(t._spec(s) == t._spec(m) for m, s in stand.items())
+    shape = MoEShape(num_experts=8, intermediate_size=32, hidden_size=64, topk=2)
+    pool = CompilePool(1, "builtin", shape.to_dict(), "fp32", -1)
+    try:
+        assert not pool.compile_only and pool._args(64, {})[0] == 64
+        tiny = Tuner(None, spaces.tiny_space(), n=32, k=64, operand_bytes=4, limits=H100,
+                     options=TuneOptions(on_gpu=False), log=artifacts.TuningLog(tmp_path / "m"),
+                     compile_pool=pool)  # fmt: skip
+        assert pool.warm_m == tiny._stand_in_m
+        assert pool._args(64, {})[0] == tiny._stand_in_m(64) < 64
+    finally:
+        pool.close()

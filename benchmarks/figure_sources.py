@@ -1,0 +1,233 @@
+"""How each published figure is computed from its result file (render_figures.py's families).
+
+A family is a function `(Sources, *args) -> str`; a page names it as `family:arg:arg...`. Paths
+in names are relative to benchmarks/results/ unless they start with a top-level folder of the
+repository (workflow/, tests/, .ci/). Every file is read through `Sources`, which keeps the list
+of what was read and raises FileNotFoundError for a file missing from the working tree.
+"""
+
+from __future__ import annotations
+
+import gzip
+import re
+import tarfile
+from pathlib import Path
+
+TOP = ("workflow/", "tests/", ".ci/", "benchmarks/")
+
+
+class Sources:
+    """Files of one working tree, read only from that tree."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.read: list[str] = []
+
+    def path(self, name: str) -> str:
+        return name if name.startswith(TOP) else f"benchmarks/results/{name}"
+
+    def text(self, name: str) -> str:
+        rel = self.path(name)
+        member = None
+        if "::" in rel:  # ARCHIVE.tar.gz::MEMBER, one member of a committed tarball
+            rel, member = rel.split("::", 1)
+        file = self.root / rel
+        if not file.is_file():
+            raise FileNotFoundError(2, "missing", rel)
+        shown = rel if member is None else f"{rel}::{member}"
+        if shown not in self.read:
+            self.read.append(shown)
+        if member is not None:
+            with tarfile.open(file) as tar:
+                data = tar.extractfile(member).read()
+        else:
+            data = file.read_bytes()
+            if rel.endswith(".gz"):
+                data = gzip.decompress(data)
+        return data.decode(errors="replace")
+
+
+def search(src: Sources, name: str, pattern: str, flags: int = re.M) -> re.Match:
+    # the last match: a file that prints a summary twice means its final one
+    m = next(iter(reversed(list(re.finditer(pattern, src.text(name), flags)))), None)
+    if m is None:
+        raise LookupError(f"{src.path(name)} holds no line matching {pattern!r}")
+    return m
+
+
+# ---- cards and software --------------------------------------------------------------------
+
+CARD = re.compile(r"\b(H100|H200|A100|MI\d{3}X?)\b")
+
+
+def card(src: Sources, name: str) -> str:
+    """The card's short name from a run's device line ('device: NVIDIA H100 80GB HBM3')."""
+    line = search(src, name, r"^#?\s*(?:device|Card|GPU)\b.*$", re.M | re.I).group(0)
+    m = CARD.search(line)
+    if m is None:
+        raise LookupError(f"{src.path(name)}: no card name in {line!r}")
+    return m[1]
+
+
+def device(src: Sources, name: str) -> str:
+    """The full device name as the run printed it."""
+    return search(src, name, r"^device: (.+)$")[1].strip()
+
+
+def vllm_ops(src: Sources, name: str) -> str:
+    """Which ops a builtin-vs-vLLM run's vLLM side ran: its own compiled ones or the project's."""
+    text = src.text(name)
+    compiled = re.findall(r"^(?:vllm column|vLLM call's):? ?(\w+): vLLM [\d.]+ _", text, re.M)
+    wanted = {"moe_align_block_size", "silu_and_mul", "activation_quant", "moe_sum"}
+    if wanted <= set(compiled):
+        return "vLLM's own compiled align, SiLU-and-mul, quantisation and sum"
+    if not compiled:
+        return "the project's own align, SiLU-and-mul, quantisation and sum"
+    raise LookupError(f"{src.path(name)}: vLLM side mixes ops: {sorted(compiled)}")
+
+
+# ---- builtin kernel against vLLM's (builtin_vs_vllm_*.txt) ---------------------------------
+
+
+def bvv_rows(src: Sources, name: str) -> dict[int, dict[str, float]]:
+    """M -> {'vllm_us', 'new', 'gemms', 'spread'}: builtin over vLLM, column `new`."""
+    rows = {}
+    row = re.compile(r"^\s*(\d+)\s+([\d.]+) \|\s+([\d.]+)\s.*?\|\s+([\d.]+)\s.*?\|\s+([\d.]+) \|")
+    for line in src.text(name).splitlines():
+        m = row.match(line)
+        if m:
+            rows[int(m[1])] = {
+                "vllm_us": float(m[2]),
+                "new": float(m[3]),
+                "gemms": float(m[4]),
+                "spread": float(m[5]),
+            }
+    if not rows:
+        raise LookupError(f"{src.path(name)}: no builtin/vLLM table rows")
+    return rows
+
+
+def span(values, fmt: str = "{:.3f}") -> str:
+    values = list(values)
+    lo, hi = fmt.format(min(values)), fmt.format(max(values))
+    return lo if lo == hi else f"{lo}-{hi}"
+
+
+def bvv_range(src: Sources, name: str, col: str = "new") -> str:
+    return span(r[col] for r in bvv_rows(src, name).values())
+
+
+def bvv_le1(src: Sources, name: str) -> str:
+    """How many batch sizes the builtin's whole call is at or below vLLM's (ratio <= 1)."""
+    return str(sum(r["new"] <= 1.0 for r in bvv_rows(src, name).values()))
+
+
+def bvv_count(src: Sources, name: str) -> str:
+    return str(len(bvv_rows(src, name)))
+
+
+def bvv_slower(src: Sources, name: str) -> str:
+    """The batch sizes where the builtin is slower (ratio above 1)."""
+    return ", ".join(str(m) for m, r in bvv_rows(src, name).items() if r["new"] > 1.0)
+
+
+def bvv_at(src: Sources, name: str, m: str, col: str = "new") -> str:
+    return f"{bvv_rows(src, name)[int(m)][col]:.3f}"
+
+
+def bvv_worst(src: Sources, name: str) -> str:
+    m, r = max(bvv_rows(src, name).items(), key=lambda kv: kv[1]["new"])
+    return f"{r['new']:.3f} at M={m}"
+
+
+# ---- timing files ---------------------------------------------------------------------------
+
+
+def minutes(seconds: float) -> str:
+    whole = round(seconds)
+    return f"{whole // 60} min {whole % 60} s"
+
+
+def embedded_wall(src: Sources, name: str) -> str:
+    """`snakemake all`'s elapsed time in an embedded_default_time_*.txt, as 'M min S s'."""
+    m = search(
+        src, name, r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (?:(\d+):)?(\d+):([\d.]+)"
+    )
+    return minutes(int(m[1] or 0) * 3600 + int(m[2]) * 60 + float(m[3]))
+
+
+def embedded_commit(src: Sources, name: str) -> str:
+    return search(src, name, r"^# commit ([0-9a-f]{7})")[1]
+
+
+def embedded_cores(src: Sources, name: str) -> str:
+    return search(src, name, r"^# (\d+) cores")[1]
+
+
+def pytest_summary(src: Sources, name: str) -> str:
+    """A pytest run's last summary line without its '=' rule ('3 passed in 9.1s (0:00:09)')."""
+    m = search(src, name, r"^=+ ((?:\d+ \w+, )*\d+ \w+ in [\d.]+s(?: \([\d:]+\))?) =+$")
+    return m[1]
+
+
+def pytest_counts(src: Sources, name: str) -> str:
+    """The summary's counts only ('1 failed, 249 passed, 12 skipped')."""
+    return pytest_summary(src, name).split(" in ")[0]
+
+
+def slurm_wall(src: Sources, name: str, what: str) -> str:
+    """A wall the Slurm test printed: `what` is 'default' or 'scancel'."""
+    label = {"default": r"embedded default through Slurm", "scancel": r"scancel \+ rerun"}[what]
+    return search(src, name, rf"\[test_slurm\] {label}: (\d+) s")[1] + " s"
+
+
+def bench_tsv(src: Sources, name: str) -> str:
+    """The wall seconds of a Snakemake benchmark file (first column of its data row)."""
+    return search(src, name, r"^([\d.]+)\t")[1] + " s"
+
+
+def tuner_walls(src: Sources, name: str) -> str:
+    """'default D s / exhaustive E s = R' from a tuner run's summary lines."""
+    d = float(search(src, name, r"^\s*default: wall ([\d.]+) s")[1])
+    e = float(search(src, name, r"^exhaustive: wall ([\d.]+) s")[1])
+    return f"{d:.1f} s / {e:.1f} s = {d / e:.3f}"
+
+
+def vllm_kernel_process(src: Sources, name: str) -> str:
+    """Whole tuner processes, default over exhaustive, as a tuner_vllm_kernel run printed them."""
+    m = search(src, name, r"whole tuner processes .*?: default ([\d.]+) s / exhaustive ([\d.]+) s")
+    return f"{m[1]} s / {m[2]} s = {float(m[1]) / float(m[2]):.3f}"
+
+
+def vllm_kernel_tuning(src: Sources, name: str) -> str:
+    m = search(src, name, r"tuning wall at M=[\d,]+: default ([\d.]+) s / exhaustive ([\d.]+) s")
+    return f"{m[1]} s / {m[2]} s = {float(m[1]) / float(m[2]):.3f}"
+
+
+def grep_int(src: Sources, name: str, key: str) -> str:
+    """A `KEY=VALUE` or `KEY: VALUE` setting in a config or script file."""
+    return search(src, name, rf"\b{re.escape(key)}\s*[=:]\s*\"?([\d.]+)")[1]
+
+
+FAMILIES = {
+    "card": card,
+    "device": device,
+    "vllm-ops": vllm_ops,
+    "bvv-range": bvv_range,
+    "bvv-le1": bvv_le1,
+    "bvv-count": bvv_count,
+    "bvv-slower": bvv_slower,
+    "bvv-at": bvv_at,
+    "bvv-worst": bvv_worst,
+    "embedded-wall": embedded_wall,
+    "embedded-commit": embedded_commit,
+    "embedded-cores": embedded_cores,
+    "pytest": pytest_summary,
+    "pytest-counts": pytest_counts,
+    "slurm-wall": slurm_wall,
+    "bench-tsv": bench_tsv,
+    "tuner-walls": tuner_walls,
+    "vllm-kernel-process": vllm_kernel_process,
+    "vllm-kernel-tuning": vllm_kernel_tuning,
+    "setting": grep_int,
+}

@@ -1,0 +1,125 @@
+"""Generated tables: one row per run or per batch size, computed from the runs' printed files."""
+
+from __future__ import annotations
+
+import re
+
+from figure_sources import Sources, bvv_rows, card, search, span, vllm_ops
+
+
+def _md(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def _run_files(src: Sources, pattern: str) -> list[str]:
+    """Files under benchmarks/results/ matching a glob, by run number."""
+    found = (src.root / "benchmarks/results").glob(pattern)
+    names = [p.name for p in found if p.is_file()]
+
+    def run_no(n: str) -> tuple[int, str]:
+        m = re.search(r"_run(\d+)", n)
+        return (int(m[1]) if m else 0, n)
+
+    return sorted(names, key=run_no)
+
+
+def _sbs(text: str) -> tuple[list[float], list[float]]:
+    """def/exh and def/vllm of the last side-by-side table a tuner run printed."""
+    num = r"\s+[\d.]+"
+    row = re.compile(
+        rf"^\s*(\d+){num}\s+\d+{num} \|{num}{num}\s+([\d.]+)\s+([\d.]+|-)\s+([\d.]+|-)"
+    )
+    de, dv = {}, {}
+    for line in text.splitlines():
+        m = row.match(line)
+        if m:
+            dv[int(m[1])] = float(m[2])
+            if m[4] != "-":
+                de[int(m[1])] = float(m[4])
+    return list(de.values()), list(dv.values())
+
+
+def tuner_runs(src: Sources) -> str:
+    """The builtin kernel's tuner runs: walls of both modes and how the picks compare."""
+    rows = []
+    for name in _run_files(src, "tuner_h200_*_run*.txt"):
+        text = src.text(name)
+        dtype = search(src, name, r"^== (\w+):")[1]
+        sizes = search(src, name, r"^batch_sizes: \[(.*)\]")[1].count(",") + 1
+        d = re.findall(r"^\s*default: wall ([\d.]+) s.*complete=(\w+)", text, re.M)
+        e = re.findall(r"^exhaustive: wall ([\d.]+) s.*complete=(\w+)", text, re.M)
+        de, dv = _sbs(text)
+        ratio = f"{float(d[-1][0]) / float(e[-1][0]):.3f}" if d and e else "-"
+        rows.append(
+            [
+                f"`{name}`",
+                card(src, name),
+                dtype,
+                str(sizes),
+                d[-1][0] if d else "-",
+                f"{e[-1][0]}{'' if e[-1][1] == 'True' else ' (incomplete)'}" if e else "-",
+                ratio,
+                span(de) if de else "-",
+                span(dv) if dv else "-",
+            ]
+        )
+    header = ["run file", "card", "dtype", "batch sizes", "default wall s", "exhaustive wall s"]
+    header += ["default/exhaustive wall", "default pick / exhaustive's", "default pick / shipped"]
+    return _md(header, rows)
+
+
+KERNEL_ROW = re.compile(
+    r"^\| (bf16|fp8_block) \| (\d+) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+)% \|"
+    r" [\d.]+% \| ([\d.]+)% \|"
+)
+
+
+def _kernel_rows(src: Sources, name: str) -> list[tuple[str, ...]]:
+    rows = [m.groups() for m in map(KERNEL_ROW.match, src.text(name).splitlines()) if m]
+    if not rows:
+        raise LookupError(f"{src.path(name)}: no main-table rows")
+    return rows
+
+
+def kernel_runs(src: Sources) -> str:
+    """The builtin kernel's main tables, one row per run, dtype and batch size."""
+    out = []
+    for name in _run_files(src, "kernel_h200_*_run*.txt"):
+        ceil = search(
+            src, name, r"^# ceilings: copy (\d+) GB/s.*?read (\d+) GB/s.*?bf16 matmul (\d+)"
+        )
+        try:
+            rows = _kernel_rows(src, name)
+        except LookupError:
+            continue  # a run that printed only its variants' side tables
+        for dtype, m, gemms, fused, ratio, roof, flop in rows:
+            run = re.search(r"_run(\d+)", name)[1]
+            out.append(
+                [run, card(src, name), ceil[2], ceil[3], dtype, m, gemms, fused, ratio, roof, flop]
+            )
+    header = ["run", "card", "read GB/s", "bf16 matmul TFLOP/s", "dtype", "M", "GEMMs us"]
+    header += ["whole call us", "whole/GEMMs", "GEMMs % of read floor", "GEMMs % of matmul"]
+    return _md(header, out)
+
+
+def bvv_table(src: Sources, name: str) -> str:
+    """A builtin-vs-vLLM run, one row per batch size, with its card and what vLLM's side ran."""
+    rows = bvv_rows(src, name)
+    body = [
+        [
+            str(m),
+            f"{r['vllm_us']:.2f}",
+            f"{r['new']:.3f}",
+            f"{r['gemms']:.3f}",
+            f"{r['spread']:.3f}",
+        ]
+        for m, r in rows.items()
+    ]
+    head = ["M", "vLLM us", "builtin/vLLM, whole call", "GEMMs alone", "spread"]
+    note = f"Card: {card(src, name)}; vLLM's side: {vllm_ops(src, name)}.\n\n"
+    return note + _md(head, body)
+
+
+TABLES = {"tuner-runs": tuner_runs, "kernel-runs": kernel_runs, "bvv-table": bvv_table}

@@ -1,0 +1,202 @@
+"""Render every published figure from the result file it comes from.
+
+A page (README.md, docs/*.md, benchmarks/**/*.md) holds each figure between markers:
+
+    <!-- fig NAME -->VALUE<!-- /fig -->           a figure inside a sentence
+    <!-- table NAME -->                           a table, on lines of its own
+    ...
+    <!-- /table -->
+
+NAME is `family:arg:arg...`; `figure_sources.py` computes each family from files in the working
+tree (a figure whose file is missing is an error: nothing is read back from git history). This
+script writes every VALUE; `--check` renders again and fails on any difference, on an unknown
+name, on a missing source, and on a figure left in the prose outside the markers (a number with
+a unit, a decimal ratio, "N of M", a test count or a card name), where no file would keep it
+true. Pages a program writes whole are not scanned: GENERATED.
+
+    python3 benchmarks/render_figures.py            # write every page
+    python3 benchmarks/render_figures.py --check    # exit 1 on any difference or problem
+    python3 benchmarks/render_figures.py --list     # each figure, its value and its files
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import figure_sources  # noqa: E402
+import figure_tables  # noqa: E402
+
+ROOT = HERE.parent
+FAMILIES = {**figure_sources.FAMILIES, **figure_tables.TABLES}
+
+FIG = re.compile(r"<!-- fig (?P<name>[^ ]+) -->(?P<body>.*?)<!-- /fig -->", re.S)
+TABLE = re.compile(
+    r"(?P<open><!-- table (?P<name>[^ ]+) -->\n)(?P<body>.*?)(?=<!-- /table -->)", re.S
+)
+
+# Pages a program writes whole: the page is the output, its figures are the source.
+GENERATED = (
+    re.compile(r"docs/bad-input\.md"),  # rendered from tests/support's probe tables
+    re.compile(r"benchmarks/results/.*/report\.md"),  # the pipeline's report of that run
+    re.compile(r"benchmarks/results/[a-z_]+_\d{4}-\d{2}-\d{2}\.md"),  # a script's table
+)
+
+# A figure in prose: what the check refuses outside the markers.
+UNIT = r"(?:s|min|ms|us|µs|%|GB|GiB|MB|MiB|TB/s|GB/s|TFLOP/s|h|minutes?|seconds?|hours?|x)"
+NUM = r"\d+(?:\.\d+)?"
+PROSE_FIGURE = re.compile(
+    rf"(?<![\w.\-/]){NUM}(?:\s?-\s?{NUM})?\s?{UNIT}(?![\w/\-])"
+    r"|(?<![\w.\-/])\d+\.\d{2,}(?![\w.])"  # a ratio such as 0.986
+    r"|(?<![\w.])\d+ of (?:the )?\d+\b"  # a count such as 8 of 18
+    r"|(?<![\w.])\d+ (?:passed|failed|skipped|errors?|xfailed)\b"
+    r"|\b(?:H100|H200|A100|MI\d{3}X?)\b"  # a card
+)
+# Stretches where digits are not figures: code, link targets, markers' own names.
+NOT_PROSE = re.compile(
+    r"```.*?```|`[^`\n]*`|\]\([^)]*\)|<!--.*?-->|^(?: {4}|\t)[^\n]*$", re.S | re.M
+)
+
+
+class SourceMissing(Exception):
+    """A figure's result file is not in the working tree."""
+
+
+def pages(root: Path) -> list[str]:
+    found = [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+    found += sorted((root / "benchmarks").rglob("*.md"))
+    return [p.relative_to(root).as_posix() for p in found if p.is_file()]
+
+
+def generated(page: str) -> bool:
+    return any(p.fullmatch(page) for p in GENERATED)
+
+
+def compute(name: str, root: Path) -> tuple[str, list[str]]:
+    """The figure's text and the files it was computed from."""
+    family, *args = name.split(":")
+    fn = FAMILIES.get(family)
+    if fn is None:
+        raise KeyError(f"unknown figure family {family!r} (known: {sorted(FAMILIES)})")
+    src = figure_sources.Sources(root)
+    try:
+        value = fn(src, *args)
+    except FileNotFoundError as exc:
+        raise SourceMissing(f"source {exc.filename} missing from the working tree") from None
+    return str(value), src.read
+
+
+def render(page: str, text: str, root: Path, problems: list[str]) -> str:
+    """The page with every marker's value computed afresh; problems collects what failed."""
+
+    def one(m: re.Match, table: bool) -> str:
+        name = m["name"]
+        try:
+            value, _ = compute(name, root)
+        except (SourceMissing, KeyError, LookupError, ValueError) as exc:
+            problems.append(f"{page}: {name}: {exc}")
+            return m.group(0)
+        if table:
+            return m["open"] + value.rstrip("\n") + "\n"
+        return f"<!-- fig {name} -->{value}<!-- /fig -->"
+
+    text = TABLE.sub(lambda m: one(m, True), text)
+    return FIG.sub(lambda m: one(m, False), text)
+
+
+def prose_figures(text: str) -> list[str]:
+    """Figures outside markers, code and links: each with a little of its sentence."""
+    prose = NOT_PROSE.sub(lambda m: " " * len(m.group(0)), _strip_tables(text))
+    flat = " ".join(prose.split())
+    return [
+        f"{m.group(0)!r} in ...{flat[max(0, m.start() - 40) : m.end() + 30]}..."
+        for m in PROSE_FIGURE.finditer(flat)
+    ]
+
+
+def _strip_tables(text: str) -> str:
+    text = TABLE.sub(lambda m: m["open"], text)
+    return FIG.sub(lambda m: f"<!-- fig {m['name']} --><!-- /fig -->", text)
+
+
+def check(root: Path | None = None) -> list[str]:
+    """Every problem, one line each; an empty list means every page is as its files say."""
+    root = root or ROOT
+    problems: list[str] = []
+    for page in pages(root):
+        if generated(page):
+            continue
+        text = (root / page).read_text(encoding="utf-8")
+        before = len(problems)
+        rendered = render(page, text, root, problems)
+        if len(problems) == before and rendered != text:
+            problems += _differences(page, text, rendered)
+        problems += [f"{page}: figure outside the markers: {f}" for f in prose_figures(text)]
+    return problems
+
+
+def _differences(page: str, text: str, rendered: str) -> list[str]:
+    old = {m["name"]: m["body"] for m in (*FIG.finditer(text), *TABLE.finditer(text))}
+    new = {m["name"]: m["body"] for m in (*FIG.finditer(rendered), *TABLE.finditer(rendered))}
+    diff = [n for n in new if old.get(n) != new[n]]
+    return [f"{page}: {n} reads {old.get(n)!r}, its files give {new[n]!r}" for n in diff]
+
+
+def write(root: Path | None = None) -> list[str]:
+    """Render every page in place; returns the problems (a page with one is left as it was)."""
+    root = root or ROOT
+    problems: list[str] = []
+    for page in pages(root):
+        if generated(page):
+            continue
+        path = root / page
+        text = path.read_text(encoding="utf-8")
+        before = len(problems)
+        rendered = render(page, text, root, problems)
+        if len(problems) == before and rendered != text:
+            _atomic_write(path, rendered)
+    return problems
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+
+
+def listing(root: Path) -> list[str]:
+    rows = ["| page | figure | value | files |", "| --- | --- | --- | --- |"]
+    for page in pages(root):
+        text = (root / page).read_text(encoding="utf-8")
+        for m in (*FIG.finditer(text), *TABLE.finditer(text)):
+            try:
+                value, read = compute(m["name"], root)
+            except (SourceMissing, KeyError, LookupError, ValueError) as exc:
+                value, read = f"ERROR {exc}", []
+            shown = value if "\n" not in value else f"({value.count(chr(10))} lines)"
+            rows.append(f"| {page} | {m['name']} | {shown} | {', '.join(read)} |")
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--check", action="store_true", help="exit 1 on any difference or problem")
+    mode.add_argument("--list", action="store_true", help="print each figure and its files")
+    args = ap.parse_args(argv)
+    if args.list:
+        print("\n".join(listing(ROOT)))
+        return 0
+    problems = check() if args.check else write()
+    for p in problems:
+        print(p, file=sys.stderr)
+    print(f"{len(problems)} problem(s)", file=sys.stderr)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -89,22 +89,60 @@ def vllm_ops(src: Sources, name: str) -> str:
 # ---- builtin kernel against vLLM's (builtin_vs_vllm_*.txt) ---------------------------------
 
 
-def bvv_rows(src: Sources, name: str) -> dict[int, dict[str, float]]:
-    """M -> {'vllm_us', 'new', 'gemms', 'spread'}: builtin over vLLM, column `new`."""
-    rows = {}
-    row = re.compile(r"^\s*(\d+)\s+([\d.]+) \|\s+([\d.]+)\s.*?\|\s+([\d.]+)\s.*?\|\s+([\d.]+) \|")
-    for line in src.text(name).splitlines():
-        m = row.match(line)
-        if m:
-            rows[int(m[1])] = {
-                "vllm_us": float(m[2]),
-                "new": float(m[3]),
-                "gemms": float(m[4]),
-                "spread": float(m[5]),
-            }
+def bvv_columns(src: Sources, name: str) -> dict[int, dict[str, float | None]]:
+    """M -> {'vllm_us', 'whole.COL', 'gemms.COL', 'spread'} for every variant column a
+    builtin-vs-vLLM table printed (the builtin over vLLM; None where the variant was not run)."""
+    text = src.text(name)
+    header = search(src, name, r"^whole call: (.+?) \| GEMMs alone: same$")[1]
+    cols = [c.strip() for c in header.split(",")]
+    rows: dict[int, dict[str, float | None]] = {}
+    for line in text.splitlines():
+        parts = line.split("|")
+        head = parts[0].split()
+        if len(parts) < 4 or len(head) != 2 or not head[0].isdigit():
+            continue
+        whole, gemms = parts[1].split(), parts[2].split()
+        if len(whole) != len(cols) or len(gemms) != len(cols):
+            continue
+        row: dict[str, float | None] = {"vllm_us": float(head[1]), "spread": float(parts[3])}
+        for part, cells in (("whole", whole), ("gemms", gemms)):
+            for col, cell in zip(cols, cells, strict=True):
+                row[f"{part}.{col}"] = None if cell == "-" else float(cell)
+        rows[int(head[0])] = row
     if not rows:
         raise LookupError(f"{src.path(name)}: no builtin/vLLM table rows")
     return rows
+
+
+def bvv_rows(src: Sources, name: str) -> dict[int, dict[str, float]]:
+    """M -> {'vllm_us', 'new', 'gemms', 'spread'}: the default (column `new`) over vLLM."""
+    return {
+        m: {"vllm_us": r["vllm_us"], "new": r["whole.new"], "gemms": r["gemms.new"],
+            "spread": r["spread"]}
+        for m, r in bvv_columns(src, name).items()
+    }  # fmt: skip
+
+
+def bvv_cell(src: Sources, name: str, col: str, m: str) -> str:
+    """One variant's ratio at one M; col is 'whole.COL' or 'gemms.COL'."""
+    value = bvv_columns(src, name)[int(m)][col]
+    if value is None:
+        raise LookupError(f"{src.path(name)}: {col} was not run at M={m}")
+    return f"{value:.3f}"
+
+
+def bvv_col_range(src: Sources, name: str, col: str, lo: str = "0", hi: str = "1e9") -> str:
+    """A variant's range over the batch sizes lo..hi where it was run."""
+    rows = bvv_columns(src, name).items()
+    values = [r[col] for m, r in rows if float(lo) <= m <= float(hi) and r[col] is not None]
+    if not values:
+        raise LookupError(f"{src.path(name)}: {col} has no value at M={lo}..{hi}")
+    return span(values)
+
+
+def total_wall(src: Sources, name: str) -> str:
+    """A script's own 'total wall N s' line."""
+    return search(src, name, r"^total wall ([\d.]+) s")[1] + " s"
 
 
 def span(values, fmt: str = "{:.3f}") -> str:
@@ -209,6 +247,76 @@ def grep_int(src: Sources, name: str, key: str) -> str:
     return search(src, name, rf"\b{re.escape(key)}\s*[=:]\s*\"?([\d.]+)")[1]
 
 
+# ---- the tuner on vLLM's kernel (tuner_vllm_kernel_*.txt) -----------------------------------
+
+
+def vk_rows(src: Sources, name: str) -> dict[int, dict[str, float]]:
+    """M -> {'def/ship', 'def/exh', 'spread', ...}: the picks re-timed side by side."""
+    head = search(src, name, r"^\s+M\s+def\s+ship def/ship.*$")[0]
+    cols = head.split("|")[0].split()[1:]
+    rows = {}
+    for line in src.text(name).splitlines():
+        cells = line.split("|")[0].split()
+        if len(cells) == len(cols) + 1 and cells[0].isdigit() and "-" not in cells[1:]:
+            rows[int(cells[0])] = dict(zip(cols, map(float, cells[1:]), strict=True))
+    return rows
+
+
+def vk_range(src: Sources, names: str, col: str) -> str:
+    """A column's range over the runs joined by '+'."""
+    rows = {}
+    for name in names.split("+"):
+        rows.update(vk_rows(src, name))
+    if not rows:
+        raise LookupError(f"{names}: no re-timed picks")
+    return span(r[col] for r in rows.values())
+
+
+def vk_cell(src: Sources, name: str, col: str, m: str) -> str:
+    return f"{vk_rows(src, name)[int(m)][col]:.3f}"
+
+
+def vk_sizes(src: Sources, names: str) -> str:
+    """The batch sizes whose picks were re-timed, over the runs joined by '+'."""
+    sizes = sorted(m for name in names.split("+") for m in vk_rows(src, name))
+    return ", ".join(map(str, sizes))
+
+
+def vk_count(src: Sources, names: str) -> str:
+    return str(sum(len(vk_rows(src, name)) for name in names.split("+")))
+
+
+def _vk_walls(src: Sources, names: str, label: str) -> tuple[list[float], list[float], str]:
+    d, e, ratio = [], [], ""
+    for name in names.split("+"):
+        m = search(
+            src, name, rf"{label} .*?: default ([\d.]+) s / exhaustive ([\d.]+) s = ([\d.]+)"
+        )
+        d.append(float(m[1]))
+        e.append(float(m[2]))
+        ratio = m[3]  # the run's own ratio, from its unrounded walls
+    return d, e, ratio
+
+
+def vk_walls(src: Sources, names: str, kind: str) -> str:
+    """Default over exhaustive, summed over the runs joined by '+'; kind 'process' (whole tuner
+    processes, start-up included) or 'tuning' (the per-M tuning walls)."""
+    label = {"process": r"whole tuner processes", "tuning": r"tuning wall at"}[kind]
+    d, e, ratio = _vk_walls(src, names, label)
+    if len(d) == 1:
+        return f"{d[0]:.1f} s / {e[0]:.1f} s = {ratio}"
+    parts = " + ".join(f"{x:.1f}" for x in d), " + ".join(f"{x:.1f}" for x in e)
+    return f"{parts[0]} = {sum(d):.1f} s / {parts[1]} = {sum(e):.1f} s = {sum(d) / sum(e):.3f}"
+
+
+def op_times(src: Sources, name: str, m: str, op: str) -> str:
+    """vLLM's compiled op against the project's at one M, microseconds ('4.7 vs 9.9')."""
+    import json
+
+    t = json.loads(src.text(name))["op_times_us"][m][op]
+    return f"{t['vllm_us']:.1f} vs {t['project_us']:.1f}"
+
+
 FAMILIES = {
     "card": card,
     "device": device,
@@ -218,6 +326,9 @@ FAMILIES = {
     "bvv-count": bvv_count,
     "bvv-slower": bvv_slower,
     "bvv-at": bvv_at,
+    "bvv-cell": bvv_cell,
+    "bvv-col-range": bvv_col_range,
+    "total-wall": total_wall,
     "bvv-worst": bvv_worst,
     "embedded-wall": embedded_wall,
     "embedded-commit": embedded_commit,
@@ -230,4 +341,10 @@ FAMILIES = {
     "vllm-kernel-process": vllm_kernel_process,
     "vllm-kernel-tuning": vllm_kernel_tuning,
     "setting": grep_int,
+    "vk-range": vk_range,
+    "vk-cell": vk_cell,
+    "vk-sizes": vk_sizes,
+    "vk-count": vk_count,
+    "vk-walls": vk_walls,
+    "op-times": op_times,
 }

@@ -61,12 +61,14 @@ CARD = re.compile(r"\b(H100|H200|A100|MI\d{3}X?)\b")
 
 
 def card(src: Sources, name: str) -> str:
-    """The card's short name from a run's device line ('device: NVIDIA H100 80GB HBM3')."""
-    line = search(src, name, r"^#?\s*(?:device|Card|GPU)\b.*$", re.M | re.I).group(0)
-    m = CARD.search(line)
-    if m is None:
-        raise LookupError(f"{src.path(name)}: no card name in {line!r}")
-    return m[1]
+    """The card's short name from the first line of a run's file that names its device
+    ('device: NVIDIA H100 80GB HBM3', '"gpu_name": "NVIDIA H200"', 'name, ...' CSV rows)."""
+    about = re.compile(r"device|card|gpu|machine|^name|^NVIDIA|^AMD", re.I)
+    for line in src.text(name).splitlines():
+        m = CARD.search(line)
+        if m and about.search(line):
+            return m[1]
+    raise LookupError(f"{src.path(name)}: no line names the card")
 
 
 def device(src: Sources, name: str) -> str:
@@ -317,6 +319,69 @@ def op_times(src: Sources, name: str, m: str, op: str) -> str:
     return f"{t['vllm_us']:.1f} vs {t['project_us']:.1f}"
 
 
+# ---- kernel and tuner runs on the builtin kernel, replay, load generator --------------------
+
+
+def kernel_cell(src: Sources, name: str, dtype: str, m: str, col: str) -> str:
+    """One cell of a kernel_h200 main table; col: gemms_us, fused_us, ratio, roof, flop."""
+    cols = ("gemms_us", "fused_us", "ratio", "roof", "flop")
+    pattern = (
+        rf"^\| {re.escape(dtype)} \| {int(m)} \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \|"
+        r" ([\d.]+)% \| [\d.]+% \| ([\d.]+)% \|"
+    )
+    value = search(src, name, pattern)[cols.index(col) + 1]
+    return f"{value} %" if col in ("roof", "flop") else value
+
+
+def tuner_picks(src: Sources, name: str, against: str) -> str:
+    """The default pick over exhaustive's ('exh') or the shipped config ('vllm'), side by side."""
+    num = r"\s+[\d.]+"
+    row = re.compile(
+        rf"^\s*(\d+){num}\s+\d+{num} \|{num}{num}\s+([\d.]+)\s+([\d.]+|-)\s+([\d.]+|-)"
+    )
+    found = {}
+    for line in src.text(name).splitlines():
+        m = row.match(line)
+        if m:
+            found[int(m[1])] = m[2] if against == "vllm" else m[4]
+    values = [float(v) for v in found.values() if v != "-"]
+    if not values:
+        raise LookupError(f"{src.path(name)}: no side-by-side {against} column")
+    return span(values)
+
+
+def replay_seeds(src: Sources, name: str, m: str) -> str:
+    """How many replay seeds reach exhaustive's config at one M ('17 of 20 seeds')."""
+    hit = search(src, name, rf"^\s+{int(m)}\s.*\((\d+)/(\d+)\)$")
+    return f"{hit[1]} of {hit[2]} seeds"
+
+
+def _loadgen(src: Sources, name: str) -> dict[int, tuple[float, float]]:
+    rows = {}
+    for line in src.text(name).splitlines():
+        cells = line.split("|")
+        if len(cells) == 7 and cells[0].split() and cells[0].split()[0].isdigit():
+            errs = [abs(float(c.split()[1])) for c in cells[1:5]]
+            rows[int(cells[0].split()[0])] = (max(errs), float(cells[6].split()[1]))
+    return rows
+
+
+def loadgen_err(src: Sources, name: str, conc: str) -> str:
+    """The largest mean error of the four metrics at one concurrency."""
+    return f"{_loadgen(src, name)[int(conc)][0]:.2f} %"
+
+
+def loadgen_cores(src: Sources, name: str, conc: str) -> str:
+    return f"{_loadgen(src, name)[int(conc)][1]:.2f}"
+
+
+def telemetry_seconds(src: Sources, name: str) -> str:
+    """The load phase's length a telemetry run was asked for (its `settings`)."""
+    import json
+
+    return f"{json.loads(src.text(name))['settings']['seconds']:g} s"
+
+
 FAMILIES = {
     "card": card,
     "device": device,
@@ -347,4 +412,10 @@ FAMILIES = {
     "vk-count": vk_count,
     "vk-walls": vk_walls,
     "op-times": op_times,
+    "kernel-cell": kernel_cell,
+    "tuner-picks": tuner_picks,
+    "replay-seeds": replay_seeds,
+    "loadgen-err": loadgen_err,
+    "loadgen-cores": loadgen_cores,
+    "telemetry-seconds": telemetry_seconds,
 }

@@ -31,6 +31,13 @@ class Sources:
         member = None
         if "::" in rel:  # ARCHIVE.tar.gz::MEMBER, one member of a committed tarball
             rel, member = rel.split("::", 1)
+        return self._decode(rel, member)
+
+    def member(self, archive: str, member: str) -> str:
+        """One member of a committed tarball."""
+        return self._decode(self.path(archive), member)
+
+    def _decode(self, rel: str, member: str | None) -> str:
         file = self.root / rel
         if not file.is_file():
             raise FileNotFoundError(2, "missing", rel)
@@ -215,15 +222,36 @@ def pytest_counts(src: Sources, name: str) -> str:
     return pytest_summary(src, name).split(" in ")[0]
 
 
-def slurm_wall(src: Sources, name: str, what: str) -> str:
-    """A wall the Slurm test printed: `what` is 'default' or 'scancel'."""
+def slurm_wall(src: Sources, name: str, what: str, unit: str = "s") -> str:
+    """A wall the Slurm test printed: `what` is 'default' or 'scancel'; unit 's' or 'min'."""
     label = {"default": r"embedded default through Slurm", "scancel": r"scancel \+ rerun"}[what]
-    return search(src, name, rf"\[test_slurm\] {label}: (\d+) s")[1] + " s"
+    seconds = search(src, name, rf"\[test_slurm\] {label}: (\d+) s")[1]
+    return minutes(int(seconds)) if unit == "min" else f"{seconds} s"
 
 
-def bench_tsv(src: Sources, name: str) -> str:
-    """The wall seconds of a Snakemake benchmark file (first column of its data row)."""
-    return search(src, name, r"^([\d.]+)\t")[1] + " s"
+def _tsv_seconds(src: Sources, archive: str, member: str) -> float:
+    """The wall seconds of a Snakemake benchmark file inside a run's tarball."""
+    m = re.search(r"^([\d.]+)\t", src.member(archive, member), re.M)
+    if m is None:
+        raise LookupError(f"{archive}::{member}: no data row")
+    return float(m[1])
+
+
+def tar_tsv(src: Sources, archive: str, member: str) -> str:
+    return f"{_tsv_seconds(src, archive, member):.2f} s"
+
+
+def cell_cost(src: Sources, archive: str, cell: str) -> str:
+    """GPU-seconds of one cell per unit of TP: the tune holds tp GPUs, the serve pair 2 x tp."""
+    tune = _tsv_seconds(src, archive, f"{cell}/tune.tsv")
+    pair = _tsv_seconds(src, archive, f"{cell}/serve-pair.tsv")
+    return f"{tune:.2f} s x tp + {pair:.2f} s x 2 tp = {tune + 2 * pair:.2f} GPU-seconds x tp"
+
+
+def cells_per_hour(src: Sources, archive: str, cell: str, gpus: str, tp: str) -> str:
+    tune = _tsv_seconds(src, archive, f"{cell}/tune.tsv")
+    pair = _tsv_seconds(src, archive, f"{cell}/serve-pair.tsv")
+    return f"{int(gpus) * 3600 / ((tune + 2 * pair) * int(tp)):.3g}"
 
 
 def tuner_walls(src: Sources, name: str) -> str:
@@ -382,6 +410,66 @@ def telemetry_seconds(src: Sources, name: str) -> str:
     return f"{json.loads(src.text(name))['settings']['seconds']:g} s"
 
 
+def snakemake_elapsed(src: Sources, name: str) -> str:
+    """A Snakemake run's own 'Elapsed time: H:MM:SS.f' line, as 'M min S s'."""
+    m = search(src, name, r"^Elapsed time: (\d+):(\d+):([\d.]+)")
+    return minutes(int(m[1]) * 3600 + int(m[2]) * 60 + float(m[3]))
+
+
+def snakemake_jobs(src: Sources, name: str) -> str:
+    """The job count of a Snakemake plan's 'Job stats' table."""
+    return search(src, name, r"^total\s+(\d+)$")[1]
+
+
+def nth_spread(src: Sources, name: str, n: str) -> str:
+    """The n-th 'median spread of a pair's log-ratio' a report states, rounded to a percent."""
+    found = re.findall(r"median spread of a pair's log-ratio ([\d.]+)%", src.text(name))
+    if len(found) < int(n):
+        raise LookupError(f"{src.path(name)}: fewer than {n} spread statements")
+    return f"{float(found[int(n) - 1]):.0f}%"
+
+
+def passed_in(src: Sources, name: str) -> str:
+    """A driver's own 'passed in N s' line."""
+    return search(src, name, r"passed in (\d+) s$")[1] + " s"
+
+
+def assert_below(src: Sources, name: str, var: str) -> str:
+    """The bound a test asserts a measured value stays under ('assert stopped_s < 30')."""
+    return search(src, name, rf"assert {re.escape(var)} < ([\d.]+)")[1]
+
+
+# ---- settings the code or the schema holds ---------------------------------------------------
+
+
+def code_value(src: Sources, name: str, var: str) -> str:
+    """A module constant's value (`VAR = 0.05`, `VAR = "2"`)."""
+    return search(src, name, rf"^{re.escape(var)} = \"?([\d.]+)\"?")[1]
+
+
+def confidence(src: Sources, name: str, var: str) -> str:
+    """The confidence level a significance constant implies (ALPHA = 0.05 -> 95%)."""
+    return f"{(1 - float(code_value(src, name, var))) * 100:g}%"
+
+
+def schema_default(src: Sources, name: str, key: str) -> str:
+    """The `default:` of one property of a YAML schema (the first after `KEY:`)."""
+    text = src.text(name)
+    at = re.search(rf"^\s+{re.escape(key)}:\s*$", text, re.M)
+    if at is None:
+        raise LookupError(f"{src.path(name)}: no property {key!r}")
+    m = re.compile(r"^\s+default: ([\d.]+)\s*$", re.M).search(text, at.end())
+    if m is None:
+        raise LookupError(f"{src.path(name)}: {key!r} has no default")
+    return f"{float(m[1]):g}"
+
+
+def sized_changes(src: Sources, name: str) -> str:
+    """The two change sizes the report prices in repeats (`for c in (5.0, 1.0)`)."""
+    m = search(src, name, r"for c in \(([\d.]+), ([\d.]+)\)")
+    return f"{float(m[1]):g} % or {float(m[2]):g} %"
+
+
 FAMILIES = {
     "card": card,
     "device": device,
@@ -401,7 +489,9 @@ FAMILIES = {
     "pytest": pytest_summary,
     "pytest-counts": pytest_counts,
     "slurm-wall": slurm_wall,
-    "bench-tsv": bench_tsv,
+    "tar-tsv": tar_tsv,
+    "cell-cost": cell_cost,
+    "cells-per-hour": cells_per_hour,
     "tuner-walls": tuner_walls,
     "vllm-kernel-process": vllm_kernel_process,
     "vllm-kernel-tuning": vllm_kernel_tuning,
@@ -418,4 +508,13 @@ FAMILIES = {
     "loadgen-err": loadgen_err,
     "loadgen-cores": loadgen_cores,
     "telemetry-seconds": telemetry_seconds,
+    "snakemake-elapsed": snakemake_elapsed,
+    "snakemake-jobs": snakemake_jobs,
+    "nth-spread": nth_spread,
+    "passed-in": passed_in,
+    "assert-below": assert_below,
+    "code": code_value,
+    "confidence": confidence,
+    "schema-default": schema_default,
+    "sized-changes": sized_changes,
 }

@@ -64,7 +64,7 @@ def search(src: Sources, name: str, pattern: str, flags: int = re.M) -> re.Match
 
 # ---- cards and software --------------------------------------------------------------------
 
-CARD = re.compile(r"\b(H100|H200|A100|MI\d{3}X?)\b")
+CARD = re.compile(r"(?<![A-Za-z0-9])(H100|H200|A100|MI\d{3}X?)(?![A-Za-z0-9])")
 
 
 def card(src: Sources, name: str) -> str:
@@ -213,7 +213,7 @@ def embedded_cores(src: Sources, name: str) -> str:
 
 def pytest_summary(src: Sources, name: str) -> str:
     """A pytest run's last summary line without its '=' rule ('3 passed in 9.1s (0:00:09)')."""
-    m = search(src, name, r"^=+ ((?:\d+ \w+, )*\d+ \w+ in [\d.]+s(?: \([\d:]+\))?) =+$")
+    m = search(src, name, r"^(?:=+ )?((?:\d+ \w+, )*\d+ \w+ in [\d.]+s(?: \([\d:]+\))?)(?: =+)?$")
     return m[1]
 
 
@@ -470,6 +470,63 @@ def sized_changes(src: Sources, name: str) -> str:
     return f"{float(m[1]):g} % or {float(m[2]):g} %"
 
 
+def tuner_seconds(src: Sources, name: str, mode: str, field: str) -> str:
+    """One of a tuner mode's summary seconds (wall, cpu, gpu, setup) as the run printed it."""
+    line = search(src, name, rf"^\s*{re.escape(mode)}: wall .*$")[0]
+    m = re.search(rf"\b{re.escape(field)} ([\d.]+) s", line)
+    if m is None:
+        raise LookupError(f"{src.path(name)}: {mode}'s summary has no {field}")
+    return f"{m[1]} s"
+
+
+def tuner_pick_at(src: Sources, name: str, against: str, m: str) -> str:
+    """The default pick over exhaustive's ('exh') or the shipped config ('vllm') at one M."""
+    num = r"\s+[\d.]+"
+    row = re.compile(
+        rf"^\s*{int(m)}{num}\s+\d+{num} \|{num}{num}\s+([\d.]+)\s+([\d.]+|-)\s+([\d.]+|-)"
+    )
+    value = None
+    for line in src.text(name).splitlines():
+        hit = row.match(line)
+        if hit:
+            value = hit[1] if against == "vllm" else hit[3]
+    if value in (None, "-"):
+        raise LookupError(f"{src.path(name)}: no side-by-side {against} value at M={m}")
+    return value
+
+
+def compile_ready(src: Sources, name: str, kind: str) -> str:
+    """The median time until the last compile worker is ready, for one kind of worker."""
+    line = search(src, name, r"^median last_ready: (.*)$")[1]
+    m = re.search(rf"{re.escape(kind.replace('_', ' '))} ([\d.]+) s", line)
+    if m is None:
+        raise LookupError(f"{src.path(name)}: no median for {kind!r}")
+    return f"{m[1]} s"
+
+
+def tune_wall(src: Sources, name: str) -> str:
+    """A tuner summary's wall seconds (`seconds.wall` of tune_summary.json)."""
+    import json
+
+    return f"{json.loads(src.text(name))['seconds']['wall']:.1f} s"
+
+
+def pytest_failed(src: Sources, name: str) -> str:
+    """How many tests a pytest run's summary says failed."""
+    m = re.match(r"(\d+) failed", pytest_counts(src, name))
+    if m is None:
+        raise LookupError(f"{src.path(name)}: the summary names no failure")
+    return m[1]
+
+
+def device_line(src: Sources, name: str) -> str:
+    """The device name on the first line that names a card (a 'name, driver' CSV row)."""
+    for line in src.text(name).splitlines():
+        if CARD.search(line):
+            return line.split(",")[0].strip()
+    raise LookupError(f"{src.path(name)}: no line names the card")
+
+
 FAMILIES = {
     "card": card,
     "device": device,
@@ -517,4 +574,10 @@ FAMILIES = {
     "confidence": confidence,
     "schema-default": schema_default,
     "sized-changes": sized_changes,
+    "tuner-seconds": tuner_seconds,
+    "tuner-pick-at": tuner_pick_at,
+    "compile-ready": compile_ready,
+    "tune-wall": tune_wall,
+    "pytest-failed": pytest_failed,
+    "device-line": device_line,
 }

@@ -122,4 +122,24 @@ def bvv_table(src: Sources, name: str) -> str:
     return note + _md(head, body)
 
 
-TABLES = {"tuner-runs": tuner_runs, "kernel-runs": kernel_runs, "bvv-table": bvv_table}
+def path_choice(src: Sources, name: str) -> str:
+    """A tuner summary's picks per batch size: gain over the default rule, and the kept config
+    timed on both paths where the tuner measured them."""
+    import json
+
+    rows = []
+    for m, e in json.loads(src.text(name))["entries"].items():
+        pc = e.get("path_choice") or {}
+        both = [f"{pc['grouped_us']:.1f}", f"{pc['decode_us']:.1f}"] if pc else ["-", "-"]
+        gain = f"{e['improvement_pct']:+.1f}"
+        rows.append([m, e["config_name"], gain, *both, pc.get("path", e["kernel_path"])])
+    head = ["M", "pick", "gain over the default rule %", "grouped us", "few-token us", "path"]
+    return _md(head, rows)
+
+
+TABLES = {
+    "path-choice": path_choice,
+    "tuner-runs": tuner_runs,
+    "kernel-runs": kernel_runs,
+    "bvv-table": bvv_table,
+}

@@ -280,40 +280,76 @@ def grep_int(src: Sources, name: str, key: str) -> str:
 # ---- the tuner on vLLM's kernel (tuner_vllm_kernel_*.txt) -----------------------------------
 
 
-def vk_rows(src: Sources, name: str) -> dict[int, dict[str, float]]:
-    """M -> {'def/ship', 'def/exh', 'spread', ...}: the picks re-timed side by side."""
-    head = search(src, name, r"^\s+M\s+def\s+ship def/ship.*$")[0]
-    cols = head.split("|")[0].split()[1:]
-    rows = {}
+def _vk_header(line: str) -> list[list[str]]:
+    """Column names per '|' section of a tuner_vllm_kernel header ('b/v ship' -> 'b/v-ship';
+    columns after 'GEMMs' get a 'gemms-' prefix)."""
+    sections = []
+    for part in line.split("|"):
+        toks, cols, prefix, i = part.split(), [], "", 0
+        while i < len(toks):
+            tok = toks[i]
+            if tok == "GEMMs":
+                prefix, i = "gemms-", i + 1
+                continue
+            if tok in ("b/v", "bg/v", "wall", "tuner", "default") and i + 1 < len(toks):
+                cols.append(f"{prefix}{tok}-{toks[i + 1]}")
+                i += 2
+            else:
+                cols.append(prefix + tok)
+                i += 1
+        sections.append(cols)
+    sections[0] = sections[0][1:]  # the M column
+    return sections
+
+
+def vk_rows(src: Sources, name: str) -> dict[int, dict[str, float | None]]:
+    """M -> the side-by-side columns of a tuner_vllm_kernel table, named by its header (None
+    where not timed): def/ship, def/exh, spread, b/v-ship, bg/v-ship, gemms-b/v-ship, ..."""
+    sections = _vk_header(search(src, name, r"^\s+M\s+def\s+ship def/ship.*$")[0])
+    rows: dict[int, dict[str, float | None]] = {}
     for line in src.text(name).splitlines():
-        cells = line.split("|")[0].split()
-        if len(cells) == len(cols) + 1 and cells[0].isdigit() and "-" not in cells[1:]:
-            rows[int(cells[0])] = dict(zip(cols, map(float, cells[1:]), strict=True))
+        parts = [p.split() for p in line.split("|")]
+        if len(parts) != len(sections) or not parts[0] or not parts[0][0].isdigit():
+            continue
+        row: dict[str, float | None] = {}
+        for cols, cells in zip(sections, [parts[0][1:], *parts[1:]], strict=True):
+            if len(cells) == len(cols) and all(re.fullmatch(r"[\d.]+|-", c) for c in cells):
+                row.update({c: None if v == "-" else float(v) for c, v in zip(cols, cells)})  # noqa: B905
+        rows[int(parts[0][0])] = row
     return rows
 
 
-def vk_range(src: Sources, names: str, col: str) -> str:
-    """A column's range over the runs joined by '+'."""
-    rows = {}
+def vk_range(src: Sources, names: str, col: str, lo: str = "0", hi: str = "1e9") -> str:
+    """A column's range over the runs joined by '+', at the batch sizes lo..hi timed."""
+    values = []
     for name in names.split("+"):
-        rows.update(vk_rows(src, name))
-    if not rows:
-        raise LookupError(f"{names}: no re-timed picks")
-    return span(r[col] for r in rows.values())
+        for m, r in vk_rows(src, name).items():
+            if float(lo) <= m <= float(hi) and r.get(col) is not None:
+                values.append(r[col])
+    if not values:
+        raise LookupError(f"{names}: no {col} values at M={lo}..{hi}")
+    return span(values)
 
 
 def vk_cell(src: Sources, name: str, col: str, m: str) -> str:
-    return f"{vk_rows(src, name)[int(m)][col]:.3f}"
+    value = vk_rows(src, name)[int(m)].get(col)
+    if value is None:
+        raise LookupError(f"{src.path(name)}: no {col} at M={m}")
+    return f"{value:.3f}"
 
 
-def vk_sizes(src: Sources, names: str) -> str:
-    """The batch sizes whose picks were re-timed, over the runs joined by '+'."""
-    sizes = sorted(m for name in names.split("+") for m in vk_rows(src, name))
-    return ", ".join(map(str, sizes))
+def _vk_sizes(src: Sources, names: str, col: str) -> list[int]:
+    rows = [vk_rows(src, name) for name in names.split("+")]
+    return sorted(m for r in rows for m, v in r.items() if v.get(col) is not None)
 
 
-def vk_count(src: Sources, names: str) -> str:
-    return str(sum(len(vk_rows(src, name)) for name in names.split("+")))
+def vk_sizes(src: Sources, names: str, col: str = "def/exh") -> str:
+    """The batch sizes a column was re-timed at, over the runs joined by '+'."""
+    return ", ".join(map(str, _vk_sizes(src, names, col)))
+
+
+def vk_count(src: Sources, names: str, col: str = "def/exh") -> str:
+    return str(len(_vk_sizes(src, names, col)))
 
 
 def _vk_walls(src: Sources, names: str, label: str) -> tuple[list[float], list[float], str]:

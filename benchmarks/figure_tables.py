@@ -137,7 +137,21 @@ def path_choice(src: Sources, name: str) -> str:
     return _md(head, rows)
 
 
+def moe_share(src: Sources, name: str) -> str:
+    """moe_share.py's bound on the MoE kernel's part of each point's TPOT."""
+    rows = [
+        [c.strip() for c in line.split("|")]
+        for line in src.text(name).splitlines()
+        if "@c" in line and line.count("|") == 4
+    ]
+    if not rows:
+        raise LookupError(f"{src.path(name)}: no points")
+    head = ["point (ISL-OSL @c)", "arm", "TPOT mean (min-max), ms", "MoE bound, ms", "share"]
+    return _md(head, rows)
+
+
 TABLES = {
+    "moe-share": moe_share,
     "path-choice": path_choice,
     "tuner-runs": tuner_runs,
     "kernel-runs": kernel_runs,

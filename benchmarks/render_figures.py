@@ -28,11 +28,12 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+import figure_runs  # noqa: E402
 import figure_sources  # noqa: E402
 import figure_tables  # noqa: E402
 
 ROOT = HERE.parent
-FAMILIES = {**figure_sources.FAMILIES, **figure_tables.TABLES}
+FAMILIES = {**figure_sources.FAMILIES, **figure_runs.FAMILIES, **figure_tables.TABLES}
 
 FIG = re.compile(r"<!-- fig (?P<name>[^ ]+) -->(?P<body>.*?)<!-- /fig -->", re.S)
 TABLE = re.compile(
@@ -56,9 +57,16 @@ PROSE_FIGURE = re.compile(
     r"|(?<![\w.])\d+ (?:passed|failed|skipped|errors?|xfailed)\b"
     r"|\b(?:H100|H200|A100|MI\d{3}X?)\b"  # a card
 )
-# Stretches where digits are not figures: code, link targets, markers' own names.
+# Stretches where digits are not figures: code, link targets, markers' own names, and software
+# versions (a package's name or a comparison before them).
+SOFTWARE = (
+    r"Python|python|torch|Triton|triton|transformers|Snakemake|snakemake|vLLM|vllm|Slurm|CUDA"
+    r"|pydantic|pyenv|datasets|pyarrow|huggingface_hub`?|tokenizers`?|safetensors`?"
+)
 NOT_PROSE = re.compile(
-    r"```.*?```|`[^`\n]*`|\]\([^)]*\)|<!--.*?-->|^(?: {4}|\t)[^\n]*$", re.S | re.M
+    r"```.*?```|`[^`\n]*`|\]\([^)]*\)|<!--.*?-->|^(?: {4}|\t)[^\n]*$"
+    rf"|\b(?:{SOFTWARE})\s+\d+(?:\.\d+)+|(?:>=|<=|==|<|>)\s*\d+(?:\.\d+)*",
+    re.S | re.M,
 )
 
 

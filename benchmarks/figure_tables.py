@@ -150,7 +150,55 @@ def moe_share(src: Sources, name: str) -> str:
     return _md(head, rows)
 
 
+PEER_METRICS = ("ttft", "tpot", "itl", "e2el", "output_throughput")
+
+
+def peer_ratios(src: Sources, name: str, conc: str, metric: str) -> list[float]:
+    """Ours over vLLM's, per repeat, for one metric at one concurrency of a peer.json."""
+    import json
+
+    rows = [r for r in json.loads(src.text(name))["rows"] if r["concurrency"] == int(conc)]
+    return [r["ours"][metric] / r["vllm"][metric] for r in rows if r["vllm"][metric] > 0]
+
+
+def peer_table(src: Sources, name: str) -> str:
+    """The peer run's table as peer_vllm_bench_serve.py prints it (median [min, max])."""
+    import json
+    import statistics
+
+    d = json.loads(src.text(name))
+    out = []
+    for conc in sorted({r["concurrency"] for r in d["rows"]}):
+        cells = []
+        for m in PEER_METRICS:
+            v = peer_ratios(src, name, str(conc), m)
+            cells.append(f"{statistics.median(v):.3f} [{min(v):.3f}, {max(v):.3f}]")
+        mine = [r for r in d["rows"] if r["concurrency"] == conc]
+        ours = sum(r["ours"]["completed"] for r in mine)
+        theirs = sum(r["vllm"]["completed"] for r in mine)
+        out.append([str(conc), *cells, f"{ours:.0f} / {theirs:.0f}"])
+    head = ["concurrency", "TTFT", "TPOT", "ITL", "E2EL", "output tok/s", "completed (ours / vLLM)"]
+    return _md(head, out)
+
+
+def peer_range(src: Sources, name: str, conc: str, metric: str) -> str:
+    """A metric's ours/vLLM ratio, lowest to highest over the repeats."""
+    v = peer_ratios(src, name, conc, metric)
+    return f"{min(v):.2f}-{max(v):.2f}"
+
+
+def peer_medians(src: Sources, name: str, conc: str) -> str:
+    """The latency metrics' median ratios at one concurrency, lowest to highest."""
+    import statistics
+
+    meds = [statistics.median(peer_ratios(src, name, conc, m)) for m in PEER_METRICS[:4]]
+    return f"{min(meds):.3f}-{max(meds):.3f}"
+
+
 TABLES = {
+    "peer-table": peer_table,
+    "peer-range": peer_range,
+    "peer-medians": peer_medians,
     "moe-share": moe_share,
     "path-choice": path_choice,
     "tuner-runs": tuner_runs,

@@ -46,12 +46,11 @@ def test_every_published_figure_is_what_its_file_gives():
 
 @pytest.fixture
 def tree_copy(tmp_path: Path) -> Path:
+    # the pages and every file a figure is read from (results, code, schemas, test bounds)
     shutil.copy(ROOT / "README.md", tmp_path / "README.md")
-    shutil.copytree(ROOT / "docs", tmp_path / "docs")
-    shutil.copytree(ROOT / "benchmarks", tmp_path / "benchmarks")
-    for top in ("workflow/schemas", ".ci", "tests/workflow"):
-        if (ROOT / top).exists():
-            shutil.copytree(ROOT / top, tmp_path / top)
+    skip = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for top in ("docs", "benchmarks", "workflow", ".ci", "tests/workflow"):
+        shutil.copytree(ROOT / top, tmp_path / top, ignore=skip)
     assert run_check(tmp_path).returncode == 0
     return tmp_path
 

@@ -28,9 +28,11 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "workflow"))
 import figure_runs  # noqa: E402
 import figure_sources  # noqa: E402
 import figure_tables  # noqa: E402
+from cellbench.common import atomicio  # noqa: E402
 
 ROOT = HERE.parent
 FAMILIES = {**figure_sources.FAMILIES, **figure_runs.FAMILIES, **figure_tables.TABLES}
@@ -155,7 +157,8 @@ def _differences(page: str, text: str, rendered: str) -> list[str]:
 
 
 def write(root: Path | None = None) -> list[str]:
-    """Render every page in place; returns the problems (a page with one is left as it was)."""
+    """Render every page in place; returns the problems (a page whose figures cannot all be
+    computed is left as it was; a figure in prose is reported, not changed)."""
     root = root or ROOT
     problems: list[str] = []
     for page in pages(root):
@@ -166,14 +169,9 @@ def write(root: Path | None = None) -> list[str]:
         before = len(problems)
         rendered = render(page, text, root, problems)
         if len(problems) == before and rendered != text:
-            _atomic_write(path, rendered)
+            atomicio.write_text(path, rendered)
+        problems += [f"{page}: figure outside the markers: {f}" for f in prose_figures(text)]
     return problems
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
 
 
 def listing(root: Path) -> list[str]:

@@ -57,6 +57,7 @@ PROSE_FIGURE = re.compile(
     r"|(?<![\w.\-/])\d+\.\d{2,}(?![\w.])"  # a ratio such as 0.986
     r"|(?<![\w.])\d+ of (?:the )?\d+\b"  # a count such as 8 of 18
     r"|(?<![\w.])\d+ (?:passed|failed|skipped|errors?|xfailed)\b"
+    r"|(?<![\w.\-/])\d+ (?:jobs|failures|tests)\b"  # a count of what a run did
     r"|\b(?:H100|H200|A100|MI\d{3}X?)\b"  # a card
 )
 # Stretches where digits are not figures: code, link targets, markers' own names, and software

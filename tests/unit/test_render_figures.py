@@ -102,6 +102,7 @@ def test_a_deleted_source_fails_and_nothing_is_read_from_history(tree):
         "Measured on an H200.",  # a card
         "The run took 41 min.",  # a time
         "The suite ended 3 passed.",  # a test count
+        "It ran 17 tests on the card.",  # a count of what a run did
     ],
 )
 def test_a_figure_added_to_the_prose_fails(tree, sentence):

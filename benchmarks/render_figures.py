@@ -67,9 +67,14 @@ SOFTWARE = (
     r"|pydantic|pyenv|datasets|pyarrow|huggingface_hub`?|tokenizers`?|safetensors`?"
 )
 NOT_PROSE = re.compile(
-    r"```.*?```|`[^`\n]*`|\]\([^)]*\)|<!--.*?-->|^(?: {4}|\t)[^\n]*$"
+    r"```.*?```|`[^`\n]*`|\]\([^)]*\)|<!--.*?-->"
     rf"|\b(?:{SOFTWARE})\s+\d+(?:\.\d+)+|(?:>=|<=|==|<|>)\s*\d+(?:\.\d+)*",
     re.S | re.M,
+)
+# Inside inline code a figure still counts when the span holds nothing else (`41 min`, `H200`);
+# a bare number there (a version, a setting) does not.
+CODE_FIGURE = re.compile(
+    rf"`(?:{NUM}(?:\s?-\s?{NUM})?\s?{UNIT}|\d+ of \d+|H100|H200|A100|MI\d{{3}}X?)`"
 )
 
 
@@ -108,7 +113,7 @@ def render(page: str, text: str, root: Path, problems: list[str]) -> str:
         name = m["name"]
         try:
             value, _ = compute(name, root)
-        except (SourceMissing, KeyError, LookupError, ValueError) as exc:
+        except (SourceMissing, LookupError, ValueError, TypeError) as exc:
             problems.append(f"{page}: {name}: {exc}")
             return m.group(0)
         if table:
@@ -119,9 +124,27 @@ def render(page: str, text: str, root: Path, problems: list[str]) -> str:
     return FIG.sub(lambda m: one(m, False), text)
 
 
+def _blank(m: re.Match) -> str:
+    return m.group(0) if CODE_FIGURE.fullmatch(m.group(0)) else " " * len(m.group(0))
+
+
+def _without_code_blocks(text: str) -> str:
+    """The text with indented code blocks blanked: lines indented by four spaces or a tab
+    that follow a blank line or another such line (a list's continuation lines stay prose)."""
+    out, in_block, prev_blank = [], False, True
+    for line in text.split("\n"):
+        indented = line.startswith(("    ", "\t")) and line.strip()
+        listed = re.match(r"\s*(?:[-*+]|\d+\.)\s", line)
+        in_block = bool(indented and not listed and (prev_blank or in_block))
+        out.append(" " * len(line) if in_block else line)
+        prev_blank = not line.strip()
+        in_block = in_block or (in_block and prev_blank)
+    return "\n".join(out)
+
+
 def prose_figures(text: str) -> list[str]:
     """Figures outside markers, code and links: each with a little of its sentence."""
-    prose = NOT_PROSE.sub(lambda m: " " * len(m.group(0)), _strip_tables(text))
+    prose = NOT_PROSE.sub(_blank, _without_code_blocks(_strip_tables(text)))
     flat = " ".join(prose.split())
     return [
         f"{m.group(0)!r} in ...{flat[max(0, m.start() - 40) : m.end() + 30]}..."
@@ -182,7 +205,7 @@ def listing(root: Path) -> list[str]:
         for m in (*FIG.finditer(text), *TABLE.finditer(text)):
             try:
                 value, read = compute(m["name"], root)
-            except (SourceMissing, KeyError, LookupError, ValueError) as exc:
+            except (SourceMissing, LookupError, ValueError, TypeError) as exc:
                 value, read = f"ERROR {exc}", []
             shown = value if "\n" not in value else f"({value.count(chr(10))} lines)"
             rows.append(f"| {page} | {m['name']} | {shown} | {', '.join(read)} |")

@@ -112,8 +112,22 @@ def test_a_figure_added_to_the_prose_fails(tree, sentence):
 
 
 def test_code_and_link_targets_are_not_prose(tree):
-    edit(tree, "# A run\n", "# A run\n\n`BUDGET_S=300` and [the run](x/h100_0.986.md)\n")
+    code = "\n    BUDGET_S=300 bash run.sh     # 41 min on an H200\n\n"
+    edit(tree, "# A run\n", f"# A run\n\n`BUDGET_S=300` and [the run](x/h100_0.986.md)\n{code}")
     assert render_figures.check(tree) == []
+
+
+@pytest.mark.parametrize(
+    "added",
+    [
+        "- a list item\n    whose continuation says 0.986 of vLLM's\n",  # not a code block
+        "The run took `41 min`.\n",  # a figure alone in inline code is still a figure
+    ],
+)
+def test_figures_dressed_as_code_still_count(tree, added):
+    edit(tree, "# A run\n", f"# A run\n\n{added}")
+    (problem,) = render_figures.check(tree)
+    assert "figure outside the markers" in problem
 
 
 def test_an_unknown_figure_name_fails(tree):

@@ -37,9 +37,10 @@ from cellbench.common import atomicio  # noqa: E402
 ROOT = HERE.parent
 FAMILIES = {**figure_sources.FAMILIES, **figure_runs.FAMILIES, **figure_tables.TABLES}
 
-FIG = re.compile(r"<!-- fig (?P<name>[^ ]+) -->(?P<body>.*?)<!-- /fig -->", re.S)
+# A marker quoted in inline code (`<!-- fig ... -->`) is documentation, not a figure.
+FIG = re.compile(r"(?<!`)<!-- fig (?P<name>[^ ]+) -->(?P<body>.*?)<!-- /fig -->", re.S)
 TABLE = re.compile(
-    r"(?P<open><!-- table (?P<name>[^ ]+) -->\n)(?P<body>.*?)(?=<!-- /table -->)", re.S
+    r"(?P<open>(?<!`)<!-- table (?P<name>[^ ]+) -->\n)(?P<body>.*?)(?=<!-- /table -->)", re.S
 )
 
 # Pages a program writes whole: the page is the output, its figures are the source.

@@ -1,9 +1,11 @@
 """How each published figure is computed from its result file (render_figures.py's families).
 
 A family is a function `(Sources, *args) -> str`; a page names it as `family:arg:arg...`. Paths
-in names are relative to benchmarks/results/ unless they start with a top-level folder of the
-repository (workflow/, tests/, .ci/). Every file is read through `Sources`, which keeps the list
-of what was read and raises FileNotFoundError for a file missing from the working tree.
+in names are relative to benchmarks/results/ unless they start with one of TOP (workflow/,
+tests/, .ci/, benchmarks/); `ARCHIVE.tar.gz!MEMBER` names one member of a committed tarball.
+Every file is read through `Sources`, which keeps the list of what was read and raises
+FileNotFoundError for a file missing from the working tree (git history is never read).
+figure_runs.py and figure_tables.py hold the other families.
 """
 
 from __future__ import annotations

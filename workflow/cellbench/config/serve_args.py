@@ -1,0 +1,272 @@
+"""A model's ``serve_args``, checked before any job runs: each entry one word, none of the
+options the pipeline sets itself, and the whole command line parsed by the server's own
+argument parser for the runtime in use (transformers serve in this process; vLLM's under
+``serve.vllm_python`` or, on docker, inside the pinned image at the workflow's start).
+
+A server that rejects its arguments fails only after its job started (and after the arm's
+previous results were set aside), so the parse happens here, on the command line the
+launcher would build (``cellbench.serve.server``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from cellbench.common import atomicio
+from cellbench.config.model_plan import serve_arg_option
+from cellbench.config.strict_yaml import ConfigError
+
+# Options the pipeline sets itself on every server; a model's serve_args may not repeat them,
+# in any spelling vLLM's parser takes (underscores for dashes, '--opt=value', a unique prefix,
+# the --no- form of a flag, a short form with its value attached).
+RESERVED_SERVE_ARGS = (
+    "--host",
+    "--port",
+    "--tensor-parallel-size",
+    "-tp",
+    "--enable-expert-parallel",
+    "--no-enable-expert-parallel",
+    "--served-model-name",
+    "--model",
+)
+
+# Successful parses by vLLM's parser, keyed by interpreter or image digest and the arguments.
+CACHE_DIR = Path(".snakemake") / "cellbench" / "serve-args"
+VLLM_TIMEOUT_S = 300
+
+# Run by the vLLM interpreter (the local one, or the image's): builds the OpenAI server's own
+# parser and parses the arguments; prints one JSON line (ok, or the parser's error).
+VLLM_PARSE = r"""
+import json, sys
+def say(**kw):
+    print("CELLBENCH-PARSE " + json.dumps(kw), flush=True)
+try:
+    try:
+        from vllm.utils.argparse_utils import FlexibleArgumentParser
+    except ImportError:
+        from vllm.utils import FlexibleArgumentParser
+    from vllm.entrypoints.openai.cli_args import make_arg_parser, validate_parsed_serve_args
+except Exception as exc:
+    say(error=f"vLLM's argument parser cannot be imported here ({type(exc).__name__}: {exc})")
+    sys.exit(3)
+parser = make_arg_parser(FlexibleArgumentParser(prog="vllm serve"))
+def refuse(message):
+    say(error=message)
+    sys.exit(2)
+parser.error = refuse
+try:
+    validate_parsed_serve_args(parser.parse_args(json.loads(sys.argv[1])))
+except SystemExit:
+    raise
+except Exception as exc:
+    refuse(f"{type(exc).__name__}: {exc}")
+say(ok=True)
+"""
+
+
+def reserved_serve_option(arg: str) -> str | None:
+    """The reserved option a serve_args word would set, however it is spelled, else None."""
+    option = serve_arg_option(arg)
+    if option is None:
+        return None
+    if option in RESERVED_SERVE_ARGS:
+        return option
+    if option.startswith("--") and len(option) > 3:
+        # argparse takes a unique prefix of a long option as the option itself.
+        hits = [r for r in RESERVED_SERVE_ARGS if r.startswith("--") and r.startswith(option)]
+        if len(hits) == 1:
+            return hits[0]
+    if not option.startswith("--") and option.startswith("-tp"):  # '-tp4' is '-tp 4'
+        return "-tp"
+    return None
+
+
+def check_words(where: str, args: list[str]) -> None:
+    """Each entry one word, and none the pipeline sets; raise ConfigError."""
+    for i, arg in enumerate(args):
+        head = arg.split("=", 1)[0]
+        if arg.startswith("-") and head.split() != [head]:
+            words = arg.split()
+            raise ConfigError(
+                f"config error: {where}.serve_args[{i}] = {arg!r}: one entry holding an option "
+                "and its value, which the server gets as one word (an option of that whole "
+                f"name); expected one entry per word: {json.dumps(words)}"
+            )
+        if not arg.strip():
+            raise ConfigError(
+                f"config error: {where}.serve_args[{i}] = {arg!r}: empty; expected an option "
+                "(--name) or its value"
+            )
+        option = reserved_serve_option(arg)
+        if option is not None:
+            raise ConfigError(
+                f"config error: {where}.serve_args holds {arg!r} (as {option}): the pipeline "
+                "sets it for every server (from the cell's tp/ep, its model and the leased "
+                "port); remove it"
+            )
+
+
+def _refusal(where: str, args: list[str], server: str, message: str) -> ConfigError:
+    return ConfigError(
+        f"config error: {where}.serve_args = {json.dumps(args)}: {server}'s own argument "
+        f"parser refuses them: {message.strip()}; expected arguments that {server} accepts "
+        "(the pipeline adds the model, --host, --port and the parallel layout)"
+    )
+
+
+def _spec(config: dict[str, Any], name: str, **kw):
+    from cellbench.serve.server import ServerSpec
+
+    model = config["models"][name]
+    return ServerSpec(
+        model="MODEL",
+        port=8000,
+        log_path=Path("server.log"),
+        served_model_name="MODEL",
+        serve_args=list(model["serve_args"]),
+        dtype=model["dtype"],
+        **kw,
+    )
+
+
+def _transformers_parse(args: tuple[str, ...]) -> str | None:
+    """transformers serve's own (click) parser on ``args``: its message, or None."""
+    import click
+    from transformers.cli.transformers import app
+
+    try:
+        app.commands["serve"].make_context("serve", list(args))
+    except click.exceptions.ClickException as exc:
+        return exc.format_message()
+    return None
+
+
+def _transformers_args(config: dict[str, Any], name: str) -> list[str]:
+    from cellbench.serve import server
+
+    cmd = server.local_command(_spec(config, name, runtime="local", server="transformers"))
+    return cmd[cmd.index("cellbench.serve.tf_serve") + 1 :]
+
+
+def _vllm_args(config: dict[str, Any], name: str) -> list[str]:
+    """vLLM's arguments as the docker launcher passes them (`vllm serve MODEL ...`), spelled as
+    the OpenAI server's parser takes them (the model as --model)."""
+    from cellbench.serve import server
+
+    cmd = server.docker_command(_spec(config, name, runtime="docker", image_ref="x:y"), "MODEL")
+    return ["--model", *cmd[3:]]
+
+
+def _cache_file(key: dict[str, Any]) -> Path:
+    blob = json.dumps(key, sort_keys=True).encode()
+    return CACHE_DIR / f"{hashlib.sha256(blob).hexdigest()}.json"
+
+
+def _remember(key: dict[str, Any]) -> None:
+    """Record a successful parse (only successes: a refusal is parsed again once fixed)."""
+    cache = _cache_file(key)
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        atomicio.write_json(cache, {**key, "verdict": "ok"})
+    except OSError:
+        pass  # a read-only working folder: the parse is only repeated next time
+
+
+def _version(dist: str) -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _run_vllm_parse(command: list[str], args: list[str], key: dict[str, Any]) -> str | None:
+    """Run VLLM_PARSE with ``command`` (an interpreter, or `docker run ... python`); its
+    refusal, or None. A success is remembered per ``key``, so a config is parsed once."""
+    cache = _cache_file(key)
+    if cache.is_file():
+        return None
+    try:
+        proc = subprocess.run(
+            [*command, "-c", VLLM_PARSE, json.dumps(args)],
+            capture_output=True,
+            text=True,
+            timeout=VLLM_TIMEOUT_S,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"the parser could not be run ({type(exc).__name__}: {exc})"
+    said = [ln for ln in proc.stdout.splitlines() if ln.startswith("CELLBENCH-PARSE ")]
+    if not said:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+        return f"the parser exited {proc.returncode} without a verdict ({tail[0]})"
+    verdict = json.loads(said[-1].split(" ", 1)[1])
+    if verdict.get("ok"):
+        _remember(key)
+        return None
+    return str(verdict.get("error"))
+
+
+def _interpreter_key(python: Path) -> dict[str, Any]:
+    """What names a local vLLM install: the interpreter and its vLLM package's change time."""
+    found = sorted(python.parent.parent.glob("lib/python*/site-packages/vllm/__init__.py"))
+    return {
+        "python": str(python.resolve()),
+        "vllm": found[0].stat().st_mtime_ns if found else None,
+    }
+
+
+def check_local(config: dict[str, Any]) -> None:
+    """The local runtime: every used model's serve_args through its server's parser."""
+    if config["runtime"] != "local":
+        return
+    server = config["serve"]["server"]
+    used = {m for group in config["cells"] for m in group["models"]}
+    for name in sorted(used):
+        where = f"models.{name}"
+        if server == "transformers":
+            args = _transformers_args(config, name)
+            key = {"where": f"transformers {_version('transformers')}", "args": args}
+            message = None if _cache_file(key).is_file() else _transformers_parse(tuple(args))
+            if message is None:
+                _remember(key)
+            label = "transformers serve"
+        else:
+            python = Path(config["serve"]["vllm_python"]).expanduser()
+            args = _vllm_args(config, name)
+            key = {"where": _interpreter_key(python), "args": args}
+            message = _run_vllm_parse([str(python)], args, key)
+            label = "vLLM"
+        if message:
+            raise _refusal(where, config["models"][name]["serve_args"], label, message)
+
+
+def check_images(config: dict[str, Any], refs: dict[str, str]) -> list[str]:
+    """The docker runtime, at the workflow's start (the pinned images are on this host then):
+    each cell's serve_args through the vLLM parser inside its image. ``refs`` maps image names
+    to pinned references (repo@digest). Returns the refusals, one line each."""
+    problems = []
+    seen = set()
+    for group in config["cells"]:
+        for image in group["images"]:
+            for name in group["models"]:
+                if not config["models"][name]["serve_args"] or (image, name) in seen:
+                    continue
+                seen.add((image, name))
+                args = _vllm_args(config, name)
+                python = config["images"][image].get("python", "python3")
+                command = ["docker", "run", "--rm", "--network", "none", "--entrypoint", python]
+                command.append(refs[image])
+                key = {"where": refs[image], "args": args}
+                message = _run_vllm_parse(command, args, key)
+                if message:
+                    err = _refusal(
+                        f"models.{name}", config["models"][name]["serve_args"],
+                        f"the vLLM of image {image} ({refs[image]})", message,
+                    )  # fmt: skip
+                    problems.append(str(err))
+    return problems

@@ -130,15 +130,60 @@ def _schema_message(error: jsonschema.ValidationError) -> str:
         alternatives = " or ".join("/".join(alt["required"]) for alt in error.validator_value)
         return f"{key}: give one of {alternatives} (none is set)"
     if error.validator == "type" and _integral_float(error.instance):
+        low = error.schema.get("minimum")
+        if low is not None and int(error.instance) < low:
+            return f"{key} = {value}: expected an integer >= {low}, written without a decimal point"
         return (
             f"{key} = {value}: must be an integer, written without a decimal point "
             f"({int(error.instance)}); YAML reads {value} as a float"
         )
     if error.validator == "oneOf" and error.context:
-        # Report the alternative that came closest rather than "not valid under any".
-        best = jsonschema.exceptions.best_match(error.context)
-        return f"{key} = {value}: {best.message}"
+        # Every alternative, so the message says what would be taken (not only the nearest).
+        alternatives = [_expected(alt) for alt in error.validator_value]
+        said = ", ".join(alternatives[:-1]) + " or " + alternatives[-1]
+        return f"{key} = {value}: expected {said}"
+    if error.validator in ("minItems", "maxItems") and "items" in error.schema:
+        return f"{key} = {value}: expected {_expected(error.schema)}"
+    if error.validator == "pattern" and error.validator_value in PATTERN_MEANINGS:
+        return f"{key} = {value}: expected {PATTERN_MEANINGS[error.validator_value]}"
     return f"{key} = {value}: {error.message}"
+
+
+# What the schema's patterns ask for, in words (the bare pattern is no help to a reader).
+PATTERN_MEANINGS = {
+    "^[0-9]+\\.[0-9]+(\\.[0-9]+)?$": 'a version as MAJOR.MINOR or MAJOR.MINOR.PATCH (e.g. "7.0")',
+    "^[^\\s@]+:[^\\s@/]+$": "an image reference with a tag, REPOSITORY:TAG (e.g. "
+    "docker.io/rocm/vllm-dev:nightly), without spaces or '@'",
+}
+
+
+def _expected(schema: dict[str, Any], plural: bool = False) -> str:
+    """One schema alternative in words: a constant, a choice, a list of integers, a number."""
+    if "const" in schema:
+        return json.dumps(schema["const"])
+    if "enum" in schema:
+        return "one of " + ", ".join(json.dumps(v) for v in schema["enum"])
+    kind = schema.get("type")
+    if kind == "null":
+        return "null"
+    if kind == "array":
+        size = schema.get("minItems")
+        items = _expected(schema.get("items", {}), plural=True)
+        if size is not None and size == schema.get("maxItems"):
+            return f"a list of {size} {items} (e.g. [128, 128])"
+        return f"a list of {items}" + (f", at least {size}" if size else "")
+    if kind in ("integer", "number"):
+        word = {"integer": "integer", "number": "number"}[kind]
+        word = word + "s" if plural else ("an " if kind == "integer" else "a ") + word
+        if "minimum" in schema:
+            return f"{word} >= {schema['minimum']}"
+        if "exclusiveMinimum" in schema:
+            return f"{word} > {schema['exclusiveMinimum']}"
+        return word
+    if kind in ("object", "string"):
+        word = {"object": "mapping", "string": "string"}[kind]
+        return word + "s" if plural else f"a {word}"
+    return json.dumps(schema)
 
 
 def _integral_float(value: Any) -> bool:

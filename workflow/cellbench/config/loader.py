@@ -502,6 +502,9 @@ def _check_semantics(config: dict[str, Any]) -> None:
     if config["serve"]["compare_images"]:
         _check_compare_images(config)
     _check_model_shapes(config)
+    from cellbench.config import ceiling  # its estimate imports this module
+
+    ceiling.check_config(config)
     serve_args.check_local(config)  # last: the server's parser sees a config sound otherwise
     for cell in cells(config):  # two groups that disagree on a cell's variable
         cell_env(config, cell.image, cell.model, cell.tp, cell.ep)

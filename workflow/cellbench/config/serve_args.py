@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +67,14 @@ except Exception as exc:
     refuse(f"{type(exc).__name__}: {exc}")
 say(ok=True)
 """
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A parser's answer: refused (its message), or not checked (why), or neither (parsed)."""
+
+    refused: str | None = None
+    unchecked: str | None = None
 
 
 def reserved_serve_option(arg: str) -> str | None:
@@ -185,12 +194,11 @@ def _version(dist: str) -> str | None:
         return None
 
 
-def _run_vllm_parse(command: list[str], args: list[str], key: dict[str, Any]) -> str | None:
-    """Run VLLM_PARSE with ``command`` (an interpreter, or `docker run ... python`); its
-    refusal, or None. A success is remembered per ``key``, so a config is parsed once."""
-    cache = _cache_file(key)
-    if cache.is_file():
-        return None
+def _run_vllm_parse(command: list[str], args: list[str], key: dict[str, Any]) -> Verdict:
+    """Run VLLM_PARSE with ``command`` (an interpreter, or `docker run ... python`). A success
+    is remembered per ``key``, so a config is parsed once per interpreter or image."""
+    if _cache_file(key).is_file():
+        return Verdict()
     try:
         proc = subprocess.run(
             [*command, "-c", VLLM_PARSE, json.dumps(args)],
@@ -199,16 +207,18 @@ def _run_vllm_parse(command: list[str], args: list[str], key: dict[str, Any]) ->
             timeout=VLLM_TIMEOUT_S,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"the parser could not be run ({type(exc).__name__}: {exc})"
+        return Verdict(unchecked=f"the parser could not be run ({type(exc).__name__}: {exc})")
     said = [ln for ln in proc.stdout.splitlines() if ln.startswith("CELLBENCH-PARSE ")]
     if not said:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
-        return f"the parser exited {proc.returncode} without a verdict ({tail[0]})"
+        return Verdict(unchecked=f"the parser exited {proc.returncode} ({tail[0]})")
     verdict = json.loads(said[-1].split(" ", 1)[1])
     if verdict.get("ok"):
         _remember(key)
-        return None
-    return str(verdict.get("error"))
+        return Verdict()
+    if proc.returncode == 3:  # vLLM could not be imported: no verdict on the arguments
+        return Verdict(unchecked=str(verdict.get("error")))
+    return Verdict(refused=str(verdict.get("error")))
 
 
 def _interpreter_key(python: Path) -> dict[str, Any]:
@@ -239,17 +249,20 @@ def check_local(config: dict[str, Any]) -> None:
             python = Path(config["serve"]["vllm_python"]).expanduser()
             args = _vllm_args(config, name)
             key = {"where": _interpreter_key(python), "args": args}
-            message = _run_vllm_parse([str(python)], args, key)
-            label = "vLLM"
+            verdict = _run_vllm_parse([str(python)], args, key)
+            # This interpreter is the server's: no usable vLLM there is no server either.
+            message = verdict.refused or verdict.unchecked
+            label = f"vLLM (serve.vllm_python = {config['serve']['vllm_python']})"
         if message:
             raise _refusal(where, config["models"][name]["serve_args"], label, message)
 
 
-def check_images(config: dict[str, Any], refs: dict[str, str]) -> list[str]:
-    """The docker runtime, at the workflow's start (the pinned images are on this host then):
-    each cell's serve_args through the vLLM parser inside its image. ``refs`` maps image names
-    to pinned references (repo@digest). Returns the refusals, one line each."""
-    problems = []
+def check_images(config: dict[str, Any], refs: dict[str, str]) -> tuple[list[str], list[str]]:
+    """The docker runtime, at the workflow's start: each cell's serve_args through the vLLM
+    parser inside its pinned image (``refs``: image name -> repo@digest). Returns the
+    refusals and the warnings (an image whose parser could not be run: the server will say
+    what it makes of the arguments), one line each."""
+    refused, warnings = [], []
     seen = set()
     for group in config["cells"]:
         for image in group["images"]:
@@ -260,13 +273,17 @@ def check_images(config: dict[str, Any], refs: dict[str, str]) -> list[str]:
                 args = _vllm_args(config, name)
                 python = config["images"][image].get("python", "python3")
                 command = ["docker", "run", "--rm", "--network", "none", "--entrypoint", python]
-                command.append(refs[image])
                 key = {"where": refs[image], "args": args}
-                message = _run_vllm_parse(command, args, key)
-                if message:
-                    err = _refusal(
-                        f"models.{name}", config["models"][name]["serve_args"],
-                        f"the vLLM of image {image} ({refs[image]})", message,
-                    )  # fmt: skip
-                    problems.append(str(err))
-    return problems
+                verdict = _run_vllm_parse([*command, refs[image]], args, key)
+                server = f"the vLLM of image {image} ({refs[image]})"
+                if verdict.refused:
+                    serve_args = config["models"][name]["serve_args"]
+                    refused.append(
+                        str(_refusal(f"models.{name}", serve_args, server, verdict.refused))
+                    )
+                elif verdict.unchecked:
+                    warnings.append(
+                        f"models.{name}.serve_args not checked against {server}: "
+                        f"{verdict.unchecked}"
+                    )
+    return refused, warnings

@@ -122,8 +122,8 @@ def check_words(where: str, args: list[str]) -> None:
 def _refusal(where: str, args: list[str], server: str, message: str) -> ConfigError:
     return ConfigError(
         f"config error: {where}.serve_args = {json.dumps(args)}: {server}'s own argument "
-        f"parser refuses them: {message.strip()}; expected arguments that {server} accepts "
-        "(the pipeline adds the model, --host, --port and the parallel layout)"
+        f"parser refuses them: {message.strip().rstrip('.')}; expected arguments that {server} "
+        "accepts (the pipeline adds the model, --host, --port and the parallel layout)"
     )
 
 

@@ -266,25 +266,27 @@ def _message_probes() -> list[Probe]:
 
 
 def _ceiling_probes() -> list[Probe]:
+    # Through a real `snakemake -n`: the ceiling is checked above the loader (the plan's
+    # estimate imports it), where the workflow and `cellbench cells` read the config.
     return [
         Probe(
             "ceiling-repeats-2-63",
-            "config",
-            "`serve.repeats: 9223372036854775808` (2^63)",
+            "snakemake",
+            "`snakemake -n` with `serve.repeats: 9223372036854775808` (2^63)",
             "e+20 GPU-hours (plan.max_gpu_hours = 1000)",
             edit=_set("serve", "repeats", 2**63),
         ),
         Probe(
             "ceiling-gpu-hours",
-            "config",
-            "`plan.max_gpu_hours: 1` (the production config)",
+            "snakemake",
+            "`snakemake -n` with `plan.max_gpu_hours: 1` (the production config)",
             "GPU-hours (plan.max_gpu_hours = 1); the largest job is serve of",
             edit=_set("plan", {"max_gpu_hours": 1}),
         ),
         Probe(
             "ceiling-hours-local",
-            "config",
-            "`plan.max_hours: 0.1` (the embedded default, no GPUs)",
+            "snakemake",
+            "`snakemake -n` with `plan.max_hours: 0.1` (the embedded default, no GPUs)",
             "hours of jobs one after another (plan.max_hours = 0.1)",
             base="local",
             edit=_set("plan", {"max_hours": 0.1}),

@@ -1,9 +1,10 @@
 """The plan's ceiling: a config that `cellbench plan` prices above plan.max_gpu_hours or
 plan.max_hours is refused before any job, unless plan.allow_over_ceiling says to run it.
 
-The config check prices the config by the plan's assumptions alone (no results folder read,
-so the verdict depends on the config only); the workflow's start checks again with the
-estimate it prints, which uses each cell's history where there is one.
+Where the workflow (common.smk) and `cellbench cells` read the config, it is priced by the
+plan's assumptions alone (no results folder read, so the verdict depends on the config only);
+the workflow's start checks again with the estimate it prints, which uses each cell's history
+where there is one. Not in the loader: the estimate imports the loader.
 """
 
 from __future__ import annotations

@@ -21,11 +21,12 @@ import jsonschema
 import yaml
 
 from cellbench.common import paths
-from cellbench.config import names as folder_names
-from cellbench.config import serve_args
 from cellbench.config.env import _check_envs, cell_env, check_secret_values
 from cellbench.config.latency_bounds import check as check_latency_bounds
 from cellbench.config.model_plan import _check_model_shapes
+from cellbench.config.names import check as check_folder_names
+from cellbench.config.serve_args import check_local as check_local_serve_args
+from cellbench.config.serve_args import check_words as check_serve_arg_words
 from cellbench.config.serve_args import reserved_serve_option  # noqa: F401 - the tests' name
 from cellbench.config.strict_yaml import ConfigError, _read_mapping
 
@@ -265,7 +266,7 @@ def _check_plain_values(config: dict[str, Any]) -> None:
                     f"config error: {section}: the name {name!r} was read as {kind}; "
                     f'quote it ("{name}") so it is a string'
                 )
-    folder_names.check(config)
+    check_folder_names(config)
     for key, value in _walk(config):
         if isinstance(value, float) and not math.isfinite(value):
             raise ConfigError(
@@ -311,7 +312,7 @@ def _check_names_and_strings(config: dict[str, Any]) -> None:
                 f"config error: {where}.hf_id = {model['hf_id']!r}: not a Hugging Face model "
                 "id (ORG/NAME of letters, digits, '_', '.', '-')"
             )
-        serve_args.check_words(where, model["serve_args"])
+        check_serve_arg_words(where, model["serve_args"])
         block = model["block_shape"]
         if isinstance(block, list) and model["dtype"] not in ("fp8_w8a8", "auto"):
             raise ConfigError(
@@ -502,10 +503,7 @@ def _check_semantics(config: dict[str, Any]) -> None:
     if config["serve"]["compare_images"]:
         _check_compare_images(config)
     _check_model_shapes(config)
-    from cellbench.config import ceiling  # its estimate imports this module
-
-    ceiling.check_config(config)
-    serve_args.check_local(config)  # last: the server's parser sees a config sound otherwise
+    check_local_serve_args(config)  # last: the server's parser sees a config sound otherwise
     for cell in cells(config):  # two groups that disagree on a cell's variable
         cell_env(config, cell.image, cell.model, cell.tp, cell.ep)
     for name, image in images.items():

@@ -231,30 +231,36 @@ def _interpreter_key(python: Path) -> dict[str, Any]:
 
 
 def check_local(config: dict[str, Any]) -> None:
-    """The local runtime: every used model's serve_args through its server's parser."""
+    """The local runtime: every used model's serve_args through its server's parser (a model
+    without serve_args has nothing of the user's to parse)."""
     if config["runtime"] != "local":
         return
     server = config["serve"]["server"]
     used = {m for group in config["cells"] for m in group["models"]}
-    for name in sorted(used):
-        where = f"models.{name}"
+    for name in sorted(m for m in used if config["models"][m]["serve_args"]):
+        given = config["models"][name]["serve_args"]
         if server == "transformers":
             args = _transformers_args(config, name)
             key = {"where": f"transformers {_version('transformers')}", "args": args}
             message = None if _cache_file(key).is_file() else _transformers_parse(tuple(args))
-            if message is None:
-                _remember(key)
-            label = "transformers serve"
-        else:
-            python = Path(config["serve"]["vllm_python"]).expanduser()
-            args = _vllm_args(config, name)
-            key = {"where": _interpreter_key(python), "args": args}
-            verdict = _run_vllm_parse([str(python)], args, key)
+            if message is not None:
+                raise _refusal(f"models.{name}", given, "transformers serve", message)
+            _remember(key)
+            continue
+        python = Path(config["serve"]["vllm_python"]).expanduser()
+        args = _vllm_args(config, name)
+        verdict = _run_vllm_parse(
+            [str(python)], args, {"where": _interpreter_key(python), "args": args}
+        )
+        if verdict.refused:
+            raise _refusal(f"models.{name}", given, "vLLM", verdict.refused)
+        if verdict.unchecked:
             # This interpreter is the server's: no usable vLLM there is no server either.
-            message = verdict.refused or verdict.unchecked
-            label = f"vLLM (serve.vllm_python = {config['serve']['vllm_python']})"
-        if message:
-            raise _refusal(where, config["models"][name]["serve_args"], label, message)
+            raise ConfigError(
+                f"config error: serve.vllm_python = {config['serve']['vllm_python']!r}: "
+                f"{verdict.unchecked}, so models.{name}.serve_args cannot be checked and the "
+                "server could not start; expected an interpreter with vLLM installed"
+            )
 
 
 def check_images(config: dict[str, Any], refs: dict[str, str]) -> tuple[list[str], list[str]]:

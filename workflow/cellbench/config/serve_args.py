@@ -39,33 +39,36 @@ RESERVED_SERVE_ARGS = (
 CACHE_DIR = Path(".snakemake") / "cellbench" / "serve-args"
 VLLM_TIMEOUT_S = 300
 
-# Run by the vLLM interpreter (the local one, or the image's): builds the OpenAI server's own
-# parser and parses the arguments; prints one JSON line (ok, or the parser's error).
+# Run by the vLLM interpreter (the local one, or the image's): builds `vllm serve`'s own parser
+# as vLLM's CLI does (its serve subcommand, then the subcommand's validate) and parses the
+# words; prints one line, CELLBENCH-PARSE and a JSON verdict. Exit 3: vLLM not importable.
 VLLM_PARSE = r"""
-import json, sys
-def say(**kw):
+import contextlib, io, json, sys
+def say(code, **kw):
     print("CELLBENCH-PARSE " + json.dumps(kw), flush=True)
+    sys.exit(code)
 try:
     try:
         from vllm.utils.argparse_utils import FlexibleArgumentParser
     except ImportError:
         from vllm.utils import FlexibleArgumentParser
-    from vllm.entrypoints.openai.cli_args import make_arg_parser, validate_parsed_serve_args
+    from vllm.entrypoints.cli.serve import ServeSubcommand
 except Exception as exc:
-    say(error=f"vLLM's argument parser cannot be imported here ({type(exc).__name__}: {exc})")
-    sys.exit(3)
-parser = make_arg_parser(FlexibleArgumentParser(prog="vllm serve"))
-def refuse(message):
-    say(error=message)
-    sys.exit(2)
-parser.error = refuse
+    say(3, error=f"vLLM's serve parser cannot be imported here ({type(exc).__name__}: {exc})")
+parser = FlexibleArgumentParser(prog="vllm")
+command = ServeSubcommand()
+command.subparser_init(parser.add_subparsers(required=False, dest="subparser"))
+said = io.StringIO()
 try:
-    validate_parsed_serve_args(parser.parse_args(json.loads(sys.argv[1])))
-except SystemExit:
-    raise
+    with contextlib.redirect_stderr(said):
+        args = parser.parse_args(json.loads(sys.argv[1]))
+    command.validate(args)
+except SystemExit as exc:
+    lines = [ln for ln in said.getvalue().splitlines() if ln.strip()]
+    say(2, error=(lines[-1] if lines else f"the parser exited {exc.code}"))
 except Exception as exc:
-    refuse(f"{type(exc).__name__}: {exc}")
-say(ok=True)
+    say(2, error=f"{type(exc).__name__}: {exc}")
+say(0, ok=True)
 """
 
 
@@ -162,12 +165,11 @@ def _transformers_args(config: dict[str, Any], name: str) -> list[str]:
 
 
 def _vllm_args(config: dict[str, Any], name: str) -> list[str]:
-    """vLLM's arguments as the docker launcher passes them (`vllm serve MODEL ...`), spelled as
-    the OpenAI server's parser takes them (the model as --model)."""
+    """vLLM's words as the docker launcher passes them: `serve MODEL --host ... ARGS`."""
     from cellbench.serve import server
 
     cmd = server.docker_command(_spec(config, name, runtime="docker", image_ref="x:y"), "MODEL")
-    return ["--model", *cmd[3:]]
+    return cmd[1:]
 
 
 def _cache_file(key: dict[str, Any]) -> Path:

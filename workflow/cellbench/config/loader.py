@@ -24,6 +24,7 @@ from cellbench.common import paths
 from cellbench.config.env import _check_envs, cell_env, check_secret_values
 from cellbench.config.latency_bounds import check as check_latency_bounds
 from cellbench.config.model_plan import _check_model_shapes
+from cellbench.config.names import NAME_RULE
 from cellbench.config.names import check as check_folder_names
 from cellbench.config.serve_args import check_local as check_local_serve_args
 from cellbench.config.serve_args import check_words as check_serve_arg_words
@@ -155,6 +156,9 @@ PATTERN_MEANINGS = {
     "^[0-9]+\\.[0-9]+(\\.[0-9]+)?$": 'a version as MAJOR.MINOR or MAJOR.MINOR.PATCH (e.g. "7.0")',
     "^[^\\s@]+:[^\\s@/]+$": "an image reference with a tag, REPOSITORY:TAG (e.g. "
     "docker.io/rocm/vllm-dev:nightly), without spaces or '@'",
+    "^[A-Za-z0-9][A-Za-z0-9._-]*$": NAME_RULE,
+    "^[A-Za-z_][A-Za-z0-9_]*$": "a variable name: letters, digits and '_', not starting with "
+    "a digit",
 }
 
 

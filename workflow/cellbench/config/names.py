@@ -39,6 +39,8 @@ FILE_SUFFIXES = frozenset(
 
 def _problem(name: str) -> str | None:
     """Why ``name`` cannot be a folder of results/, else None."""
+    if not name:
+        return "is empty"
     if len(name) > MAX_NAME:
         return f"{len(name)} characters, more than {MAX_NAME}"
     if name in (".", ".."):

@@ -186,6 +186,16 @@ def _serve_args_probes() -> list[Probe]:
     ]
     out.append(
         Probe(
+            "serve-args-transformers-device",
+            "config",
+            "`serve_args: [--device, cuda]` (local: the pipeline sets transformers' device)",
+            f"models.{TINY}.serve_args holds '--device' (as --device): the pipeline sets it",
+            base="local",
+            edit=_set("models", TINY, "serve_args", ["--device", "cuda"]),
+        )
+    )
+    out.append(
+        Probe(
             "serve-args-beyond-context",
             "config",
             "`serve_args: [--max-model-len, '99999999']` on a model whose context is 4096",

@@ -122,6 +122,17 @@ def check_words(where: str, args: list[str]) -> None:
             )
 
 
+def _check_device(name: str, args: list[str]) -> None:
+    """transformers serve's --device is the pipeline's (the CPU, or the GPUs of ``gpus``)."""
+    for arg in args:
+        if arg.split("=", 1)[0] == "--device":
+            raise ConfigError(
+                f"config error: models.{name}.serve_args holds {arg!r} (as --device): the "
+                "pipeline sets it for transformers serve (cuda when gpus > 0, else cpu); "
+                "remove it and set gpus instead"
+            )
+
+
 def _refusal(where: str, args: list[str], server: str, message: str) -> ConfigError:
     return ConfigError(
         f"config error: {where}.serve_args = {json.dumps(args)}: {server}'s own argument "
@@ -242,6 +253,7 @@ def check_local(config: dict[str, Any]) -> None:
     for name in sorted(m for m in used if config["models"][m]["serve_args"]):
         given = config["models"][name]["serve_args"]
         if server == "transformers":
+            _check_device(name, given)
             args = _transformers_args(config, name)
             key = {"where": f"transformers {_version('transformers')}", "args": args}
             message = None if _cache_file(key).is_file() else _transformers_parse(tuple(args))

@@ -35,6 +35,7 @@ BENIGN = [
     "VLLM_ROCM_USE_AITER",
     "--gpu-memory-utilization",
     "0.95",
+    "someorg/sk-llama-3-8b-instruct-finetuned-v2",
 ]
 
 

@@ -17,7 +17,9 @@ TOKEN_SHAPES = (
     (re.compile(r"\bhf_[A-Za-z0-9]{20,}"), "a Hugging Face token (hf_...)"),
     (re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})"),
      "a GitHub token (ghp_..., github_pat_...)"),
-    (re.compile(r"\bsk-(?:[A-Za-z0-9]+-)*[A-Za-z0-9_-]{20,}"), "an API key (sk-...)"),
+    # sk-, sk-proj-, ...: a body with a run of 20 without '-' (a model id's words are shorter)
+    (re.compile(r"\bsk-(?:[a-z]+-)?(?=[A-Za-z0-9_-]*[A-Za-z0-9_]{20})[A-Za-z0-9_-]{20,}"),
+     "an API key (sk-...)"),
     (re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"), "an AWS access key id (AKIA...)"),
     (re.compile(r"\bglpat-[A-Za-z0-9_-]{20,}"), "a GitLab token (glpat-...)"),
     (re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{10,}"), "a Slack token (xox...-)"),

@@ -19,6 +19,7 @@ from cellbench.results import result_file
 from cellbench.results.loaders import load as load_result
 from cellbench.results.result_file import Result
 from cellbench.serve import observed_point
+from cellbench.stats import percentile_counts
 
 ARM_LABELS = {"untuned": "Triton MoE Untuned", "tuned": "Triton MoE Tuned"}
 
@@ -104,6 +105,8 @@ def comparison_frame(loaded: Iterable[Result]) -> pd.DataFrame:
                 "same_environment": data["same_environment"],
             }
             row.update({k: v for k, v in point.items() if not isinstance(v, (list, dict))})
+            # Tail percentiles only where their requests suffice, each metric's count beside.
+            row.update(percentile_counts.published(point))
             row.update(observed_point.point_figures(point))
             rows.append(row)
     return pd.DataFrame(rows)
@@ -142,6 +145,7 @@ def cell_frames(loaded: Iterable[Result]) -> tuple[pd.DataFrame, pd.DataFrame, p
                     "arm_label": bench.get("arm_label", bench["arm"]),
                 }
                 row.update({k: v for k, v in point.items() if not isinstance(v, (list, dict))})
+                row.update(percentile_counts.published(point))
                 # The load label, goodput, /metrics and telemetry figures (issue 24).
                 row.update(observed_point.point_figures(point))
                 row["telemetry_how"] = _telemetry_how(point.get("telemetry") or {})

@@ -487,3 +487,31 @@ def test_gsm8k_full_run_counts_its_questions(tmp_path):
     local.write_text('{"question": "q", "answer": "#### 1"}\n' * 12)
     cfg["gsm8k"].update(dataset=str(local), instances=1)
     assert detect_plan.gsm8k_questions(cfg) == (12, f"{local} lines")
+
+
+def test_a_history_job_that_asked_fewer_gsm8k_questions_is_scaled(tmp_path):
+    cfg = config()
+    last_run(tmp_path, cfg, {(32, 8): 1.5, (64, 8): 2.5})
+    # The last serve job recorded its GSM8K run: gsm8k.limit 8, one instance.
+    for arm in ("untuned", "tuned"):
+        path = tmp_path / CELL / "serve" / arm / "bench.json"
+        bench = json.loads(path.read_text())
+        bench["gsm8k"] = {"dataset": "x.jsonl", "instances": 1, "limit": 8}
+        atomicio.write_json(path, bench, checksum=True)
+    same = cost.estimate(cfg, tmp_path)["cells"][CELL]["serve"]
+    assert same["seconds"] == pytest.approx(200.0) and "GSM8K" not in same["basis"]
+    cfg["gsm8k"]["limit"] = None  # now the whole generated set, 40 questions
+    whole = cost.estimate(cfg, tmp_path)["cells"][CELL]["serve"]
+    per = cfg["plan"]["gsm8k_s_per_question"]
+    assert whole["seconds"] == pytest.approx(200.0 + 2 * (40 - 8) * per)
+    assert (
+        "+ GSM8K 40 questions per arm now (gsm8k.local_questions, x instances) instead of 8"
+        in (whole["basis"])
+    )
+    # Written with limit null: the whole set then was its GSM8K result's n_samples (4 here).
+    for arm in ("untuned", "tuned"):
+        path = tmp_path / CELL / "serve" / arm / "bench.json"
+        bench = json.loads(path.read_text())
+        bench["gsm8k"]["limit"] = None
+        atomicio.write_json(path, bench, checksum=True)
+    assert "instead of 4," in cost.estimate(cfg, tmp_path)["cells"][CELL]["serve"]["basis"]

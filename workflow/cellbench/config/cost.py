@@ -269,10 +269,13 @@ def estimate_cell(
         per_repeat = 0.0
         for isl, osl, c in points:
             per_repeat += means.get((isl, osl, c), waves * _assumed_point_s(config, isl, osl))
-        seconds = fixed + arms * repeats * per_repeat
+        # The fixed part holds the last job's GSM8K: another question count changes it.
+        gsm8k_s, gsm8k_note = detect_plan.gsm8k_change(config, src.root, cell.cell_id)
+        seconds = max(fixed + gsm8k_s, 0.0) + arms * repeats * per_repeat
         basis = (
             f"{src.basis}: {', '.join(src.times['serve'].files)} ({fixed:.0f} s fixed) + "
-            f"{arms} arms x {upto}{repeats} repeats x the measured points{src.note}{skipped()}"
+            f"{arms} arms x {upto}{repeats} repeats x the measured points{gsm8k_note}"
+            f"{src.note}{skipped()}"
         )
         break
     else:

@@ -59,6 +59,46 @@ def gsm8k_questions(config: dict) -> tuple[int, str]:
     return 0, f"{dataset}: size unknown (not counted)"
 
 
+def _asked_then(root: Path, cell: str) -> int | None:
+    """GSM8K questions one arm's lm-eval asked in the cell's last serve job under ``root``
+    (its bench.json's gsm8k record, the whole set's size from its GSM8K result), times its
+    instances; 0 when it ran none, None when the files do not say."""
+    try:
+        bench = results_loaders.load_bench(root / cell / "serve" / ARMS[0] / "bench.json", root)
+    except (results_loaders.ResultError, OSError):
+        return None
+    record = bench.data.get("gsm8k", "absent")
+    if record is None:
+        return 0
+    if not isinstance(record, dict):
+        return None
+    instances = int(record.get("instances") or 1)
+    if record.get("limit"):
+        return int(record["limit"]) * instances
+    try:
+        result = results_loaders.load_gsm8k(root / cell / "gsm8k" / f"{ARMS[0]}.json", root)
+    except (results_loaders.ResultError, OSError):
+        return None
+    return int(result.data["n_samples"]) * instances
+
+
+def gsm8k_change(config: dict, root: Path, cell: str) -> tuple[float, str]:
+    """Seconds to add to a serve job timed in the history under ``root`` for GSM8K asking
+    another number of questions now (``plan.gsm8k_s_per_question`` each, every arm), and the
+    words that say so ('' when nothing changed or the history does not say)."""
+    then = _asked_then(root, cell)
+    questions, source = gsm8k_questions(config)
+    now = questions * int(config["gsm8k"]["instances"])
+    if then is None or then == now:
+        return 0.0, ""
+    per = config["plan"]["gsm8k_s_per_question"]
+    delta = len(ARMS) * (now - then) * per
+    return delta, (
+        f" {'+' if delta >= 0 else '-'} GSM8K {now} questions per arm now ({source}, "
+        f"x instances) instead of {then}, x plan.gsm8k_s_per_question {per:g} s"
+    )
+
+
 def _benches(config: dict, cell: loader.Cell, results: Path, root: Path) -> Iterator[tuple]:
     """(source, arm, bench data) of every earlier serve result of the cell: the results
     folder's, then each archived run's; a file seen twice (archived from here) counts once,

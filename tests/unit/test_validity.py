@@ -4,7 +4,10 @@ lists written out by hand: each case's expected reason follows from its numbers.
 from __future__ import annotations
 
 import pytest
+from cellbench.report import frames
 from cellbench.serve import validity
+from cellbench.stats import comparison
+from support import result_fixtures as fx
 
 
 def _detail(requests: list[tuple[int, list[float], float, float, str]]) -> dict[str, list]:
@@ -94,3 +97,41 @@ def test_a_floor_must_be_a_positive_finite_number(bad):
     with pytest.raises(ValueError, match="--min-plausible-tpot-ms = .*a finite number of ms > 0"):
         validity.finite_floor(bad, "--min-plausible-tpot-ms")
     assert validity.finite_floor(None, "x") is None and validity.finite_floor(2, "x") == 2.0
+
+
+def test_older_points_are_judged_from_their_summary():
+    # 16 tokens per request, TPOT 0.007 ms: the burst an older vLLM image sent.
+    old = {"completed": 2, "total_output_tokens": 32, "median_tpot_ms": 0.007, "mean_itl_ms": 0.007}
+    why = validity.summary_reason(old)
+    assert why.startswith("median TPOT 0.007 ms below the plausible floor 0.1 ms")
+    assert why.endswith(validity.REPORT_TIME)
+    # Every request one chunk: no gap, a mean ITL of 0.
+    assert "mean ITL 0 ms" in validity.summary_reason(
+        {**old, "median_tpot_ms": 5.0, "mean_itl_ms": 0}
+    )
+    # One token per request: nothing to judge (vLLM's 0 for an empty list is no burst).
+    assert validity.summary_reason({**old, "total_output_tokens": 2}) is None
+    # A point the serve stage judged (its counts are there) or marked keeps its own word.
+    assert validity.summary_reason({**old, "ttft_requests": 2}) is None
+    assert validity.summary_reason({**old, "invalid": "x"}) is None
+
+
+def test_the_report_leaves_an_older_burst_repeat_out_of_the_verdict(tmp_path):
+    res = tmp_path / "results"
+    cell = "rocm7.2/m/tp1-ep1"
+    for arm in ("untuned", "tuned"):
+        points = [
+            fx.point(64, 16, repeat=r, seq=2 * r + (arm == "tuned"), concurrency=2, prompts=4)
+            for r in range(3)
+        ]
+        if arm == "tuned":  # repeat 1 of the tuned arm arrived in a burst
+            points[1] |= {"median_tpot_ms": 0.007, "mean_tpot_ms": 0.007, "mean_itl_ms": 0.007}
+        fx.write_bench(res, cell, arm, points)
+    files = sorted(res.rglob("bench.json"))
+    serve, _, _ = frames.cell_frames(frames.load_inputs(files, res))
+    marked = serve[serve["invalid"].notna()]
+    assert list(zip(marked.arm, marked.repeat, strict=True)) == [("tuned", 1)]
+    rows = comparison.compare_serve(serve[serve.arm == "untuned"], serve[serve.arm == "tuned"])
+    tpot = next(r for r in rows if r["metric"] == "mean_tpot_ms")
+    assert (tpot["invalid_a"], tpot["invalid_b"]) == (0, 1)
+    assert any(validity.REPORT_TIME in why for why in tpot["invalid_reasons"])

@@ -96,6 +96,37 @@ def floor_reason(
     return None
 
 
+REPORT_TIME = "checked at report time: written before the serve stage checked its streams"
+
+
+def summary_reason(
+    point: Mapping[str, Any],
+    min_tpot_ms: float = DEFAULT_MIN_TPOT_MS,
+    min_itl_ms: float = DEFAULT_MIN_ITL_MS,
+) -> str | None:
+    """For a point written before the serve stage judged its streams (it has no
+    ``ttft_requests`` and no ``invalid``): the same floors read from its summary, with the
+    default floors. A point some request of which produced more than one token, whose median
+    TPOT or mean ITL lies under the floor (a mean ITL of 0: no gap at all, every request in
+    one chunk), is implausible. None for a newer point: its own record says."""
+    if "ttft_requests" in point or point.get("invalid"):
+        return None
+    completed, tokens = point.get("completed") or 0, point.get("total_output_tokens") or 0
+    if not completed or tokens <= completed:  # no request of several tokens: no TPOT to judge
+        return None
+    for key, name, floor, setting in (
+        ("median_tpot_ms", "median TPOT", min_tpot_ms, "serve.min_plausible_tpot_ms"),
+        ("mean_itl_ms", "mean ITL", min_itl_ms, "serve.min_plausible_itl_ms"),
+    ):
+        value = point.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool) and value < floor:
+            return (
+                f"{name} {value:.4g} ms below the plausible floor {floor:g} ms ({setting}'s "
+                f"default): tokens were sent in a burst; {REPORT_TIME}"
+            )
+    return None
+
+
 def _median(values: Sequence[float]) -> float:
     s = sorted(values)
     mid = len(s) // 2

@@ -373,7 +373,13 @@ def _design(cfg: dict, var_s: float, var_r: float, c_start: float, c_rep: float)
     low, high = plan["repeats_per_start_min"], plan["repeats_per_start_max"]
     r = plan_noise.repeats_per_start(var_s, var_r, c_start, c_rep, low, high)
     target = cfg["report"]["target_detectable_pct"]
-    return r, plan_noise.starts_needed(var_s, var_r, r, target, plan["max_starts"])
+    # r* where it reaches the target within the cap, else the fewest repeats that do, else
+    # the most allowed
+    for repeats in range(r, high + 1):
+        n = plan_noise.starts_needed(var_s, var_r, repeats, target, plan["max_starts"])
+        if n is not None:
+            return repeats, n
+    return high, None
 
 
 def test_without_history_the_plan_rests_on_the_stated_noise_model(tmp_path):

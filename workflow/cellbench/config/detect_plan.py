@@ -13,7 +13,9 @@ cannot show (one start only, or one repeat per start) takes the stated noise mod
 Kalibera and Jones (``plan_noise.repeats_per_start``) from what a start and a repeat cost
 (the servers' measured ``ready_s`` and the points' durations, else ``plan.server_start_s`` and
 the assumed TTFT/TPOT), bounded by ``plan.repeats_per_start_min``/``_max``; starts are capped
-by ``plan.max_starts``. A point that cannot reach the target within the caps is named.
+by ``plan.max_starts``, and where r* misses the target within that cap more repeats per start
+(up to the bound) are tried. A point that cannot reach the target within the caps is named,
+with the smallest change it could see.
 """
 
 from __future__ import annotations
@@ -175,13 +177,19 @@ def _noise(config: dict, comp: Components | None) -> tuple[float, float, str]:
 
 
 def _point_plan(config: dict, var_s: float, var_r: float, c_start: float, c_rep: float) -> dict:
-    """Repeats per start, starts needed (None: not within the cap) and the change seen."""
+    """Repeats per start (Kalibera and Jones's; more, up to the bound, where that misses the
+    target within the cap), starts needed (None: not within the cap) and the change seen."""
     plan = config["plan"]
     target = float(config["report"]["target_detectable_pct"])
     low, high = int(plan["repeats_per_start_min"]), int(plan["repeats_per_start_max"])
+    cap = int(plan["max_starts"])
     r = plan_noise.repeats_per_start(var_s, var_r, c_start, c_rep, low, high)
-    n = plan_noise.starts_needed(var_s, var_r, r, target, int(plan["max_starts"]))
-    seen = plan_noise.detectable_pct(var_s, var_r, n or int(plan["max_starts"]), r)
+    n = plan_noise.starts_needed(var_s, var_r, r, target, cap)
+    # The cheapest split misses within the cap: more repeats per start are what is left.
+    while n is None and r < high:
+        r += 1
+        n = plan_noise.starts_needed(var_s, var_r, r, target, cap)
+    seen = plan_noise.detectable_pct(var_s, var_r, n or cap, r)
     return {"starts": n, "repeats_per_start": r, "detectable_pct": seen}
 
 

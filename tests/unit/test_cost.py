@@ -368,15 +368,16 @@ def test_no_archive_or_none_of_this_cell_leaves_the_assumptions(tmp_path):
 
 
 def _design(cfg: dict, var_s: float, var_r: float, c_start: float, c_rep: float) -> tuple:
-    """(repeats per start, starts needed) as the plan must choose them, from plan_noise."""
-    plan = cfg["plan"]
+    """(repeats per start, starts needed) as the plan must choose them, from plan_noise;
+    paired where one job interleaves the arms (the components then the pairs' ratio's)."""
+    plan, paired = cfg["plan"], cfg["serve"]["interleave_arms"]
     low, high = plan["repeats_per_start_min"], plan["repeats_per_start_max"]
     r = plan_noise.repeats_per_start(var_s, var_r, c_start, c_rep, low, high)
     target = cfg["report"]["target_detectable_pct"]
     # r* where it reaches the target within the cap, else the fewest repeats that do, else
     # the most allowed
     for repeats in range(r, high + 1):
-        n = plan_noise.starts_needed(var_s, var_r, repeats, target, plan["max_starts"])
+        n = plan_noise.starts_needed(var_s, var_r, repeats, target, plan["max_starts"], paired)
         if n is not None:
             return repeats, n
     return high, None
@@ -387,8 +388,9 @@ def test_without_history_the_plan_rests_on_the_stated_noise_model(tmp_path):
     plan, serve = cfg["plan"], cfg["serve"]
     est = cost.estimate(cfg, tmp_path)
     entry = est["detect"]["cells"][CELL]
-    var_s = plan_noise.pct_to_var(plan["noise_start_pct"])
-    var_r = plan_noise.pct_to_var(plan["noise_repeat_pct"])
+    # interleaved arms (the embedded default): a pair's log-ratio holds two arms' variance
+    var_s = 2 * plan_noise.pct_to_var(plan["noise_start_pct"])
+    var_r = 2 * plan_noise.pct_to_var(plan["noise_repeat_pct"])
     waves = serve["prompts_per_concurrency"] + serve["warmups_per_concurrency"]
     for p, g in zip(entry["points"], serve["grid"], strict=True):
         c_rep = (
@@ -432,24 +434,42 @@ def _noisy_bench(results: Path, spreads: dict[str, list[list[float]]]) -> None:
 
 def test_with_history_the_components_are_measured(tmp_path):
     cfg = config(grid=[{"isl": 32, "osl": 8}])
-    table = {"untuned": [[1.0, 1.1], [1.3, 1.2], [0.9, 1.0]], "tuned": [[1.0, 1.05], [1.2, 1.1]]}
+    table = {
+        "untuned": [[1.0, 1.1], [1.3, 1.2], [0.9, 1.0]],
+        "tuned": [[1.0, 1.05], [1.2, 1.1], [1.0, 0.9]],
+    }
     _noisy_bench(tmp_path, table)
     point = cost.estimate(cfg, tmp_path)["detect"]["cells"][CELL]["points"][0]
-    comp = plan_noise.pooled(plan_noise.start_repeat_components(t) for t in table.values())
+    # Interleaved arms: the components of each repeat's untuned / tuned ratio, per start.
+    ratios = [
+        [a / b for a, b in zip(sa, sb, strict=True)]
+        for sa, sb in zip(table["untuned"], table["tuned"], strict=True)
+    ]
+    comp = plan_noise.start_repeat_components(ratios)
     # TTFT is the only metric that varies (the others' spread is 0): it decides.
     assert point["metric"] == "mean_ttft_ms"
     assert point["noise"] == (
-        f"start {plan_noise.var_to_pct(comp.var_start):.1f}% measured (3 df), "
-        f"repeat {plan_noise.var_to_pct(comp.var_repeat):.1f}% measured (5 df)"
+        f"start {plan_noise.var_to_pct(comp.var_start / 2):.1f}% per arm measured (2 df of the "
+        f"pairs' ratio), repeat {plan_noise.var_to_pct(comp.var_repeat / 2):.1f}% per arm "
+        "measured (3 df of the pairs' ratio)"
     )
     r, n = _design(cfg, comp.var_start, comp.var_repeat, 1.0, 10.0)  # fixture ready_s, duration
     assert (point["repeats_per_start"], point["starts"]) == (r, n)
-    # An invalid repeat is no measurement of the noise.
+    # An invalid repeat is no measurement of the noise: its pair leaves the table.
     bench = json.loads((tmp_path / CELL / "serve/tuned/bench.json").read_text())
     bench["points"][1]["invalid"] = "1 of 2 requests sent all their tokens in one chunk"
     atomicio.write_json(tmp_path / CELL / "serve/tuned/bench.json", bench, checksum=True)
     again = cost.estimate(cfg, tmp_path)["detect"]["cells"][CELL]["points"][0]
-    assert "(4 df)" in again["noise"]
+    assert "(2 df of the pairs' ratio)" in again["noise"].split("repeat")[1]
+    # Arms measured apart (no pairs): each arm's own components, pooled over the arms.
+    apart = config(grid=[{"isl": 32, "osl": 8}], interleave_arms=False)
+    point = cost.estimate(apart, tmp_path)["detect"]["cells"][CELL]["points"][0]
+    table["tuned"][0] = table["tuned"][0][:1]  # the invalid repeat
+    comp = plan_noise.pooled(plan_noise.start_repeat_components(t) for t in table.values())
+    assert point["noise"] == (
+        f"start {plan_noise.var_to_pct(comp.var_start):.1f}% per arm measured (4 df), "
+        f"repeat {plan_noise.var_to_pct(comp.var_repeat):.1f}% per arm measured (5 df)"
+    )
 
 
 def test_an_archived_run_is_a_further_server_start(tmp_path):
@@ -469,7 +489,7 @@ def test_an_archived_run_is_a_further_server_start(tmp_path):
         atomicio.write_json(path, bench, checksum=True)
     entry = cost.estimate(cfg, tmp_path / "results")["detect"]["cells"][CELL]
     assert entry["basis"].endswith(f"history: archive {ref}, results")
-    assert all("start" in p["noise"] and "measured (2 df)" in p["noise"] for p in entry["points"])
+    assert all("per arm measured (1 df of the pairs' ratio)" in p["noise"] for p in entry["points"])
 
 
 def test_gsm8k_full_run_counts_its_questions(tmp_path):

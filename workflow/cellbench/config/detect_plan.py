@@ -7,7 +7,9 @@ The noise at each level comes from the data where there is any: every earlier se
 the same cell (same image name, model, tp and ep) in this results folder and in the archive's
 runs, each run (and each ``start`` within one, where its points record one) a server start,
 its valid repeats the repeats; variance components by ``stats.plan_noise`` on the log scale,
-pooled over the arms, per verdict metric, the noisiest metric deciding. A level the history
+per verdict metric, the noisiest metric deciding: of each repeat's untuned/tuned ratio where one
+job interleaves the arms (``serve.interleave_arms``; the paired design the verdict tests), else
+of each arm's values, pooled over the arms. A level the history
 cannot show (one start only, or one repeat per start) takes the stated noise model,
 ``plan.noise_start_pct`` and ``plan.noise_repeat_pct``, and says so. Repeats per start follow
 Kalibera and Jones (``plan_noise.repeats_per_start``) from what a start and a repeat cost
@@ -125,9 +127,9 @@ def _benches(config: dict, cell: loader.Cell, results: Path, root: Path) -> Iter
 
 
 def _history(config: dict, cell: loader.Cell, results: Path, root: Path) -> dict[str, Any]:
-    """Per point and metric, per arm, the valid values grouped by server start; per point the
-    measured durations; the servers' ready times; the sources read."""
-    values: dict[Point, dict[str, dict[str, dict[tuple, list[float]]]]] = {}
+    """Per point and metric, per server start, per arm, the valid values by repeat; per point
+    the measured durations; the servers' ready times; the sources read."""
+    values: dict[Point, dict[str, dict[tuple, dict[str, dict[int, float]]]]] = {}
     durations: dict[Point, list[float]] = {}
     ready, sources = [], []
     for source, arm, bench in _benches(config, cell, results, root):
@@ -144,39 +146,53 @@ def _history(config: dict, cell: loader.Cell, results: Path, root: Path) -> dict
             for metric in METRICS:
                 v = p.get(metric)
                 if isinstance(v, int | float) and not isinstance(v, bool) and v > 0:
-                    by_arm = values.setdefault(point, {}).setdefault(metric, {})
-                    by_arm.setdefault(arm, {}).setdefault(start, []).append(float(v))
+                    by_start = values.setdefault(point, {}).setdefault(metric, {})
+                    by_start.setdefault(start, {}).setdefault(arm, {})[p["repeat"]] = float(v)
     return {"values": values, "durations": durations, "ready": ready, "sources": sources}
 
 
-def _components(by_arm: dict[str, dict[tuple, list[float]]]) -> Components:
+def _components(by_start: dict[tuple, dict[str, dict[int, float]]], paired: bool) -> Components:
+    """Paired (arms interleaved): of the log-ratio of the two arms' values of each repeat both
+    have, per start. Else of each arm's values per start, pooled over the arms."""
+    if paired:
+        table = []
+        for arms in by_start.values():
+            if all(arm in arms for arm in ARMS):
+                a, b = (arms[arm] for arm in ARMS)
+                table.append([a[r] / b[r] for r in sorted(set(a) & set(b))])
+        return plan_noise.start_repeat_components(table)
     return plan_noise.pooled(
-        plan_noise.start_repeat_components(list(groups.values())) for groups in by_arm.values()
+        plan_noise.start_repeat_components(
+            [list(arms[arm].values()) for arms in by_start.values() if arm in arms]
+        )
+        for arm in ARMS
     )
 
 
-def _noise(config: dict, comp: Components | None) -> tuple[float, float, str]:
+def _noise(config: dict, comp: Components, paired: bool) -> tuple[float, float, str]:
     """(var_start, var_repeat, basis): the history's components, each level it cannot show
-    taken from the noise model."""
-    plan = config["plan"]
-    comp = comp or Components(None, None, 0, 0)
-    parts = []
-    if comp.var_start is not None:
-        var_s = comp.var_start
-        parts.append(f"start {plan_noise.var_to_pct(var_s):.1f}% measured ({comp.df_start} df)")
-    else:
-        var_s = plan_noise.pct_to_var(plan["noise_start_pct"])
-        parts.append(f"start {plan['noise_start_pct']:g}% plan.noise_start_pct")
-    if comp.var_repeat is not None:
-        var_r = comp.var_repeat
-        parts.append(f"repeat {plan_noise.var_to_pct(var_r):.1f}% measured ({comp.df_repeat} df)")
-    else:
-        var_r = plan_noise.pct_to_var(plan["noise_repeat_pct"])
-        parts.append(f"repeat {plan['noise_repeat_pct']:g}% plan.noise_repeat_pct")
-    return var_s, var_r, ", ".join(parts)
+    taken from the noise model. The model and the basis speak per arm (a pair's log-ratio
+    holds two arms' spread: twice one arm's variance)."""
+    plan, arms = config["plan"], 2.0 if paired else 1.0
+    how = " of the pairs' ratio" if paired else ""
+    parts, out = [], []
+    for name, var, df, key in (
+        ("start", comp.var_start, comp.df_start, "noise_start_pct"),
+        ("repeat", comp.var_repeat, comp.df_repeat, "noise_repeat_pct"),
+    ):
+        if var is not None:
+            out.append(var)
+            shown = plan_noise.var_to_pct(var / arms)
+            parts.append(f"{name} {shown:.1f}% per arm measured ({df} df{how})")
+        else:
+            out.append(arms * plan_noise.pct_to_var(plan[key]))
+            parts.append(f"{name} {plan[key]:g}% per arm plan.{key}")
+    return out[0], out[1], ", ".join(parts)
 
 
-def _point_plan(config: dict, var_s: float, var_r: float, c_start: float, c_rep: float) -> dict:
+def _point_plan(
+    config: dict, var_s: float, var_r: float, c_start: float, c_rep: float, paired: bool
+) -> dict:
     """Repeats per start (Kalibera and Jones's; more, up to the bound, where that misses the
     target within the cap), starts needed (None: not within the cap) and the change seen."""
     plan = config["plan"]
@@ -184,12 +200,12 @@ def _point_plan(config: dict, var_s: float, var_r: float, c_start: float, c_rep:
     low, high = int(plan["repeats_per_start_min"]), int(plan["repeats_per_start_max"])
     cap = int(plan["max_starts"])
     r = plan_noise.repeats_per_start(var_s, var_r, c_start, c_rep, low, high)
-    n = plan_noise.starts_needed(var_s, var_r, r, target, cap)
+    n = plan_noise.starts_needed(var_s, var_r, r, target, cap, paired)
     # The cheapest split misses within the cap: more repeats per start are what is left.
     while n is None and r < high:
         r += 1
-        n = plan_noise.starts_needed(var_s, var_r, r, target, cap)
-    seen = plan_noise.detectable_pct(var_s, var_r, n or cap, r)
+        n = plan_noise.starts_needed(var_s, var_r, r, target, cap, paired)
+    seen = plan_noise.detectable_pct(var_s, var_r, n or cap, r, paired=paired)
     return {"starts": n, "repeats_per_start": r, "detectable_pct": seen}
 
 
@@ -198,6 +214,7 @@ def plan_cell(config: dict, cell: loader.Cell, results: Path, archive_root: Path
     that design sees and the noise it rests on; the cell's starts (its neediest point's, the
     cap where one cannot reach the target), the serve job's seconds and GPU-hours for it."""
     plan, serve = config["plan"], config["serve"]
+    paired = bool(serve["interleave_arms"])  # one job interleaves the arms: pairs
     hist = _history(config, cell, results, archive_root)
     c_start = sum(hist["ready"]) / len(hist["ready"]) if hist["ready"] else plan["server_start_s"]
     waves = int(serve["prompts_per_concurrency"]) + int(serve.get("warmups_per_concurrency") or 0)
@@ -211,9 +228,9 @@ def plan_cell(config: dict, cell: loader.Cell, results: Path, archive_root: Path
             c_rep = sum(measured) / len(measured) if measured else assumed
             worst = None
             for metric in METRICS:
-                comp = _components(hist["values"].get(key, {}).get(metric, {}))
-                var_s, var_r, basis = _noise(config, comp)
-                step = _point_plan(config, var_s, var_r, c_start, c_rep)
+                comp = _components(hist["values"].get(key, {}).get(metric, {}), paired)
+                var_s, var_r, basis = _noise(config, comp, paired)
+                step = _point_plan(config, var_s, var_r, c_start, c_rep, paired)
                 step.update(metric=metric, noise=basis)
                 if worst is None or _needier(step, worst):
                     worst = step

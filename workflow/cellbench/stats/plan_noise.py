@@ -8,9 +8,11 @@ the method of moments (ANOVA): within starts the mean square of the repeats abou
 mean; between starts (mean square between - mean square within) / n0, cut at zero.
 
 ``detectable_pct`` is the smallest change two arms of ``starts`` starts of ``repeats`` repeats
-each would show at 80% power in a two-sided test at alpha 0.05 (t with 2(starts - 1) degrees of
-freedom: the start is the unit of replication). ``repeats_per_start`` is Kalibera and Jones's
-optimum r* = sqrt((c_start / c_repeat) * (var_repeat / var_start)), rounded and bounded.
+each would show at 80% power in a two-sided test at alpha 0.05, the start being the unit of
+replication: arms measured apart (t with 2(starts - 1) degrees of freedom), or interleaved in
+pairs of starts and repeats (the components of the pairs' log-ratio, t with starts - 1).
+``repeats_per_start`` is Kalibera and Jones's optimum r* = sqrt((c_start / c_repeat) *
+(var_repeat / var_start)), rounded and bounded.
 Pure functions; the plan (``cellbench.config.detect_plan``) reads the data and the costs.
 """
 
@@ -90,13 +92,18 @@ def detectable_pct(
     repeats: int,
     alpha: float = ALPHA,
     power: float = POWER,
+    paired: bool = False,
 ) -> float:
     """The smallest change (in %) two arms, each ``starts`` server starts of ``repeats``
-    repeats, would show with ``power`` at two-sided ``alpha``; inf with fewer than 2 starts."""
+    repeats, would show with ``power`` at two-sided ``alpha``; inf with fewer than 2 starts.
+    Unpaired: the components are one arm's, the arms independent (t on 2(starts - 1) df).
+    ``paired``: the arms' starts and repeats interleaved in pairs, the components those of
+    the pairs' log-ratio (what both arms share cancels; t on starts - 1 df)."""
     if starts < 2 or repeats < 1:
         return math.inf
-    df = 2 * (starts - 1)
-    spread = math.sqrt(2.0 * (var_start / starts + var_repeat / (starts * repeats)))
+    df = starts - 1 if paired else 2 * (starts - 1)
+    arms = 1.0 if paired else 2.0
+    spread = math.sqrt(arms * (var_start / starts + var_repeat / (starts * repeats)))
     t = float(sps.t.ppf(1 - alpha / 2, df) + sps.t.ppf(power, df))
     return 100.0 * math.expm1(t * spread)
 
@@ -113,12 +120,17 @@ def repeats_per_start(
 
 
 def starts_needed(
-    var_start: float, var_repeat: float, repeats: int, target_pct: float, max_starts: int
+    var_start: float,
+    var_repeat: float,
+    repeats: int,
+    target_pct: float,
+    max_starts: int,
+    paired: bool = False,
 ) -> int | None:
     """The fewest starts per arm (at least 2) with which ``repeats`` repeats per start see a
     change of ``target_pct``; None when even ``max_starts`` do not."""
     for starts in range(2, max_starts + 1):
-        if detectable_pct(var_start, var_repeat, starts, repeats) <= target_pct:
+        if detectable_pct(var_start, var_repeat, starts, repeats, paired=paired) <= target_pct:
             return starts
     return None
 

@@ -16,7 +16,9 @@ import sys
 from pathlib import Path
 
 import jsonschema
+import pandas as pd
 from cellbench.report import build as report
+from cellbench.report import percentile_claims
 from cellbench.serve import stage as serve_stage
 from support import result_fixtures as fx
 from support.stage_jobs import serve_argv
@@ -67,12 +69,12 @@ def _points(res: Path, arm: str) -> list[dict]:
     return sorted(bench["points"], key=lambda p: p["repeat"])
 
 
-def _report(res: Path, out: Path) -> str:
+def _report(res: Path, out: Path, bounds: dict | None = None) -> str:
     files = [fx.write_tune(res, CELL)]
     for arm in ARMS:
         files += [res / CELL / "serve" / arm / "bench.json"]
         files += [fx.write_gsm8k(res, CELL, arm, [True, False])]
-    return report.write_report(files, out, results=res).read_text()
+    return report.write_report(files, out, results=res, latency_bounds=bounds).read_text()
 
 
 def test_a_burst_repeat_is_invalid_and_counted(tmp_path, capsys):
@@ -88,12 +90,22 @@ def test_a_burst_repeat_is_invalid_and_counted(tmp_path, capsys):
         why = points[1]["invalid"]
         assert "2 of 2 requests sent all their tokens (4 at most) in one chunk" in why, why
         assert f"{arm} isl=8 osl=4 c1 repeat 1: 2 of 2 requests" in err
-    text = _report(res, tmp_path / "report")
+    # A TPOT bound of 0.5 ms: the real streams (1 ms per token) are over it, the burst under.
+    text = _report(res, tmp_path / "report", {"tpot_ms": 0.5})
     # Beside every verdict of the cell's arms table: one invalid repeat per side.
     cells = [[c.strip() for c in line.split("|")] for line in text.splitlines()]
     rows = [c for c in cells if len(c) > 2 and c[1] == "8-4" and "1/1" in c]
     assert len(rows) == 4, text  # TTFT, TPOT, E2EL, throughput
     assert "Invalid repeats, left out of the tests above: 2 of 2 requests sent" in text
+    # The latency claims pool the valid repeats' requests only: 2 x 2, every one over.
+    claims = pd.read_csv(tmp_path / "report" / percentile_claims.CSV_NAME)
+    tpot = claims[claims.metric == "TPOT"].set_index("arm")
+    for arm in ARMS:
+        assert (tpot.loc[arm].queries, tpot.loc[arm].over) == (4, 4)
+        assert (
+            tpot.loc[arm].note == "1 invalid repeat left out, their failed requests still counted"
+        )
+    assert "no (1 invalid repeat left out, their failed requests still counted)" in text
 
 
 def test_failed_share_is_an_invalid_repeat_not_a_failed_job(tmp_path, capsys):

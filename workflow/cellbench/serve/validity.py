@@ -18,6 +18,9 @@ An invalid repeat does not stop the job: it is logged, kept in bench.json and co
 the verdict. The job fails (``TooFewValidRepeats``) only when a point is left with fewer valid
 repeats on a side than the test needs (two, or every repeat measured when fewer were).
 A server that dies is fatal before any of this (``measure._check_alive``).
+
+Points written before these checks existed carry no ``invalid`` and no request counts: the
+report judges them from their summaries with the default floors (``summary_reason``).
 """
 
 from __future__ import annotations
@@ -185,8 +188,7 @@ def finite_floor(value: Any, name: str) -> float | None:
     """A floor setting: None (no floor) or a finite number > 0; else ValueError naming it."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ValueError(f"{name} = {value!r}: a finite number of ms > 0, or null for no floor")
-    if value <= 0:
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if not (number and math.isfinite(value) and value > 0):
         raise ValueError(f"{name} = {value!r}: a finite number of ms > 0, or null for no floor")
     return float(value)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import jsonschema
 import pandas as pd
+from cellbench.config import detect_plan, loader
 from cellbench.report import build as report
 from cellbench.report import percentile_claims
 from cellbench.serve import stage as serve_stage
@@ -106,6 +107,18 @@ def test_a_burst_repeat_is_invalid_and_counted(tmp_path, capsys):
             tpot.loc[arm].note == "1 invalid repeat left out, their failed requests still counted"
         )
     assert "no (1 invalid repeat left out, their failed requests still counted)" in text
+    # The plan reads this job as history: one start, its 2 valid pairs of repeats (the burst
+    # pair left out) give the within-start spread (1 df); the start spread is the model's.
+    cfg = loader.load(ROOT / "config" / "local.yaml")
+    cfg["serve"].update(grid=[{"isl": 8, "osl": 4}], concurrency=[1])
+    cell = loader.Cell("host-cpu", "timed", 1, 1)
+    (point,) = detect_plan.plan_cell(cfg, cell, res, tmp_path / "no-archive")["points"]
+    assert point["point"] == "8-4 c1"
+    assert (
+        "repeat" in point["noise"]
+        and "per arm measured (1 df of the pairs' ratio)" in point["noise"].split("repeat")[1]
+    )
+    assert "plan.noise_start_pct" in point["noise"]
 
 
 def test_failed_share_is_an_invalid_repeat_not_a_failed_job(tmp_path, capsys):

@@ -370,6 +370,7 @@ def _check_stage_settings(config: dict[str, Any]) -> None:
         )
     check_latency_bounds(config)
     _check_repeat_cap(serve)
+    _check_plan_repeats(config["plan"])
     local_q, limit = gsm8k["local_questions"], gsm8k["limit"]
     _check_gsm8k_dataset(gsm8k)
     if local_q and limit is not None and limit > local_q:
@@ -407,6 +408,18 @@ def _check_repeat_cap(serve: dict[str, Any]) -> None:
             f"config error: serve.repeat_cap = {cap}: below serve.repeats = {serve['repeats']}"
             "; the cap is the most pairs a point may take and serve.repeats the fewest, so "
             f"set repeat_cap >= {serve['repeats']}"
+        )
+
+
+def _check_plan_repeats(plan: dict[str, Any]) -> None:
+    """plan.repeats_per_start_max: the most repeats per start the plan may choose, so at
+    least the fewest."""
+    low, high = plan["repeats_per_start_min"], plan["repeats_per_start_max"]
+    if high < low:
+        raise ConfigError(
+            f"config error: plan.repeats_per_start_max = {high}: below "
+            f"plan.repeats_per_start_min = {low}; the max bounds the repeats per start from "
+            f"above, so set it to {low} or more"
         )
 
 

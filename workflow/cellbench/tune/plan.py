@@ -269,6 +269,8 @@ def _read_seed_table(path: str) -> dict[int, dict[str, int]]:
 def _check_out_folder(out: str) -> None:
     """--out must be a folder, or a path whose nearest existing parent is a writable folder:
     refused now, before any GPU work, rather than as a traceback when the first file is written."""
+    if not out.strip():  # Path('') is the working folder: the tune would write into it
+        raise UsageError(f"--out {out!r}: empty; expected a folder to write into")
     path = Path(out)
     probe = path
     while not probe.exists() and probe != probe.parent:

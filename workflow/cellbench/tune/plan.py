@@ -107,8 +107,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--compile-workers", type=int, help="GPU only: compile processes per GPU")
     p.add_argument(
         "--compile-budget",
-        help="default mode: FIRST,LATER new kernels per batch size (first batch size of each "
-        "specialisation, the others); 'none' for no limit (default 32,12 on GPU, 8,4 on CPU)",
+        help="default mode: FIRST,LATER new kernels per batch size (FIRST: the first batch "
+        "size of each specialisation and one more than a doubling above the size before it; "
+        "LATER: the others); 'none' for no limit (default 32,12 on GPU, 8,4 on CPU)",
     )
     p.add_argument(
         "--seed-configs",

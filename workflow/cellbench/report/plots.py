@@ -64,7 +64,12 @@ METRIC_LABELS = {
     "output_throughput": "output tok/s",
 }
 ARM_COLORS = {"untuned": "#8c8c8c", "tuned": "#1f77b4"}
-VERDICT_COLORS = {"better": "#2ca02c", "worse": "#d62728", "within noise": "#7f7f7f"}
+VERDICT_COLORS = {
+    "better": "#2ca02c",
+    "worse": "#d62728",
+    "equivalent": "#1f77b4",
+    "inconclusive": "#7f7f7f",
+}
 
 
 def plot_dir(results_dir: str | Path, cell: str) -> Path:
@@ -413,13 +418,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--archive-root", help="draw bump/ against the cell's previous run")
     parser.add_argument(
         "--min-change-pct", type=float, default=stats.DEFAULT_MIN_CHANGE_PCT,
-        help="smallest serving change in %% called better or worse (report.min_change_pct)",
+        help="the equivalence margin in %% (report.min_change_pct)",
     )  # fmt: skip
     args = parser.parse_args(argv)
     if len(args.cell.split("/")) != 3:
         parser.error(f"--cell must be IMAGE/MODEL/tpN-epM, got {args.cell!r}")
-    if not args.min_change_pct >= 0:
-        parser.error(f"--min-change-pct must be a number >= 0, got {args.min_change_pct}")
+    if not args.min_change_pct > 0:
+        parser.error(f"--min-change-pct must be a number > 0, got {args.min_change_pct}")
     out_dir = Path(args.out_dir) if args.out_dir else plot_dir(args.results, args.cell)
     try:
         written = draw_cell(

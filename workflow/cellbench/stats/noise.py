@@ -336,6 +336,35 @@ def draw(
     return a, b
 
 
+def draw_starts(
+    model: NoiseModel,
+    rng: np.random.Generator,
+    *,
+    tables: int,
+    points: int,
+    starts: int,
+    repeats: int,
+    effect_pct: np.ndarray | float = 0.0,
+    kind: str = "normal",
+) -> tuple[np.ndarray, np.ndarray]:
+    """Synthetic tables measured in server starts: (a, b) of shape (tables, points, metrics,
+    starts, repeats). Each start is one ``draw`` of ``repeats`` interleaved pairs with its
+    own server-start offsets per side, as a round of a serve job starts both servers afresh."""
+    drawn = [
+        draw(
+            model,
+            rng,
+            tables=tables,
+            points=points,
+            pairs=repeats,
+            effect_pct=effect_pct,
+            kind=kind,
+        )  # fmt: skip
+        for _ in range(starts)
+    ]
+    return np.stack([x for x, _ in drawn], axis=-2), np.stack([y for _, y in drawn], axis=-2)
+
+
 def _nearest_pd(corr: np.ndarray) -> np.ndarray:
     values, vectors = np.linalg.eigh(corr)
     fixed = vectors @ np.diag(np.clip(values, 1e-6, None)) @ vectors.T

@@ -132,3 +132,35 @@ def expected_mdc(
     level alpha / rows, with ``starts_ - 1`` degrees of freedom (plus a prior's)."""
     var = start_mean_variance(model, metric, repeats)
     return starts.mdc_pct(math.sqrt(var / starts_), starts_ - 1 + prior_df, alpha / rows)
+
+
+def check(
+    verdict: VerdictFn,
+    model: noise.NoiseModel,
+    *,
+    starts_: int,
+    repeats: int = 1,
+    points: int = 4,
+    effect_pct: float,
+    metric: str = "mean_tpot_ms",
+    max_rate: float = 0.05,
+    min_power: float = starts.POWER,
+    tables: int = 2000,
+    seed: int = 0,
+) -> list[str]:
+    """What ``verdict`` gets wrong on ``model``: a false-change rate of A/A tables above
+    ``max_rate``, or a power below ``min_power`` at a planted change of ``effect_pct`` (at
+    least the stated detectable change). Each failure one line, with the figure."""
+    failures = []
+    r = false_change_rate(model, verdict, starts_=starts_, repeats=repeats, tables=tables,
+                          points=points, seed=seed)  # fmt: skip
+    if r["rate"] > max_rate:
+        failures.append(
+            f"false-change rate {r['rate']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}] "
+            f"> {max_rate}"
+        )
+    got = power(model, verdict, metric=metric, effect_pct=effect_pct, starts_=starts_,
+                repeats=repeats, tables=tables, points=points, seed=seed + 1)  # fmt: skip
+    if got < min_power:
+        failures.append(f"power {got:.3f} at a {effect_pct:.1f}% change < {min_power}")
+    return failures

@@ -98,7 +98,7 @@ def nominal_levels(fractions: tuple[float, ...], alpha: float) -> tuple[float, .
 def inside_probability(cov: np.ndarray, c: np.ndarray) -> float:
     """P(|Z_j| < c_j for all j), Z normal with covariance ``cov`` (scipy's integral): the
     check of ``nominal_levels``."""
-    mvn = sps.multivariate_normal(mean=np.zeros(len(c)), cov=cov, abseps=1e-7, releps=1e-6)
+    mvn = sps.multivariate_normal(mean=np.zeros(len(c)), cov=cov, abseps=1e-6, releps=1e-4)
     return float(mvn.cdf(c, lower_limit=-np.asarray(c), rng=np.random.default_rng(0)))
 
 
@@ -181,7 +181,7 @@ def design_mdc_pct(row: Mapping, look: int, design: Design) -> float:
     fixed = starts.mdc_pct(se_cap, df_cap, design.alpha / design.rows)
     if math.isinf(fixed):
         return fixed
-    return 100 * math.expm1(inflation(design) * math.log1p(fixed / 100))
+    return starts.as_pct(inflation(design) * math.log1p(fixed / 100))
 
 
 def _futile(z: np.ndarray, look: int, design: Design, levels: Mapping[int, float]):
@@ -203,8 +203,8 @@ def _z(row: Mapping) -> float:
 def decide_row(row: dict, look: int, design: Design) -> tuple[str, dict]:
     """One row (``starts.compare``'s, tested) at ``look`` starts: (status, judged row)."""
     levels = design.levels()
-    judged = starts.judge(row, levels[look], design.margin_pct, design.alpha)
-    judged["mdc_pct"] = design_mdc_pct(row, look, design)
+    # the detectable change is stated once, for the look the row ends at (decide_metric)
+    judged = starts.judge(row, levels[look], design.margin_pct, design.alpha, with_mdc=False)
     if judged["verdict"] in (starts.BETTER, starts.WORSE):
         return CHANGED, judged
     if judged["verdict"] == starts.EQUIVALENT:
@@ -221,14 +221,17 @@ def decide_metric(
     the minimum: ``status``, ``starts`` (the look it settled at, or the starts so far) and
     ``row`` (judged at that look; None before the minimum)."""
     n = len(a)
+    state = {"status": CONTINUE, "starts": n, "row": None}
     for look in range(design.min_starts, min(n, design.cap) + 1):
         row = starts.compare(a[:look], b[:look], higher_is_better=higher, paired=True)
         status, judged = decide_row(row, look, design)
+        state = {"status": status, "starts": look if status != CONTINUE else n, "row": judged}
         if status != CONTINUE:
-            return {"status": status, "starts": look, "row": judged}
-    if n < design.min_starts:
-        return {"status": CONTINUE, "starts": n, "row": None}
-    return {"status": CONTINUE, "starts": n, "row": judged}
+            break
+    if state["row"] is not None:
+        state["row"]["mdc_pct"] = design_mdc_pct(state["row"], min(state["starts"], design.cap),
+                                                 design)  # fmt: skip
+    return state
 
 
 def decide(

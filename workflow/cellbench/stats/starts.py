@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -246,6 +247,12 @@ def _welch(var_a: float, k_a: int, df_a: int, var_b: float, k_b: int, df_b: int)
     return total, float(total**2 / (va**2 / df_a + vb**2 / df_b))
 
 
+def as_pct(log_change: float) -> float:
+    """A log-scale change in %; beyond float range, infinite (a look with almost no data)."""
+    with np.errstate(over="ignore"):
+        return float(100 * np.expm1(log_change))
+
+
 def mdc_pct(se: float, df: float, level: float, power: float = POWER) -> float:
     """The smallest change (in %) a two-sided t test at ``level`` detects with probability
     ``power``, for an estimate with standard error ``se`` (log units) on ``df`` degrees of
@@ -263,19 +270,27 @@ def mdc_pct(se: float, df: float, level: float, power: float = POWER) -> float:
 
     approx = q + float(sps.t.ppf(power, df))  # brackets the root from above at few df
     high = approx
-    while short(high) < 0 and high < 4 * approx:
-        high *= 1.25
-    value = short(high)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        while short(high) < 0 and high < 4 * approx:
+            high *= 1.25
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        value = short(high)
     if math.isnan(value) or value < 0:  # the noncentral t out of numerical reach
-        return 100 * math.expm1(approx * se)
+        return as_pct(approx * se)
     try:
-        delta = optimize.brentq(short, 0.0, high, xtol=1e-6)
+        with warnings.catch_warnings():  # scipy's series warnings at extreme noncentrality
+            warnings.simplefilter("ignore", RuntimeWarning)
+            delta = optimize.brentq(short, 0.0, high, xtol=1e-6)
     except ValueError:  # NaN inside the bracket: scipy's noncentral t at its limits
         delta = approx
-    return 100 * math.expm1(delta * se)
+    return as_pct(delta * se)
 
 
-def judge(row: dict, level: float, margin_pct: float, alpha: float = ALPHA) -> dict:
+def judge(
+    row: dict, level: float, margin_pct: float, alpha: float = ALPHA, *, with_mdc: bool = True
+) -> dict:
     """A tested row (``compare``'s) judged at two-sided ``level``: ``ci_low``/``ci_high``
     (the change's t interval at confidence 1 - level, in %), ``p_adj`` (p * alpha / level,
     capped at 1: below alpha exactly when the interval excludes no change), ``mdc_pct``,
@@ -289,10 +304,10 @@ def judge(row: dict, level: float, margin_pct: float, alpha: float = ALPHA) -> d
     return {
         **row,
         "level": level,
-        "ci_low": 100 * math.expm1(lo),
-        "ci_high": 100 * math.expm1(hi),
+        "ci_low": as_pct(lo),
+        "ci_high": as_pct(hi),
         "p_adj": min(1.0, row["p"] * alpha / level),
-        "mdc_pct": mdc_pct(se, df, level),
+        "mdc_pct": mdc_pct(se, df, level) if with_mdc else NAN,
         "verdict": verdict,
     }
 

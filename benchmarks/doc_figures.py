@@ -375,18 +375,6 @@ CLAIMS: list[Claim] = [
     # benchmarks/README.md, beside the figures headline_figures.py recomputes
     Claim(
         "benchmarks/README.md",
-        "changes of 1-50% at 3-40 pairs",
-        "benchmarks/verdict_error_rates.py",
-        "EFFECTS = (1.0, 2.0, 5.0, 10.0, 30.0, 50.0)",
-    ),
-    Claim(
-        "benchmarks/README.md",
-        "changes of 1-50% at 3-40 pairs",
-        "benchmarks/verdict_error_rates.py",
-        "PAIRS = (3, 5, 10, 20, 40)",
-    ),
-    Claim(
-        "benchmarks/README.md",
         "the committed run used 25 s, its `settings`",
         "benchmarks/results/telemetry_h200_2026-12-04.json",
         '"seconds": 25.0',

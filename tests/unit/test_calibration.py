@@ -83,8 +83,7 @@ def test_starts_are_drawn_with_their_own_offsets(model):
 
 
 def _history(model: noise.NoiseModel) -> dict:
-    return {"prior_var": calibration.start_mean_variance(model, METRIC, REPEATS),
-            "prior_df": HISTORY_DF}  # fmt: skip
+    return {"prior_var": calibration.row_variances(model, REPEATS, POINTS), "prior_df": HISTORY_DF}
 
 
 def _fixed_mdc(model, starts_: int, prior_df: int = 0) -> float:
@@ -149,7 +148,7 @@ def test_always_inconclusive_and_always_changed_fail(model):
 def test_a_constant_variance_fails(model):
     """The variance replaced by a constant (the old fixed restart term's way): too small a
     constant calls A/A tables changed, too large a one misses the stated change."""
-    var = calibration.start_mean_variance(model, METRIC, REPEATS)
+    var = calibration.row_variances(model, REPEATS, POINTS)
     mdc = PLANT * _fixed_mdc(model, 8)
     small = calibration.report_verdicts(prior_var=var / 16, prior_df=10_000)
     large = calibration.report_verdicts(prior_var=var * 4, prior_df=10_000)

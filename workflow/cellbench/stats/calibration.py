@@ -118,6 +118,13 @@ def start_mean_variance(model: noise.NoiseModel, metric: str, repeats: int) -> f
     return 2 * float(model.start[j]) ** 2 + 2 * float(model.own[j]) ** 2 / repeats
 
 
+def row_variances(model: noise.NoiseModel, repeats: int, points: int) -> np.ndarray:
+    """``start_mean_variance`` of every row of a table (points x metrics, metrics fastest):
+    an earlier run's prior as the archive would give it, each metric its own."""
+    per_metric = [start_mean_variance(model, m, repeats) for m in noise.METRICS]
+    return np.tile(per_metric, points)
+
+
 def expected_mdc(
     model: noise.NoiseModel,
     metric: str,

@@ -79,6 +79,13 @@ def plan_warnings(config: dict[str, Any]) -> list[str]:
                 out.append(
                     f"report.latency_bounds at {g['isl']}-{g['osl']} {label} "
                     f"({', '.join(bounded)}), {prompts} prompts x {repeats} repeats pooled"
-                    f" ({serve['repeats']} a start x {span['cap']} starts at the cap): {why}"
+                    f"{_starts_note(serve, span)}: {why}"
                 )
     return out
+
+
+def _starts_note(serve: dict, span: dict) -> str:
+    """How the pooled repeats come about when a point takes several server starts."""
+    if int(span["cap"]) <= 1:
+        return ""
+    return f" ({serve['repeats']} a start x {span['cap']} starts, the cap)"

@@ -125,9 +125,9 @@ class Design:
                 f"need rows >= 1 and 2 <= min_starts <= cap, got rows={self.rows}, "
                 f"min_starts={self.min_starts}, cap={self.cap}"
             )
-        if not self.margin_pct > 0 or not 0 < self.alpha < 1:
+        if not 0 < self.margin_pct < 100 or not 0 < self.alpha < 1:
             raise ValueError(
-                f"need margin_pct > 0 and 0 < alpha < 1, got {self.margin_pct}, {self.alpha}"
+                f"need 0 < margin_pct < 100 and 0 < alpha < 1, got {self.margin_pct}, {self.alpha}"
             )
 
     @property

@@ -321,8 +321,8 @@ def verdicts(
 ) -> list[dict]:
     """Every tested row of one table judged at alpha / m (m: the tested rows), or at its
     own ``level`` where a sequential design set one; untested rows keep their "n/a"."""
-    if not margin_pct > 0:
-        raise ValueError(f"margin_pct must be > 0, got {margin_pct}")
+    if not 0 < margin_pct < 100:
+        raise ValueError(f"margin_pct must be above 0 and below 100, got {margin_pct}")
     m = sum(1 for r in rows if testable(r))
     out = []
     for r in rows:
@@ -364,8 +364,8 @@ def judge_arrays(
     """``judge`` on arrays: codes +1 better, -1 worse, 0 inconclusive, 2 equivalent."""
     q = np.where(se > 0, sps.t.ppf(1 - np.asarray(level) / 2, df), 0.0)
     lo, hi = est - q * se, est + q * se
-    margin = math.log1p(margin_pct / 100)
-    inside = (lo > -margin) & (hi < margin)
+    # +-margin on the % scale the interval is shown on: log(1 - m) .. log(1 + m)
+    inside = (lo > math.log1p(-margin_pct / 100)) & (hi < math.log1p(margin_pct / 100))
     changed = ((lo > 0) | (hi < 0)) & ~inside
     better = (est > 0) == np.asarray(higher, bool)
     code = np.where(changed, np.where(better, 1, -1), np.where(inside, 2, 0))

@@ -295,12 +295,11 @@ def _measure(cfg: StageConfig, sides: list[Side], point_tag: str | None = None) 
                         for lp in load_points:
                             if wanted is not None and _key(gp, lp) not in wanted:
                                 continue  # this point's answer is known: no more starts for it
-                            pt = _measure_point(cfg, runs, name, gp, lp, global_rep, observe)
+                            # seq: job-wide order of every side's points, the interleaving audit
+                            extra = {"start": round_, "seq": seq}
                             if point_tag is not None:
-                                pt[point_tag] = name
-                            pt["start"] = round_
-                            # Job-wide order of the points of every side: the interleaving audit.
-                            pt["seq"] = seq
+                                extra[point_tag] = name
+                            _measure_point(cfg, runs, name, gp, lp, global_rep, observe, extra)
                             seq += 1
             if stop is not None:
                 _decide_round(stop, runs, names, round_)
@@ -342,8 +341,10 @@ def _measure_point(
     lp: dict[str, Any],
     rep: int,
     observe: observed_point.Observation,
+    extra: dict[str, Any],
 ) -> dict[str, Any]:
-    """One grid point of one side's repeat ``rep`` (job-wide), checked and recorded."""
+    """One grid point of one side's repeat ``rep`` (job-wide), checked and recorded with the
+    fields of ``extra`` (its start, its place in the job's order)."""
     run = runs[name]
     ps = loadgen.PointSpec(
         isl=gp["isl"],
@@ -369,6 +370,7 @@ def _measure_point(
         gpu_indices=run.gpu_indices,
         observe=observe,
     )
+    pt.update(extra)
     pt["repeat"] = rep
     pt["started_at"] = point_started
     _check_alive(

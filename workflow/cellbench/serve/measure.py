@@ -287,9 +287,11 @@ def _measure(cfg: StageConfig, sides: list[Side], point_tag: str | None = None) 
             if len(sides) > 1:
                 _log(f"round {round_}: servers started {' '.join(starts_order)}")
             for rep in range(cfg.repeats):
-                rep_order = arm_order(names, cfg.repeats)[rep]
-                order.append(rep_order)
                 global_rep = round_ * cfg.repeats + rep
+                # ABBA over the job's repeats, across rounds too: with one repeat a start,
+                # round 0 measures A then B, round 1 B then A
+                rep_order = arm_order(names, global_rep + 1)[global_rep]
+                order.append(rep_order)
                 for name in rep_order:
                     for gp in cfg.grid:
                         for lp in load_points:

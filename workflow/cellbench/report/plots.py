@@ -4,8 +4,9 @@
 
 - ``latency``: TTFT, TPOT and E2E by ISL-OSL (and concurrency), the arms side by side; bar =
   median over the repeats, error bar = the repeats' min to max;
-- ``arm_change``: per metric and grid point, the tuned arm's change against the untuned arm
-  with its 95% interval and verdict (``comparison.compare_serve``, the report's own test);
+- ``arm_change``: per metric and grid point, the tuned arm's change of the geometric mean over
+  server starts against the untuned arm, with the verdict's interval and its colour (better,
+  worse, equivalent, inconclusive: ``comparison.compare_serve``, the report's own test);
 - ``tuner_speedup``: per batch size M, the tuner's pick against the baseline it timed beside
   it (speed-up = baseline time / pick time), and the pick's roofline fraction where recorded;
 - ``gsm8k``: strict-match and flexible-extract per arm with their standard errors, and the
@@ -201,7 +202,7 @@ def _change_panel(ax: plt.Axes, rows: list[dict], title: str) -> None:
     ax.axvline(0, color="black", linewidth=0.8)
     ax.set_yticks(ys, names, fontsize="small")
     ax.invert_yaxis()
-    ax.set_xlabel("change of the median, % (95% CI)")
+    ax.set_xlabel("change of the geometric mean over server starts, % (the verdict's interval)")
     ax.set_title(title, fontsize="medium")
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in VERDICT_COLORS.values()]
     ax.legend(handles, list(VERDICT_COLORS), fontsize="x-small", loc="best")

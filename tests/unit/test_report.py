@@ -335,3 +335,51 @@ def test_arms_whose_servers_ran_no_triton_moe_are_not_compared(tmp_path):
     assert "served by vLLM on the CPU" not in report.render(
         *report.cell_frames(report.load_inputs(files, res)), runtime="local"
     )
+
+
+def _starts_bench(root: Path, arm: str, ttft: list[float]) -> Path:
+    """One arm of a pair job at one grid point, one repeat a start, the arms interleaved."""
+    points = [
+        fx.point(512, 512, repeat=k, start=k, seq=2 * k + (arm == "tuned"), ttft=v)
+        for k, v in enumerate(ttft)
+    ]
+    return fx.write_bench(root, CELL, arm, points)
+
+
+def test_the_archives_earlier_runs_are_pooled_into_the_verdict(tmp_path):
+    """Two starts a side measure the start-to-start noise with one degree of freedom; the
+    archive's earlier runs of the cell (same digest) add theirs, and the row says so."""
+    from cellbench.report.priors import archive_priors
+    from cellbench.stats import comparison
+
+    res, archive_root = tmp_path / "results", tmp_path / "archive"
+    files = [
+        _starts_bench(res, "untuned", [100.0, 103.0]),
+        _starts_bench(res, "tuned", [90.0, 92.0]),
+    ]
+    for n, shift in enumerate((0.0, 1.0, -1.0)):
+        run = archive_root / "rocm7.2" / f"2026-12-0{n + 1}T00-00-00Z"
+        _starts_bench(run, "untuned", [100.0 + shift, 102.0, 99.0])
+        _starts_bench(run, "tuned", [100.0 + shift, 101.0, 100.0])
+    # the current run archived already (the same files): left out
+    copy = archive_root / "rocm7.2" / "2026-12-09T00-00-00Z" / CELL / "serve"
+    for arm, path in zip(("untuned", "tuned"), files, strict=True):
+        (copy / arm).mkdir(parents=True)
+        (copy / arm / "bench.json").write_bytes(path.read_bytes())
+    priors = archive_priors(archive_root, res, [CELL])
+    # three earlier runs of three starts: 2 degrees of freedom each between starts
+    assert priors[CELL][((512, 512, 16), "mean_ttft_ms")]["d"].df_between == 3 * 2
+    serve, _, _ = frames.load_tables(files, res)
+    a, b = (serve[serve.arm == arm] for arm in ("untuned", "tuned"))
+    alone = next(r for r in comparison.compare_serve(a, b) if r["metric"] == "mean_ttft_ms")
+    pooled = next(
+        r
+        for r in comparison.compare_serve(a, b, priors=priors[CELL])
+        if r["metric"] == "mean_ttft_ms"
+    )
+    assert alone["df"] == 1 and alone["prior_df"] == 0
+    assert pooled["df"] == 1 + 6 and pooled["prior_df"] == 6
+    assert pooled["mdc_pct"] < alone["mdc_pct"]  # history narrows what the row can see
+    text = report.write_report(files, tmp_path / "report", results=res, archive_root=archive_root)
+    row = next(ln for ln in text.read_text().splitlines() if "| mean_ttft_ms" in ln)
+    assert "paired by start + history (6 df)" in row

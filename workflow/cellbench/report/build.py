@@ -47,6 +47,7 @@ from cellbench.report.frames import (
     select,
 )
 from cellbench.report.previous import previous_run_sections
+from cellbench.report.priors import archive_priors
 from cellbench.report.sections import (
     NO_TRITON_MOE_NOTE,
     cost_section,
@@ -149,8 +150,11 @@ def render(
     figures: dict[str, list[tuple[str, str]]] | None = None,
     run: list[str] | None = None,
     claims: pd.DataFrame | None = None,
+    priors: dict[str, dict] | None = None,
 ) -> str:
-    """report.md; ``previous``: sections comparing cells with their previous archived run
+    """report.md; ``priors``: per cell, earlier runs' noise components pooled into its
+    untuned-vs-tuned verdicts (``report.priors.archive_priors``); ``previous``: sections
+    comparing cells with their previous archived run
     (``previous.previous_run_sections``), placed after the cells' own sections; ``gates``: each
     cell's gate.json (``cellbench.gates.check``), shown under its GSM8K table; ``figures``: per
     cell,
@@ -201,6 +205,7 @@ def render(
                     gsm8k_side(gsm, cell=cell, arm="untuned"),
                     gsm8k_side(gsm, cell=cell, arm="tuned"),
                     min_change_pct=min_change_pct,
+                    priors=(priors or {}).get(cell),
                 )
         lines += figure_lines((figures or {}).get(cell, []))
     lines += previous or []
@@ -360,7 +365,7 @@ def write_report(
         for name, df in tables:
             atomicio.write_text(staging / f"{name}.csv", df.to_csv(index=False))
         tidy.write_tidy(long_table, staging)
-        previous = None
+        previous, priors = None, None
         if archive_root is not None:
             cells = (
                 set(serve.get("cell", [])) | set(gsm.get("cell", [])) | set(tune.get("cell", []))
@@ -368,6 +373,7 @@ def write_report(
             previous = previous_run_sections(
                 archive_root, results, cells, min_change_pct=min_change_pct
             )
+            priors = archive_priors(archive_root, Path(results), cells)
         gates = {r.data["cell"]: r.data for r in loaded if r.kind == result_file.GATE}
 
         written = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S")
@@ -385,6 +391,7 @@ def write_report(
             figures,
             run_info,
             claims,
+            priors,
         )
         text += "\n".join(["", *cost_section(Path(results), sorted(all_cells))])
         atomicio.write_text(staging / "report.md", text)

@@ -371,9 +371,13 @@ def spread_line(rows: list[dict], min_change_pct: float) -> str:
 
 
 def render_serve(
-    serve_a: pd.DataFrame, serve_b: pd.DataFrame, *, min_change_pct: float
+    serve_a: pd.DataFrame,
+    serve_b: pd.DataFrame,
+    *,
+    min_change_pct: float,
+    priors: Mapping[tuple, Mapping[str, starts.Components]] | None = None,
 ) -> list[str]:
-    rows = compare_serve(serve_a, serve_b, min_change_pct=min_change_pct)
+    rows = compare_serve(serve_a, serve_b, min_change_pct=min_change_pct, priors=priors)
     if not rows:
         return ["(no common grid points)", ""]
     several = len({r.get("load", r["max_concurrency"]) for r in rows}) > 1
@@ -390,7 +394,7 @@ def render_serve(
             "could see": could_see(r),
             "starts A/B": f"{r.get('starts_a', 0)}/{r.get('starts_b', 0)}",
             "repeats A/B": f"{r.get('repeats_a', 0)}/{r.get('repeats_b', 0)}",
-            "test": r.get("test") or "n/a",
+            "test": _test(r),
             "invalid A/B": _invalid(r),
             **({"stopped": _used(r)} if any("starts_cap" in x for x in rows) else {}),
         }
@@ -401,6 +405,12 @@ def render_serve(
     if reasons:
         lines += [f"Invalid repeats, left out of the tests above: {'; '.join(reasons)}.", ""]
     return lines
+
+
+def _test(row: Mapping) -> str:
+    """The row's test, and the earlier runs' degrees of freedom pooled into it, if any."""
+    test = row.get("test") or "n/a"
+    return f"{test} + history ({row['prior_df']} df)" if row.get("prior_df") else test
 
 
 def _used(row: Mapping) -> str:
@@ -551,11 +561,13 @@ def render(
     gsm_b: Mapping | None = None,
     note: str = "",
     min_change_pct: float = stats.DEFAULT_MIN_CHANGE_PCT,
+    priors: Mapping[tuple, Mapping[str, starts.Components]] | None = None,
 ) -> list[str]:
     """Markdown lines comparing side A with side B: ``title`` (a heading line as given when it
     starts with ``#``, else a level-4 heading), ``note`` (a paragraph, if any), the serving table
-    with its noise line (when both sides have serving rows) and the GSM8K table (when
-    both sides have a GSM8K result)."""
+    with its noise line (when both sides have serving rows; ``priors``: earlier runs'
+    components, as ``compare_serve`` takes them) and the GSM8K table (when both sides have a
+    GSM8K result)."""
     if not min_change_pct > 0:
         raise ValueError(
             f"min_change_pct (the equivalence margin) must be > 0, got {min_change_pct}"
@@ -566,7 +578,7 @@ def render(
         lines += [note, ""]
     have_serve = serve_a is not None and serve_b is not None and len(serve_a) and len(serve_b)
     if have_serve:
-        lines += render_serve(serve_a, serve_b, min_change_pct=min_change_pct)
+        lines += render_serve(serve_a, serve_b, min_change_pct=min_change_pct, priors=priors)
     if gsm_a is not None and gsm_b is not None:
         lines += render_gsm8k(gsm_a, gsm_b)
     if not have_serve and (gsm_a is None or gsm_b is None):

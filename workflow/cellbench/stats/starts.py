@@ -214,6 +214,8 @@ def compare(
         "df": 0,
         "p": NAN,
     }
+    used = [prior.get(k) for k in (("d",) if paired else ("a", "b"))]
+    out["prior_df"] = max((p.df_between for p in used if p is not None), default=0)
     if paired:
         if [len(g) for g in la] != [len(g) for g in lb]:
             raise ValueError("a paired comparison needs the same repeats per start a side")

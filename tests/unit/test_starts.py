@@ -116,6 +116,9 @@ def test_four_answers_and_what_each_needs():
     q = sps.t.isf(level / 2, 20)
     assert sps.nct.sf(q, 20, delta) + sps.nct.cdf(-q, 20, delta) == pytest.approx(0.8, abs=1e-4)
     assert "could have seen changes of at least" in comparison.verdict_text(inc)
+    # two starts and a table's level: next to nothing can be seen, and the row says so plainly
+    blind = starts.judge({**row(0.01, 0.05), "df": 1}, 0.05 / 16, 2.0)
+    assert blind["mdc_pct"] > 1000 and comparison.could_see(blind) == "over 1000%"
 
 
 def _random_table(rng: np.random.Generator, starts_: int, repeats: int) -> tuple:

@@ -335,7 +335,10 @@ def _interval(r: Mapping) -> str:
 def could_see(r: Mapping) -> str:
     """The smallest change the row would have detected (80% power at its level)."""
     mdc = r.get("mdc_pct", math.inf)
-    return "n/a" if mdc is None or math.isinf(mdc) or math.isnan(mdc) else f"{mdc:.1f}%"
+    if mdc is None or math.isinf(mdc) or math.isnan(mdc):
+        return "n/a"
+    # past 1000% the figure says only that the row could see next to nothing
+    return f"{mdc:.1f}%" if mdc <= 1000 else "over 1000%"
 
 
 def verdict_text(r: Mapping) -> str:

@@ -230,10 +230,11 @@ def test_report_and_archive(finished_run):
             for arm in ("untuned", "tuned")
         )
         assert (logs / "serve-pair.log").read_text().count(POINT_PROGRESS) == points
-        # Sequential repeats in the report: per point the pairs used, of the cap, and why.
-        assert "repeats stopped: " in (logs / "serve-pair.log").read_text()
+        # Sequential starts in the log and the report: per point the starts used, of the
+        # cap, and why; per row its verdict and what it could have seen.
+        assert "starts stopped: " in (logs / "serve-pair.log").read_text()
     report = (res / "report/report.md").read_text()
-    assert "| repeats used" in report and " of 3: " in report
+    assert "| stopped" in report and " of 3 starts: " in report and "| could see" in report
     # One PR-ready file per model with seed 000's tables (last: skips without the seed).
     pr_files = [res / "report/pr" / f"{cell.split('/')[1]}.md" for cell in CELLS]
     assert all(p.is_file() for p in pr_files)

@@ -312,6 +312,8 @@ def _f(x: float | None, digits: int = 2) -> str:
 
 def _pct(x: float | None, digits: int = 1) -> str:
     text = _f(x, digits)
+    if text != "n/a" and x > 1000:  # an interval's bound at a look with almost no data
+        return "over +1000%"
     return text if text == "n/a" else f"{'+' if x > 0 else ''}{text}%"
 
 
@@ -344,7 +346,10 @@ def could_see(r: Mapping) -> str:
 def verdict_text(r: Mapping) -> str:
     """The verdict as a reader needs it: an inconclusive row says what it could have seen."""
     if r["verdict"] == starts.INCONCLUSIVE:
-        return f"inconclusive (could have seen changes of at least {could_see(r)})"
+        see = could_see(r)
+        if see.startswith("over"):
+            return f"inconclusive (could have seen only changes {see})"
+        return f"inconclusive (could have seen changes of at least {see})"
     return r["verdict"]
 
 
@@ -364,7 +369,10 @@ def spread_line(rows: list[dict], min_change_pct: float) -> str:
             "Start-to-start noise not measured (one server start a side, no earlier runs): "
             "no change can be told from noise."
         )
-    text = f"Median detectable change over the table: {float(pd.Series(mdcs).median()):.1f}%"
+    median = float(pd.Series(mdcs).median())
+    text = "Median detectable change over the table: " + (
+        f"{median:.1f}%" if median <= 1000 else "over 1000%"
+    )
     if spreads:
         text += (
             f"; median spread between server starts {float(pd.Series(spreads).median()):.2f}% "

@@ -250,7 +250,8 @@ def run_lines(
         lines.append(
             f"- Serving: ISL-OSL {', '.join(f'{i}-{o}' for i, o in grid)}; concurrency "
             f"{_values(serve, 'max_concurrency')}; {_values(serve, 'num_prompts')} prompts per "
-            f"point; {s_span} server starts and {span} repeats in all per point and arm"
+            f"point; {s_span} server start{'s' if s_high > 1 else ''} and {span} repeats in all "
+            "per point and arm"
             + (
                 f" (sequential: starts stop once a point's answer is known, at most "
                 f"{_values(serve, 'starts_cap')}; see *stopped*)."

@@ -81,7 +81,11 @@ def test_without_history_every_figure_is_the_configs_assumption(tmp_path):
         for g in serve["grid"]
     )
     gsm8k = 2 * cfg["gsm8k"]["limit"] * plan["gsm8k_s_per_question"]
-    expected = plan["server_start_s"] + 2 * serve["repeats"] * per_repeat + gsm8k
+    # every round starts a fresh server per arm and measures the grid serve.repeats times
+    rounds = serve["starts"]["cap"]
+    expected = (
+        2 * rounds * plan["server_start_s"] + 2 * rounds * serve["repeats"] * per_repeat + gsm8k
+    )
     assert jobs["serve"]["seconds"] == pytest.approx(expected)
     assert all(j["basis"].startswith("assumed") for j in jobs.values())
     # The embedded default holds no GPU: no GPU-hours, whatever the wall.
@@ -90,7 +94,7 @@ def test_without_history_every_figure_is_the_configs_assumption(tmp_path):
     cfg2 = config()
     cfg2["plan"]["server_start_s"] = plan["server_start_s"] + 100
     jobs2 = cost.estimate(cfg2, tmp_path)["cells"][CELL]
-    assert jobs2["serve"]["seconds"] == pytest.approx(expected + 100)
+    assert jobs2["serve"]["seconds"] == pytest.approx(expected + 2 * rounds * 100)
     assert jobs2["tune"]["seconds"] == jobs["tune"]["seconds"]
 
 

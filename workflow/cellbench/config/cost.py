@@ -64,11 +64,13 @@ def _points(config: dict) -> list[tuple[int, int, int]]:
     return [(g["isl"], g["osl"], c) for g in serve["grid"] for c in serve["concurrency"]]
 
 
-def _history_points(results: Path, cell: str) -> tuple[dict, float] | str:
-    """Mean measured duration per (isl, osl, concurrency) and the sum of every measured
-    point's duration, from the cell's last serve results; else why there are none."""
+def _history_points(results: Path, cell: str) -> tuple[dict, float, list[float]] | str:
+    """Mean measured duration per (isl, osl, concurrency), the sum of every measured point's
+    duration and each server start's ready time (both arms), from the cell's last serve
+    results; else why there are none."""
     durations: dict[tuple[int, int, int], list[float]] = {}
     total = 0.0
+    ready: list[float] = []
     for arm in ARMS:
         path = results / cell / "serve" / arm / "bench.json"
         if not path.is_file():
@@ -81,8 +83,10 @@ def _history_points(results: Path, cell: str) -> tuple[dict, float] | str:
             d = float(p.get("duration") or 0.0)
             durations.setdefault((p["isl"], p["osl"], p["max_concurrency"]), []).append(d)
             total += d
+        server = bench.get("server") or {}
+        ready += [float(s) for s in server.get("starts_ready_s") or [server.get("ready_s") or 0]]
     means = {k: sum(v) / len(v) for k, v in durations.items()}
-    return means, total
+    return means, total, ready
 
 
 def _previous_tune_work(results: Path, cell: str) -> int | None:
@@ -210,10 +214,13 @@ def estimate_cell(
     serve, plan = config["serve"], config["plan"]
     gpus = gpus_per_server(config, cell)
     pair = bool(serve["interleave_arms"])
-    # sequential repeats stop between serve.repeats and the cap: the estimate takes the cap,
-    # the most a point can cost, and says so
-    arms, repeats = len(ARMS), int(serve.get("repeat_cap") or serve["repeats"])
-    upto = "up to " if serve.get("repeat_cap") else ""
+    # Each round of server starts measures the grid serve.repeats times; sequential starts stop
+    # between serve.starts.min and the cap: the estimate takes the cap, the most a point can
+    # cost, and says so. One-arm jobs run the minimum.
+    starts_cfg = serve["starts"]
+    rounds = int(starts_cfg["cap"] if pair else starts_cfg["min"])
+    arms, repeats = len(ARMS), int(serve["repeats"]) * rounds
+    upto = "up to " if pair and int(starts_cfg["cap"]) > int(starts_cfg["min"]) else ""
     waves = int(serve["prompts_per_concurrency"]) + int(serve.get("warmups_per_concurrency") or 0)
     here = _Source(results, "history", job_times.cell_job_times(results, cell.cell_id))
     root = Path(archive_root) if archive_root is not None else results / "archive"
@@ -264,8 +271,12 @@ def estimate_cell(
             why.append(measured if src is here else f"{src.basis}: {measured}")
             continue
         used["serve"] = src
-        means, measured_total = measured
+        means, measured_total, ready = measured
         fixed = max(src.times["serve"].seconds - measured_total, 0.0)
+        # The fixed part holds the last job's server starts: price the rounds planned now at
+        # their measured mean instead.
+        start_s = sum(ready) / len(ready) if ready else plan["server_start_s"]
+        fixed = max(fixed - sum(ready), 0.0) + arms * rounds * start_s
         per_repeat = 0.0
         for isl, osl, c in points:
             per_repeat += means.get((isl, osl, c), waves * _assumed_point_s(config, isl, osl))
@@ -273,13 +284,14 @@ def estimate_cell(
         gsm8k_s, gsm8k_note = detect_plan.gsm8k_change(config, src.root, cell.cell_id)
         seconds = max(fixed + gsm8k_s, 0.0) + arms * repeats * per_repeat
         basis = (
-            f"{src.basis}: {', '.join(src.times['serve'].files)} ({fixed:.0f} s fixed) + "
+            f"{src.basis}: {', '.join(src.times['serve'].files)} ({fixed:.0f} s fixed, "
+            f"{arms} arms x {upto}{rounds} server starts at {start_s:.0f} s) + "
             f"{arms} arms x {upto}{repeats} repeats x the measured points{gsm8k_note}"
             f"{src.note}{skipped()}"
         )
         break
     else:
-        starts = 1 if pair else arms
+        starts = arms * rounds
         per_repeat = sum(waves * _assumed_point_s(config, isl, osl) for isl, osl, _ in points)
         # gsm8k.limit null is the whole set: its real size, every instance, both arms
         questions, counted = detect_plan.gsm8k_questions(config)
@@ -290,7 +302,7 @@ def estimate_cell(
             "assumed: plan.server_start_s, plan.ttft_ms_per_1k_input, plan.tpot_ms, "
             f"plan.gsm8k_s_per_question x {questions} GSM8K questions ({counted}) x "
             f"{config['gsm8k']['instances']} instances x {arms} arms, "
-            f"{upto}{repeats} repeats "
+            f"{arms} arms x {upto}{rounds} server starts, {upto}{repeats} repeats "
             f"(no history: {'; '.join(why)}{skipped()})"
         )
     out["serve"] = {"seconds": seconds, "gpus": gpus * (arms if pair else 1), "basis": basis}

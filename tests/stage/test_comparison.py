@@ -288,10 +288,15 @@ def test_render_has_the_table_the_spread_line_and_the_gsm8k_table():
 
 CELL = "host-cpu/timed/tp1-ep1"
 ITL_MS = 20.0
+# 32 tokens a request and 5 pairs: with 16 tokens and 3 pairs, a scheduling stall on a loaded
+# machine moved one repeat's TPOT by over 10 % and the test failed 4 of 12 runs beside two
+# busy loops (2 of 6 in each case); with these, see the test's tolerance.
+OSL = 32
+REPEATS = 5
 
 
 def _measure_pair(tmp_path: Path, slower_pct: float) -> pd.DataFrame:
-    """Both arms served by the timed server, interleaved over 3 repeats; the tuned arm's server
+    """Both arms served by the timed server, interleaved over 5 repeats; the tuned arm's server
     (the one that gets VLLM_TUNED_CONFIG_FOLDER) sends its tokens ``slower_pct`` % further apart.
     The serve stage's bench.json files are then read by the report's own loader."""
     tuned_itl = ITL_MS * (1 + slower_pct / 100)
@@ -310,9 +315,9 @@ def _measure_pair(tmp_path: Path, slower_pct: float) -> pd.DataFrame:
         "--server-command-json", json.dumps(["sh", "-c", script]),
         "--tuned-config-dir", str(tuned),
         "--lease-dir", str(tmp_path / "leases"), "--cache-dir", str(tmp_path / "cache"),
-        "--grid-json", '[{"isl": 8, "osl": 16}]', "--concurrency", "1",
+        "--grid-json", json.dumps([{"isl": 8, "osl": OSL}]), "--concurrency", "1",
         "--prompts-per-concurrency", "3", "--warmups-per-concurrency", "1",
-        "--repeats", "3", "--no-gsm8k", "--out-dir", str(out),
+        "--repeats", str(REPEATS), "--no-gsm8k", "--out-dir", str(out),
         "--image-digest", "local:timed-server",
     ]  # fmt: skip
     assert serve_stage.main(args) == 0
@@ -329,11 +334,15 @@ def test_the_serve_stage_measures_a_configured_tpot_change(tmp_path, slower_pct,
         serve[serve.arm == "untuned"], serve[serve.arm == "tuned"], min_change_pct=2.0
     )
     tpot = next(r for r in rows if r["metric"] == "mean_tpot_ms")
-    assert (tpot["n_a"], tpot["n_b"]) == (3, 3)
+    assert (tpot["n_a"], tpot["n_b"]) == (REPEATS, REPEATS)
     # the two arms' repeats were interleaved pairs, and the comparison paired them
     assert tpot["test"] == stats.PAIRED and (tpot["invalid_a"], tpot["invalid_b"]) == (0, 0)
-    # The servers did what they were told: the measured change is near the configured one.
-    assert tpot["change_pct"] == pytest.approx(slower_pct, abs=1.0), tpot
+    # The servers did what they were told: the configured change lies within the measured
+    # change's 95% interval. Measured with these settings, 13 runs of each case beside two
+    # busy loops (load average 6 to 12 on 2 cores): a bound of 1.0 point around the configured
+    # change failed 6 of the 26 runs, the interval held it in all 26; 10% was called worse in
+    # 12 of 13 (the 13th, at load 11, had one repeat 25% off) and 1% within noise in 13 of 13.
+    assert tpot["ci_low"] <= slower_pct <= tpot["ci_high"], tpot
     if called:
         assert tpot["verdict"] == stats.WORSE, tpot
     else:

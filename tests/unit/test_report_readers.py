@@ -13,7 +13,7 @@ from pathlib import Path
 
 from cellbench.common import atomicio
 from cellbench.report import build as report
-from cellbench.report import sections
+from cellbench.report import frames, pr_markdown, sections
 from support import result_fixtures as fx
 
 CELL = "vllm-nightly/tiny-qwen3-moe/tp1-ep1"
@@ -61,6 +61,13 @@ def test_arms_that_ran_no_triton_moe_are_not_headed_triton_moe(tmp_path):
     assert "| ISL-OSL   | Untuned (vLLM, no Triton MoE)   | Tuned (vLLM, no Triton MoE)   |" in text
     gsm_header = next(x for x in text.splitlines() if x.startswith("| Metric "))
     assert "Untuned (vLLM, no Triton MoE)" in gsm_header, gsm_header
+    # the PR-ready file's tables too
+    serve, gsm, _ = report.cell_frames(report.load_inputs(files, res))
+    assert pr_markdown.metric_table(serve, CELL, "mean_ttft_ms")[0][1:] == [
+        "Untuned (vLLM, no Triton MoE)", "Tuned (vLLM, no Triton MoE)",
+    ]  # fmt: skip
+    labels = frames.arm_columns(serve, CELL)
+    assert pr_markdown.gsm8k_table(gsm, CELL, labels)[0][1] == "Untuned (vLLM, no Triton MoE)"
 
 
 def _tune(res: Path, entries: dict, **summary) -> Path:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from cellbench.common import atomicio
 from cellbench.report import build as report
-from cellbench.report import frames, pr_markdown, sections
+from cellbench.report import frames, percentile_claims, pr_markdown, sections
 from support import result_fixtures as fx
 
 CELL = "vllm-nightly/tiny-qwen3-moe/tp1-ep1"
@@ -55,8 +55,13 @@ def test_arms_that_ran_no_triton_moe_are_not_headed_triton_moe(tmp_path):
     GSM8K one included, names the arms by the program that served them."""
     res = tmp_path / "results"
     files = [_vllm_bench(res, arm, "0.31.0") for arm in ("untuned", "tuned")]
+    for bench in files:
+        fx.write_requests(bench)
     files += [fx.write_gsm8k(res, CELL, arm, [True, False, True]) for arm in ("untuned", "tuned")]
-    text = _render(files, res)
+    loaded = report.load_inputs(files, res)
+    claims = percentile_claims.claims_frame(loaded, {"ttft_ms": 100})
+    text = report.render(*report.cell_frames(loaded), runtime="docker", claims=claims)
+    assert "| 512-512 | c16 | Untuned (vLLM, no Triton MoE) | TTFT |" in text, text
     assert "Triton MoE" not in text.replace("no Triton MoE", ""), text
     assert "| ISL-OSL   | Untuned (vLLM, no Triton MoE)   | Tuned (vLLM, no Triton MoE)   |" in text
     gsm_header = next(x for x in text.splitlines() if x.startswith("| Metric "))

@@ -177,7 +177,7 @@ def render(
         if len(serve) and (serve.cell == cell).any():
             lines += latency_tables(serve, cell)
             lines += observed_lines(serve, cell)
-        lines += percentile_claims.section_lines(claims, cell)
+        lines += percentile_claims.section_lines(claims, cell, labels=arm_columns(serve, cell))
         if len(gsm) and (gsm.cell == cell).any():
             lines.append(gsm8k_table(gsm, cell, arm_columns(serve, cell)))
         lines += gates_mod.report_lines((gates or {}).get(cell))

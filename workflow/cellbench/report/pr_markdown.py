@@ -260,7 +260,7 @@ def _cell_sections(
         for title, metric in frames.LATENCY_TABLES:
             header, body = metric_table(serve, cell, metric)
             out += [f"#### {title}", "", _md_table(header, body), ""]
-        out += percentile_claims.section_lines(claims, cell)
+        out += percentile_claims.section_lines(claims, cell, labels=frames.arm_columns(serve, cell))
     if len(gsm) and (gsm.cell == cell).any():
         n = int(gsm[gsm.cell == cell].n_samples.iloc[0])
         header, body = gsm8k_table(gsm, cell, frames.arm_columns(serve, cell))

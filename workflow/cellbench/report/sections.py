@@ -181,11 +181,29 @@ def _point_label(isl: int, osl: int, conc: int, several_levels: bool) -> str:
 
 
 TUNE_NOTE = (
-    "gain % compares pick_us with baseline_us, the kept config and vLLM's own config for the "
-    "shape timed side by side in one process; search_us is the pick's time in the search, "
-    "not timed beside the baseline. Where the pick was no faster, the baseline's config is "
-    "kept (kept: baseline) and the gain is negative."
+    "search_us is the pick's time in the search; baseline_us and pick_us are vLLM's own config "
+    "for the shape and the pick timed side by side in one process. gain % compares baseline_us "
+    "with the slower of the pick's two times, so a pick slower than the baseline in either has "
+    "a negative gain, and then the baseline's config is kept (kept: baseline; the row's config "
+    "is the baseline's, its times and gain the pick's)."
 )
+
+
+def _pick_search_us(rows: pd.DataFrame) -> pd.Series:
+    """The pick's own search time: where the baseline was kept, the pick moved to tuned_pick."""
+    search = rows["time_us"] if "time_us" in rows else pd.Series(float("nan"), index=rows.index)
+    if "tuned_pick.time_us" in rows and "kept" in rows:
+        search = search.where(rows["kept"] != "baseline", rows["tuned_pick.time_us"])
+    return search
+
+
+def _shown_gain(base_us: float, pick_us: float, search_us: float, recorded: float) -> float:
+    """The gain against the slower of the pick's two times (the tuner's rule; summaries
+    written before it compared the side-by-side time only)."""
+    times = [t for t in (pick_us, search_us) if isinstance(t, float | int) and not pd.isna(t)]
+    if pd.isna(base_us) or not times or not base_us:
+        return recorded
+    return 100.0 * (base_us - max(times)) / base_us
 
 
 def _tune_counts(first: pd.Series) -> str:
@@ -214,10 +232,11 @@ def tune_table(tune: pd.DataFrame, cell: str) -> str:
     table = pd.DataFrame({"M": rows.batch_size})
     for c in cols:
         table[c.removeprefix("config.")] = rows[c].astype("Int64").astype(str)
-    for c in ("time_us", "fused_time_us", "roofline_fraction"):
+    search = _pick_search_us(rows)
+    table["search_us"] = search.map(lambda v: _fmt(v, 3))
+    for c in ("fused_time_us", "roofline_fraction"):
         if c in rows:
-            # the search's own timing is named so: the gain compares the side-by-side pair
-            table["search_us" if c == "time_us" else c] = rows[c].map(lambda v: _fmt(v, 3))
+            table[c] = rows[c].map(lambda v: _fmt(v, 3))
     note = ""
     # What the pick was timed against, beside it in the same process (tuner/baseline.py):
     # vLLM's shipped config for the shape, or its default rule.
@@ -228,7 +247,14 @@ def tune_table(tune: pd.DataFrame, cell: str) -> str:
         table["baseline_us"] = rows["baseline.time_us"].map(lambda v: _fmt(v, 3))
         # The pick timed again beside the baseline: the gain compares these two.
         table["pick_us"] = rows["baseline.tuned_time_us"].map(lambda v: _fmt(v, 3))
-        table["gain %"] = rows["improvement_pct"].map(lambda v: _fmt(v, 1))
+        gains = [
+            _shown_gain(b, p, q, g)
+            for b, p, q, g in zip(
+                rows["baseline.time_us"], rows["baseline.tuned_time_us"], search,
+                rows["improvement_pct"], strict=True,
+            )
+        ]  # fmt: skip
+        table["gain %"] = [_fmt(g, 1) for g in gains]
         note = f"{TUNE_NOTE}\n\n"
     where = "Triton interpreter on the CPU" if first.get("interpreter") else first.device_name
     return (

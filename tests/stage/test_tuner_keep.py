@@ -94,15 +94,3 @@ def test_a_real_run_records_the_rule_and_the_file_agrees(tmp_path, capsys):
                                    if k in outputs._VLLM_KEYS + outputs._ROCM_KEYS}  # fmt: skip
     # The loader checks the vLLM file holds exactly the summary's configs.
     assert loaders.load_tune(out / "summary.json").data["entries"]["1"]["config"] == entry["config"]
-    # The gain is taken against the slower of the pick's two times (its search time and its
-    # side-by-side time): a pick slower than the baseline in either never has a positive gain.
-    base = entry["baseline"]
-    if base["same_as_tuned"]:  # the pick is vLLM's own config: timed once, no gain
-        assert entry["improvement_pct"] == 0.0
-        return
-    search = (entry.get("tuned_pick") or entry)["time_us"]
-    slower = max(search, base["tuned_time_us"])
-    want = 100 * (base["time_us"] - slower) / base["time_us"]
-    assert entry["improvement_pct"] == pytest.approx(want), (entry, search)
-    assert base["gain_against"] == ("search" if search > base["tuned_time_us"] else "side-by-side")
-    assert entry["improvement_pct"] <= 0 or max(search, base["tuned_time_us"]) < base["time_us"]

@@ -86,8 +86,8 @@ def _tune(res: Path, entries: dict, **summary) -> Path:
 
 
 def _entry(search_us: float, base_us: float, pick_us: float) -> dict:
-    """An entry as the tuner writes it; the gain as summaries before the two-times rule
-    recorded it (side by side only), so the report's own rule is what is checked."""
+    """An entry as the tuner writes it: the gain from the side-by-side times, and the keep
+    rule's swap where the pick was no faster side by side."""
     entry = {
         "config": dict(fx.CONFIG), "time_us": search_us, "kept": "pick",
         "baseline": {"source": "default", "config": dict(fx.CONFIG), "time_us": base_us,

@@ -183,9 +183,10 @@ def _point_label(isl: int, osl: int, conc: int, several_levels: bool) -> str:
 TUNE_NOTE = (
     "search_us is the pick's time in the search; baseline_us and pick_us are vLLM's own config "
     "for the shape and the pick timed side by side in one process. gain % compares baseline_us "
-    "with the slower of the pick's two times, so a pick slower than the baseline in either has "
-    "a negative gain, and then the baseline's config is kept (kept: baseline; the row's config "
-    "is the baseline's, its times and gain the pick's)."
+    "with the slower of the pick's two times, so a pick slower than the baseline in either "
+    "shows a negative gain. Where the side-by-side time was no faster, the tuned file holds "
+    "the baseline's config (kept: baseline; the row's config is the baseline's, its times and "
+    "gain the pick's)."
 )
 
 
@@ -198,8 +199,9 @@ def _pick_search_us(rows: pd.DataFrame) -> pd.Series:
 
 
 def _shown_gain(base_us: float, pick_us: float, search_us: float, recorded: float) -> float:
-    """The gain against the slower of the pick's two times (the tuner's rule; summaries
-    written before it compared the side-by-side time only)."""
+    """The gain against the slower of the pick's two times. The summary's improvement_pct
+    compares the side-by-side times only (the results loader holds it to exactly that), so a
+    pick the search timed slower than the baseline would show a gain its search contradicts."""
     times = [t for t in (pick_us, search_us) if isinstance(t, float | int) and not pd.isna(t)]
     if pd.isna(base_us) or not times or not base_us:
         return recorded

@@ -87,7 +87,6 @@ def measure(
     on_gpu: bool,
     graph_calls: int,
     repeats: int,
-    search_us: float | None = None,
 ) -> tuple[dict[str, Any], float | None]:
     """(baseline record, improvement_pct) for batch size m.
 
@@ -95,12 +94,7 @@ def measure(
     config's median in the same side-by-side run), method, and path for a shipped table. When
     the baseline is the tuned config itself it is timed once and the improvement is 0. A
     baseline that fails to run (e.g. out of shared memory) is recorded with its error and no
-    time; the improvement is then unknown (None).
-
-    ``search_us``: the pick's own time in the search. The pick is called faster only if both
-    its timings beat the baseline: the gain is taken against the slower of the two
-    (``gain_against`` says which), so a pick the search timed slower than the baseline never
-    shows a positive gain, however the side-by-side run went."""
+    time; the improvement is then unknown (None)."""
     cfg = baseline_config(src, m, shape, rocm)
     rec: dict[str, Any] = {"source": src.source, "config": cfg}
     if src.path is not None:
@@ -128,10 +122,7 @@ def measure(
     )
     if same:
         return rec, 0.0
-    pick_us, rec["gain_against"] = t_tuned.median_us, "side-by-side"
-    if search_us is not None and search_us > pick_us:
-        pick_us, rec["gain_against"] = search_us, "search"
-    return rec, 100.0 * (t_base.median_us - pick_us) / t_base.median_us
+    return rec, 100.0 * (t_base.median_us - t_tuned.median_us) / t_base.median_us
 
 
 def seed_path(given: str | None) -> str | None:

@@ -198,7 +198,7 @@ def _run_device(plan: Plan, batch_sizes: list[int], device_index: int) -> dict[s
             base, gain = measure(
                 backend, problems, e.config, src, m, plan.shape,
                 rocm=plan.platform == "rocm", on_gpu=plan.on_gpu,
-                graph_calls=opts.graph_calls, repeats=opts.repeats, search_us=e.time_us,
+                graph_calls=opts.graph_calls, repeats=opts.repeats,
             )  # fmt: skip
             details[m]["baseline"] = base
             details[m]["improvement_pct"] = gain

@@ -78,7 +78,6 @@ EMBEDDED_BEFORE_BOTH_ARMS = (
     "benchmarks/results/embedded_default_time_2026-12-06_before_gsm8k_both_arms.txt"
 )
 EMBEDDED_WAVE19 = "benchmarks/results/embedded_default_time_2026-12-04_wave19.txt"
-BOOTSTRAP = "benchmarks/results/bootstrap_full_2026-12-07.txt"
 GPU_TESTS = "benchmarks/results/gpu_tests_h100_2026-12-06"
 I33 = "benchmarks/results/issue33_h100_2026-12-05"
 WAVE19_TAR = "benchmarks/results/gpu_local_h200_2026-12-04_wave19/results.tar.gz"
@@ -187,36 +186,6 @@ CLAIMS: list[Claim] = [
         "= 1 failed, 3 passed in 1719.96s (0:28:39) =",
     ),
     # docs/testing.md
-    Claim(
-        "docs/testing.md",
-        "the whole command's bootstrap took 22 min 54 s",
-        BOOTSTRAP,
-        "# wall: 22 min 54 s",
-    ),
-    Claim(
-        "docs/testing.md",
-        "the vLLM images measure 2.96 GB (0.31.0)",
-        BOOTSTRAP,
-        "127.0.0.1:5000/vllm-cpu:0.31.0 2959247610 4",
-    ),
-    Claim(
-        "docs/testing.md",
-        "and 2.97 GB (0.32.0)",
-        BOOTSTRAP,
-        "127.0.0.1:5000/vllm-cpu:0.32.0 2969277300 4",
-    ),
-    Claim(
-        "docs/testing.md",
-        "one shared base layer of 2.42 GB",
-        BOOTSTRAP,
-        "cellbench-vllm-base:d42c455c755f 2420480809 1",
-    ),
-    Claim(
-        "docs/testing.md",
-        "the test images measure 1.39 GB each",
-        BOOTSTRAP,
-        "127.0.0.1:5000/cellbench-test:rocm7.0 1388142114 2",
-    ),
     Claim(
         "docs/testing.md",
         'ended "15 passed in 2982.67s (0:49:42)"',

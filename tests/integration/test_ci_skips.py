@@ -187,16 +187,17 @@ def test_ci_fails_the_real_vllm_cpu_tests_where_that_environment_is_absent(tmp_p
     assert not (tmp_path / ".venv-vllm-cpu").exists()
 
     rc, counts, out = _run(module, None, cwd=tmp_path)
-    assert rc == 0 and counts == {"passed": 2, "skipped": 2}, out
-    assert out.count("opt-in vllm-cpu environment not made here") == 2, out
+    skipped = re.findall(r"^SKIPPED \[1\] tests/integration/test_vllm_cpu.py:\d+: (.*)$", out, re.M)
+    # (how many tests the module holds is its own business: every one that needs the
+    # environment skips, naming it, and the others pass)
+    assert rc == 0 and counts["skipped"] == len(skipped) >= 2, out
+    assert all("opt-in vllm-cpu environment not made here" in why for why in skipped), out
 
-    rc, counts, out = _run(module, "true", cwd=tmp_path)
+    rc, ci_counts, out = _run(module, "true", cwd=tmp_path)
     # The skipif marks skip in setup, so each is reported as an error; the run is red.
-    assert rc == 1 and counts == {"passed": 2, "error": 2}, out
+    assert rc == 1 and ci_counts == {"passed": counts["passed"], "error": len(skipped)}, out
     failed = re.findall(r"^ERROR tests/integration/test_vllm_cpu.py::(\S+) - skipped under CI=true"
                         r".*opt-in vllm-cpu environment not made here.*bootstrap.sh --vllm-cpu",
                         out, re.M)  # fmt: skip
-    assert sorted(failed) == [
-        "test_serve_stage_pair_on_vllm_cpu",
-        "test_vllm_cpu_server_streams_honours_ignore_eos_and_logs_no_moe_config",
-    ], out
+    assert len(failed) == len(skipped), out
+    assert "test_serve_stage_pair_on_vllm_cpu" in failed, out

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Bring up what cellbench's Docker-backed tests need, offline, on a Debian bookworm machine
-# where we are root:
+# Bring up what cellbench's Docker-backed tests need, on a Debian bookworm machine where we
+# are root (apt and debootstrap download from Debian's mirror; nothing from PyPI):
 #   1. Debian's docker.io engine and docker-registry (installed if missing),
 #   2. dockerd, and a registry on 127.0.0.1:5000 without auth (started if not answering),
 #   3. the test images 127.0.0.1:5000/cellbench-test:rocm7.0 and :rocm7.2 (built and pushed).

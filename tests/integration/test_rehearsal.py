@@ -21,6 +21,7 @@ import re
 import shutil
 import signal
 import subprocess
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -94,6 +95,116 @@ def snakemake(workdir: Path, run_id: str, *args: str, timeout: int = 2400):
     )  # fmt: skip
 
 
+class ContainerWatch:
+    """What Docker itself says of each container a run creates, asked while the run goes on
+    (the run removes its containers at the end): the image the engine ran (its ID, and the
+    reference the container was created from), the command, the environment and the labels."""
+
+    def __init__(self, client, run_id: str):
+        self.client, self.run_id = client, run_id
+        self.seen: dict[str, dict] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def __enter__(self) -> ContainerWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+    def _poll(self) -> None:
+        import docker
+
+        while not self._stop.is_set():
+            for c in labelled(self.client, "cellbench.run", self.run_id, sparse=True):
+                if c.id in self.seen:
+                    continue
+                try:
+                    a = self.client.api.inspect_container(c.id)
+                    image = self.client.images.get(a["Image"])
+                except docker.errors.APIError:  # created and gone between list and inspect
+                    continue
+                self.seen[c.id] = {
+                    "image_id": a["Image"], "created_from": a["Config"]["Image"],
+                    "repo_digests": image.attrs.get("RepoDigests") or [],
+                    "command": [*(a["Config"]["Entrypoint"] or []), *(a["Config"]["Cmd"] or [])],
+                    "env": a["Config"]["Env"] or [], "labels": a["Config"]["Labels"] or {},
+                }  # fmt: skip
+            self._stop.wait(0.5)
+
+    def servers(self) -> dict[str, dict]:
+        """The serve job's server containers of this run, by arm."""
+        return {
+            c["labels"]["cellbench.arm"]: c
+            for c in self.seen.values()
+            if c["labels"].get("cellbench.cell") == CELL and "cellbench.arm" in c["labels"]
+        }
+
+
+def assert_docker_ran(watch: ContainerWatch, digest: str) -> None:
+    """Docker's own record: each arm's server container ran the pinned image (by its repo
+    digest, not by what the pipeline wrote down) and the command `vllm serve`; the tuned arm's
+    had the tuned folder set; the tune step ran in the same image."""
+    servers = watch.servers()
+    assert set(servers) == {"untuned", "tuned"}, watch.seen
+    for arm, c in servers.items():
+        assert f"{VLLM_REPO}@{digest}" in c["repo_digests"], (arm, c)
+        assert c["created_from"].endswith("@" + digest), (arm, c)
+        assert c["command"][:2] == ["vllm", "serve"], (arm, c["command"])
+        tuned_env = any(e.startswith("VLLM_TUNED_CONFIG_FOLDER=") for e in c["env"])
+        assert tuned_env == (arm == "tuned"), (arm, c["env"])
+    tuners = [c for c in watch.seen.values() if "cellbench.tune" in c["command"]]
+    assert tuners, [c["command"] for c in watch.seen.values()]
+    assert all(f"{VLLM_REPO}@{digest}" in c["repo_digests"] for c in tuners), tuners
+
+
+def table_rows(text: str) -> list[dict[str, str]]:
+    """The rows of every markdown table in ``text`` that has a verdict column."""
+    rows, header = [], None
+    for line in text.splitlines():
+        if not line.startswith("|"):
+            header = None
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if header is None:
+            header = cells
+        elif not set(line) <= set("|:- "):
+            if "verdict" in header:
+                rows.append(dict(zip(header, cells, strict=True)))
+    return rows
+
+
+def _number(text: str) -> float:
+    return float(text.replace("%", "").replace("+", ""))
+
+
+HIGHER_IS_BETTER = ("output_throughput", "request_throughput", "total_token_throughput")
+
+
+def assert_verdicts_agree_with_their_values(text: str) -> int:
+    """Each verdict against the figures beside it. Serving rows called better or worse: the
+    change's sign is the sign of median B - median A, and the verdict follows that sign and
+    the metric's direction. GSM8K rows: the difference is accuracy B - accuracy A, and a
+    verdict follows its sign. Returns the rows checked."""
+    rows = table_rows(text)
+    for r in rows:
+        verdict = r["verdict"]  # only a called change has a direction to check
+        if "median A" in r and verdict in ("better", "worse"):
+            a, b, change = _number(r["median A"]), _number(r["median B"]), _number(r["change %"])
+            assert (b - a) * change > 0, r
+            good = (change > 0) == (r["metric"] in HIGHER_IS_BETTER)
+            assert verdict == ("better" if good else "worse"), r
+        elif "accuracy A" in r:
+            a, b = _number(r["accuracy A"]), _number(r["accuracy B"])
+            diff = _number(r["difference (95% CI)"].split()[0])
+            assert diff == pytest.approx(b - a, abs=0.011), r
+            if verdict in ("better", "worse"):
+                assert (diff > 0) == (verdict == "better"), r
+    return len(rows)
+
+
 def planned_jobs(workdir: Path) -> dict[str, int]:
     r = snakemake(workdir, "rehearsal-plan", "all", "-n", timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -125,18 +236,22 @@ def rehearsal(vllm_images, tmp_path_factory):
     assert r.returncode == 0, r.stdout + r.stderr
     run_id = f"rehearsal-{uuid.uuid4().hex[:10]}"
     t0 = time.monotonic()
-    r = snakemake(workdir, run_id, "all")
+    with ContainerWatch(client, run_id) as watch:
+        r = snakemake(workdir, run_id, "all")
     (workdir / "first-run.log").write_text(r.stdout + r.stderr)
     assert r.returncode == 0, (r.stdout + r.stderr)[-6000:]
     return {"workdir": workdir, "tag": tag, "digest": digest, "run_id": run_id,
-            "wall_s": time.monotonic() - t0, "client": client}  # fmt: skip
+            "wall_s": time.monotonic() - t0, "client": client, "watch": watch}  # fmt: skip
 
 
 def test_every_step_ran_in_a_pinned_vllm_container(rehearsal):
     workdir, digest = rehearsal["workdir"], rehearsal["digest"]
     lock = yaml.safe_load((workdir / "lock.yaml").read_text())
     assert lock["images"][IMAGE]["digest"] == digest
-    assert lock["images"][IMAGE]["rocm_version"] == "0.0"  # the marker, read from the image
+    # These images hold no ROCm: the lock reads no version, and the archive's label says so.
+    assert lock["images"][IMAGE]["rocm_version"] is None, lock
+    # Docker's own word on what each container ran, not the pipeline's.
+    assert_docker_ran(rehearsal["watch"], digest)
     arms = benches(workdir)
     assert set(arms) == {"untuned", "tuned"}
     for arm, bench in arms.items():
@@ -172,6 +287,14 @@ def test_every_step_ran_in_a_pinned_vllm_container(rehearsal):
         )
     report = (workdir / "results" / "report" / "report.md").read_text()
     assert "cannot differ" in report
+    # The first report names the vLLM its servers said they were, and heads the arms' columns
+    # by what ran: vLLM's CPU backend, whose MoE is not Triton's.
+    assert f"Served by vLLM {OLD} (both arms)" in report, report[:3000]
+    assert "Triton MoE Untuned" not in report and "Triton MoE Tuned" not in report
+    assert "| Untuned (vLLM, no Triton MoE)" in report, report[:3000]
+    # The tuner's table says what this run timed, and what its gains compare.
+    assert f"This run timed {summary['counts']['timed']} candidates" in report
+    assert summary["counts"]["timed"] > 0 and summary["log"]["set_aside_records"] == 0
     # report.latency_bounds is on: a few prompts x 2-3 repeats per point cannot support a p99 claim,
     # which the plan said at the start and the report's verdicts show (never "yes").
     assert "warning: report.latency_bounds at 32-16 c2" in (workdir / "first-run.log").read_text()
@@ -182,6 +305,7 @@ def test_every_step_ran_in_a_pinned_vllm_container(rehearsal):
     assert "Repeats per point" in report and " of 3: " in report
     manifests = list((workdir / "results" / "archive").glob("*/*/MANIFEST.json"))
     assert manifests, "nothing archived"
+    assert {m.parent.parent.name for m in manifests} == {"rocm-none-cpu-rehearsal"}, manifests
     manifest = json.loads(manifests[0].read_text())
     assert manifest["server_versions"][CELL] == {"untuned": OLD, "tuned": OLD}
     # Nothing of the run is left behind.
@@ -202,16 +326,31 @@ def test_a_nightly_bump_replans_that_image_and_names_both_versions(rehearsal):
     # The cell's jobs and the aggregates; the model and the question set are not the image's.
     assert {"tune", "serve_pair", "report", "archive"} <= set(jobs), jobs
     assert not {"tiny_model", "gsm8k_set"} & set(jobs), jobs
+    summary_path = workdir / "results" / CELL / "tune" / "summary.json"
+    timed_before = json.loads(summary_path.read_text())["counts"]["timed"]
     run_id = f"bump-{uuid.uuid4().hex[:10]}"
-    r = snakemake(workdir, run_id, "all")
+    with ContainerWatch(client, run_id) as watch:
+        r = snakemake(workdir, run_id, "all")
     (workdir / "bump-run.log").write_text(r.stdout + r.stderr)
     assert r.returncode == 0, (r.stdout + r.stderr)[-6000:]
+    assert_docker_ran(watch, new_digest)
     for bench in benches(workdir).values():
         assert bench["server"]["version"]["version"] == NEW
+    # The bump re-tuned for real: the old image's log was set aside, not read back, and the
+    # new image's tune timed its candidates itself.
+    summary = json.loads(summary_path.read_text())
+    assert summary["vllm_version"].split("+")[0] == NEW, summary["vllm_version"]
+    assert summary["resumed_log_records"] == 0 and summary["counts"]["reused"] == 0, summary
+    assert summary["counts"]["timed"] > 0 and timed_before > 0, summary["counts"]
+    assert summary["log"]["set_aside_records"] > 0, summary["log"]
+    assert rehearsal["digest"] in summary["log"]["set_aside_because"], summary["log"]
     report = (workdir / "results" / "report" / "report.md").read_text()
     section = report[report.index(f"## {CELL}: previous run") :]
     assert f"vLLM {OLD} (previous)" in section and f"vLLM {NEW} (now)" in section, section[:800]
     assert "Image bump" in section
+    assert "another image's) was not resumed" in report
+    # Every verdict of the bump's comparison agrees with the values beside it.
+    assert assert_verdicts_agree_with_their_values(section) >= 16, section[:3000]
     assert labelled(client, "cellbench.run", run_id) == []
 
 

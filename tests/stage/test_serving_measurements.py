@@ -333,7 +333,8 @@ def test_telemetry_unavailable_paths_say_why():
 
 
 def test_nvml_without_a_driver_is_reported_not_raised():
-    pynvml = pytest.importorskip("pynvml")
+    import pynvml  # nvidia-ml-py, a dependency of the package
+
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError:
@@ -341,7 +342,8 @@ def test_nvml_without_a_driver_is_reported_not_raised():
     else:
         pynvml.nvmlShutdown()
         pytest.skip(
-            "this machine has an NVIDIA driver: benchmarks/telemetry_energy_per_work.py covers it"
+            "needs no GPU: this machine has an NVIDIA driver; "
+            "benchmarks/telemetry_energy_per_work.py covers it"
         )
     sampler = telemetry.GpuSampler("nvidia", [0], 0.1)
     sampler.begin()

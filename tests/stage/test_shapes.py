@@ -138,7 +138,7 @@ def test_device_name_without_gpu() -> None:
     import torch
 
     if torch.cuda.is_available():
-        pytest.skip("this check is for machines without a GPU")
+        pytest.skip("needs no GPU: this check is for machines without one")
     assert device_name() == CPU_DEVICE_NAME
 
 

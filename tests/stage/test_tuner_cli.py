@@ -152,9 +152,9 @@ def test_rerun_without_few_token_sizes_drops_the_old_path_choices(tuned: Path, t
 
 @pytest.mark.skipif(
     torch.cuda.is_available(),
-    reason="CPU-interpreter test: it checks the interpreter run's records (fp32 compute, the "
-    "'interpreter' tag and timing note, no roofline fraction, the interpreter's file name); a "
-    "GPU run computes bf16 and measures a roofline fraction",
+    reason="needs no GPU (a CPU-interpreter test): it checks the interpreter run's records "
+    "(fp32 compute, the 'interpreter' tag and timing note, no roofline fraction, the "
+    "interpreter's file name); a GPU run computes bf16 and measures a roofline fraction",
 )
 def test_csv_summary_and_log(tuned: Path) -> None:
     with open(tuned / "tuned_fmoe.csv", newline="") as f:
@@ -329,8 +329,8 @@ def test_batch_size_tiers() -> None:
 
 @pytest.mark.skipif(
     torch.cuda.is_available(),
-    reason="CPU-interpreter test: it expects the interpreter's three re-timed leaders and "
-    "re-times both picks on CPU tensors with the interpreter's timer",
+    reason="needs no GPU (a CPU-interpreter test): it expects the interpreter's three re-timed "
+    "leaders and re-times both picks on CPU tensors with the interpreter's timer",
 )
 @pytest.mark.slow
 def test_exhaustive_vs_default(tiny_cfg, tmp_path) -> None:
@@ -369,7 +369,7 @@ def test_exhaustive_vs_default(tiny_cfg, tmp_path) -> None:
 
 @pytest.mark.skipif(
     torch.cuda.is_available(),
-    reason="CPU-interpreter test: its child run is forced onto the interpreter "
+    reason="needs no GPU (a CPU-interpreter test): its child run is forced onto the interpreter "
     "(TRITON_INTERPRET=1), which fails with a GPU present, and it relies on the interpreter's "
     "slow timings to kill the run part-way (a GPU run of M=1,4 takes seconds)",
 )

@@ -411,9 +411,9 @@ def test_default_mode_queues_the_next_batch_sizes_round0(
 
     if torch.cuda.is_available():
         pytest.skip(
-            "CPU-interpreter test: it builds the interpreter's setup (a backend on CPU tensors, "
-            "interpreter limits, CPU compile workers), and Triton launches kernels on CPU "
-            "tensors only under TRITON_INTERPRET, which is set only where there is no GPU"
+            "needs no GPU (a CPU-interpreter test): it builds the interpreter's setup (a backend "
+            "on CPU tensors, interpreter limits, CPU compile workers), and Triton launches kernels "
+            "on CPU tensors only under TRITON_INTERPRET, which is set only where there is no GPU"
         )
     from cellbench.tune.backends import make_backend
     from cellbench.tune.compilepool import CompilePool

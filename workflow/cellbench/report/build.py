@@ -39,6 +39,7 @@ from cellbench.common.paths import REPO_DIR
 from cellbench.gates import check as gates_mod
 from cellbench.report import percentile_claims, plots, pr_markdown, tidy
 from cellbench.report.frames import (
+    arm_columns,
     arms_cannot_differ,
     cell_frames,
     comparison_frame,
@@ -57,6 +58,7 @@ from cellbench.report.sections import (
     moe_config_lines,
     observed_lines,
     parallelism_note,
+    served_lines,
     tune_table,
 )
 from cellbench.results import result_file, whole_sets
@@ -171,6 +173,7 @@ def render(
         digests = sorted(set(serve[serve.cell == cell].image_digest.dropna())) if len(serve) else []
         if digests:
             lines += [f"Image: `{', '.join(digests)}`", ""]
+        lines += served_lines(serve, cell)
         lines += parallelism_note(serve, cell)
         lines += moe_config_lines(serve, cell)
         if len(tune):
@@ -178,9 +181,9 @@ def render(
         if len(serve) and (serve.cell == cell).any():
             lines += latency_tables(serve, cell)
             lines += observed_lines(serve, cell)
-        lines += percentile_claims.section_lines(claims, cell)
+        lines += percentile_claims.section_lines(claims, cell, labels=arm_columns(serve, cell))
         if len(gsm) and (gsm.cell == cell).any():
-            lines.append(gsm8k_table(gsm, cell))
+            lines.append(gsm8k_table(gsm, cell, arm_columns(serve, cell)))
         lines += gates_mod.report_lines((gates or {}).get(cell))
         if len(serve) and {"untuned", "tuned"} <= set(serve[serve.cell == cell].arm):
             if arms_cannot_differ(serve, cell):

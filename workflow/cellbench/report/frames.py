@@ -28,12 +28,31 @@ ARM_LABELS = {"untuned": "Triton MoE Untuned", "tuned": "Triton MoE Tuned"}
 SHIPPED_LABEL = "Triton MoE Shipped config"
 
 
+# How the report names the program that served an arm (served_by's server_program).
+PROGRAM_NAMES = {"vllm": "vLLM", "transformers serve": "transformers serve"}
+
+
 def arm_column(rows: pd.DataFrame, arm: str) -> str:
     """The column title of ``arm`` in a cell's tables: "shipped" where its server's log said
-    it loaded the image's own config file (bench.json ``arm_label``)."""
-    if "arm_label" in rows and (rows[rows.arm == arm].arm_label == "shipped").any():
+    it loaded the image's own config file (bench.json ``arm_label``); where the server's log
+    showed no Triton MoE at all (``none seen``: e.g. vLLM's CPU backend), the arm is named by
+    the program that ran it, not "Triton MoE"."""
+    mine = rows[rows.arm == arm] if "arm" in rows else rows.iloc[0:0]
+    if "arm_label" in rows and (mine.arm_label == "shipped").any():
         return SHIPPED_LABEL
+    if "moe_source" in rows and len(mine) and (mine.moe_source == "none seen").all():
+        programs = mine.server_program.dropna() if "server_program" in mine else []
+        program = PROGRAM_NAMES.get(programs.iloc[0]) if len(programs) else None
+        ran = f"{program}, no Triton MoE" if program else "no Triton MoE"
+        return f"{arm.capitalize()} ({ran})"
     return ARM_LABELS[arm]
+
+
+def arm_columns(serve: pd.DataFrame, cell: str) -> dict[str, str]:
+    """Each arm's column title in ``cell``'s tables (``arm_column``), for tables without
+    serve rows of their own (GSM8K); the plain labels where the cell has no serve results."""
+    rows = serve[serve.cell == cell] if len(serve) and "cell" in serve else pd.DataFrame()
+    return {arm: arm_column(rows, arm) if len(rows) else ARM_LABELS[arm] for arm in ARM_LABELS}
 
 
 LATENCY_TABLES = (
@@ -59,8 +78,11 @@ def served_by(bench: dict[str, Any]) -> dict[str, Any]:
     if device is None and "--device" in command[:-1]:
         device = command[command.index("--device") + 1]
     origin = bench.get("model_origin") or {}
+    said = ((bench.get("server") or {}).get("version") or {}).get("version")
     return {
         "server_program": program,
+        # The version the running server gave for itself (GET /version); null where none.
+        "server_version": said,
         "server_device": device,
         "model_built_by": origin.get("built_by"),
         "model_kind": origin.get("kind"),
@@ -194,6 +216,11 @@ def cell_frames(loaded: Iterable[Result]) -> tuple[pd.DataFrame, pd.DataFrame, p
                     "mode": s.get("mode"),
                     "interpreter": s.get("interpreter"),
                     "config_file": s.get("config_file"),
+                    # what the run timed itself, and what it read back of an earlier log
+                    "candidates_timed": (s.get("counts") or {}).get("timed"),
+                    "new_kernels": (s.get("counts") or {}).get("new_kernels"),
+                    "resumed_log_records": s.get("resumed_log_records"),
+                    "log_set_aside": (s.get("log") or {}).get("set_aside_records"),
                 }
                 for k, v in entry.items():
                     if isinstance(v, dict):

@@ -216,9 +216,16 @@ def _num(value: Any, digits: int = 0) -> str:
     return f"{value:.{digits}f}"
 
 
-def section_lines(claims: pd.DataFrame | None, cell: str, heading: str = "####") -> list[str]:
+def section_lines(
+    claims: pd.DataFrame | None,
+    cell: str,
+    heading: str = "####",
+    labels: dict[str, str] | None = None,
+) -> list[str]:
     """One cell's claims as a Markdown table with the rule that decides them; nothing when no
-    bound was set or the cell has no serve results."""
+    bound was set or the cell has no serve results. ``labels``: each arm's name in the cell's
+    tables (``frames.arm_columns``)."""
+    labels = labels or ARM_LABELS
     if claims is None or not len(claims) or not (claims.cell == cell).any():
         return []
     rows = claims[claims.cell == cell]
@@ -254,6 +261,6 @@ def section_lines(claims: pd.DataFrame | None, cell: str, heading: str = "####")
                 f"{_num(r.observed_ms, 2)} | {_num(r.queries)} | {_num(r.over)} | "
                 f"{verdict} | {_num(r.queries_needed) if r.verdict != es.NOT_MET else '-'}"
             )
-        arm = ARM_LABELS.get(r.arm, r.arm)
+        arm = labels.get(r.arm, r.arm)
         out.append(f"| {r.isl}-{r.osl} | {r.load} | {arm} | {r.metric} | {r.bound_ms:g} | {tail} |")
     return [*out, ""]

@@ -91,12 +91,15 @@ def metric_table(serve: pd.DataFrame, cell: str, metric: str) -> tuple[list[str]
     return header, body
 
 
-def gsm8k_table(gsm: pd.DataFrame, cell: str) -> tuple[list[str], list[list[str]]]:
+def gsm8k_table(
+    gsm: pd.DataFrame, cell: str, labels: dict[str, str] | None = None
+) -> tuple[list[str], list[list[str]]]:
     """Seed 000's GSM8K table: strict-match and flexible-extract in %, ± the standard error
-    lm-eval reported."""
+    lm-eval reported; ``labels``: each arm's column title (``frames.arm_columns``)."""
+    labels = labels or frames.ARM_LABELS
     rows = gsm[gsm.cell == cell].set_index("arm")
     arms = [a for a in frames.ARM_LABELS if a in rows.index]
-    header = ["Metric", *(frames.ARM_LABELS[a] for a in arms)]
+    header = ["Metric", *(labels[a] for a in arms)]
     body = []
     for label, field in GSM8K_ROWS:
         cells = []
@@ -258,10 +261,10 @@ def _cell_sections(
         for title, metric in frames.LATENCY_TABLES:
             header, body = metric_table(serve, cell, metric)
             out += [f"#### {title}", "", _md_table(header, body), ""]
-        out += percentile_claims.section_lines(claims, cell)
+        out += percentile_claims.section_lines(claims, cell, labels=frames.arm_columns(serve, cell))
     if len(gsm) and (gsm.cell == cell).any():
         n = int(gsm[gsm.cell == cell].n_samples.iloc[0])
-        header, body = gsm8k_table(gsm, cell)
+        header, body = gsm8k_table(gsm, cell, frames.arm_columns(serve, cell))
         out += [
             "#### GSM8K Accuracy",
             "",

@@ -128,13 +128,15 @@ def observed_lines(serve: pd.DataFrame, cell: str) -> list[str]:
     return out
 
 
-def gsm8k_table(gsm: pd.DataFrame, cell: str) -> str:
+def gsm8k_table(gsm: pd.DataFrame, cell: str, labels: dict[str, str] | None = None) -> str:
+    """The GSM8K scores per arm; ``labels``: each arm's column title (``arm_columns``)."""
+    labels = labels or ARM_LABELS
     rows = gsm[gsm.cell == cell].set_index("arm")
     arms = [a for a in ARM_LABELS if a in rows.index]
     table = pd.DataFrame({"Metric": ["exact_match, strict-match", "exact_match, flexible-extract"]})
     for arm in arms:
         r = rows.loc[arm]
-        table[ARM_LABELS[arm]] = [
+        table[labels[arm]] = [
             f"{100 * r.strict_match:.2f}% ± {100 * (r.strict_match_stderr or 0):.2f}",
             f"{100 * r.flexible_extract:.2f}% ± {100 * (r.flexible_extract_stderr or 0):.2f}",
         ]
@@ -142,15 +144,85 @@ def gsm8k_table(gsm: pd.DataFrame, cell: str) -> str:
     api = rows.iloc[0].get("api")
     how = f", {api} API" if isinstance(api, str) else ""
     spread = instance_spread_lines(
-        {ARM_LABELS[a]: json.loads(rows.loc[a].get("instances") or "[]") for a in arms}
+        {labels[a]: json.loads(rows.loc[a].get("instances") or "[]") for a in arms}
     )
     extra = "\n" + "\n".join(spread) + "\n" if spread else ""
     head = f"#### GSM8K ({int(rows.iloc[0].n_samples)} questions{how})"
     return f"{head}\n\n{_md(table)}\n{extra}"
 
 
+def served_lines(serve: pd.DataFrame, cell: str) -> list[str]:
+    """Which vLLM served each arm of ``cell``, as its running server answered ``GET /version``
+    (bench.json ``server.version``); for vLLM servers that gave no version, that they did not.
+    Nothing for servers of other programs, which are not asked."""
+    if not len(serve) or "server_version" not in serve:
+        return []
+    rows = serve[serve.cell == cell]
+    arms = [a for a in ARM_LABELS if (rows.arm == a).any()]
+    said = {a: sorted(set(rows[rows.arm == a].server_version.dropna())) for a in arms}
+    by_vllm = "server_program" in rows and (rows.server_program == "vllm").any()
+    if not any(said.values()):
+        if not by_vllm:
+            return []
+        return ["Served by vLLM; no arm's server gave its version (`GET /version`).", ""]
+
+    def text(versions: list[str]) -> str:
+        return "vLLM " + " / ".join(versions) if versions else "a server that gave no version"
+
+    if len(arms) > 1 and all(v == said[arms[0]] for v in said.values()):
+        who = f"{text(said[arms[0]])} (both arms)"
+    else:
+        who = "; ".join(f"{a}: {text(said[a])}" for a in arms)
+    return [f"Served by {who}, as each arm's running server answered `GET /version`.", ""]
+
+
 def _point_label(isl: int, osl: int, conc: int, several_levels: bool) -> str:
     return f"{isl}-{osl} @c{conc}" if several_levels else f"{isl}-{osl}"
+
+
+TUNE_NOTE = (
+    "search_us is the pick's time in the search; baseline_us and pick_us are vLLM's own config "
+    "for the shape and the pick timed side by side in one process. gain % compares baseline_us "
+    "with the slower of the pick's two times, so a pick slower than the baseline in either "
+    "shows a negative gain. Where the side-by-side time was no faster, the tuned file holds "
+    "the baseline's config (kept: baseline; the row's config is the baseline's, its times and "
+    "gain the pick's)."
+)
+
+
+def _pick_search_us(rows: pd.DataFrame) -> pd.Series:
+    """The pick's own search time: where the baseline was kept, the pick moved to tuned_pick."""
+    search = rows["time_us"] if "time_us" in rows else pd.Series(float("nan"), index=rows.index)
+    if "tuned_pick.time_us" in rows and "kept" in rows:
+        search = search.where(rows["kept"] != "baseline", rows["tuned_pick.time_us"])
+    return search
+
+
+def _shown_gain(base_us: float, pick_us: float, search_us: float, recorded: float) -> float:
+    """The gain against the slower of the pick's two times. The summary's improvement_pct
+    compares the side-by-side times only (the results loader holds it to exactly that), so a
+    pick the search timed slower than the baseline would show a gain its search contradicts."""
+    times = [t for t in (pick_us, search_us) if isinstance(t, float | int) and not pd.isna(t)]
+    if pd.isna(base_us) or not times or not base_us:
+        return recorded
+    return 100.0 * (base_us - max(times)) / base_us
+
+
+def _tune_counts(first: pd.Series) -> str:
+    """What this tune timed itself, and what it read back from an earlier run's log."""
+    if pd.isna(first.get("candidates_timed")):
+        return ""
+    text = (
+        f"This run timed {int(first.candidates_timed)} candidates and compiled "
+        f"{int(first.new_kernels)} new kernels"
+    )
+    resumed = first.get("resumed_log_records")
+    aside = first.get("log_set_aside")
+    if not pd.isna(aside) and aside:
+        text += f"; an earlier run's log ({int(aside)} records, another image's) was not resumed"
+    elif not pd.isna(resumed) and resumed:
+        text += f"; {int(resumed)} records were resumed from an earlier run of this image"
+    return text + ".\n\n"
 
 
 def tune_table(tune: pd.DataFrame, cell: str) -> str:
@@ -162,21 +234,34 @@ def tune_table(tune: pd.DataFrame, cell: str) -> str:
     table = pd.DataFrame({"M": rows.batch_size})
     for c in cols:
         table[c.removeprefix("config.")] = rows[c].astype("Int64").astype(str)
-    for c in ("time_us", "fused_time_us", "roofline_fraction"):
+    search = _pick_search_us(rows)
+    table["search_us"] = search.map(lambda v: _fmt(v, 3))
+    for c in ("fused_time_us", "roofline_fraction"):
         if c in rows:
             table[c] = rows[c].map(lambda v: _fmt(v, 3))
+    note = ""
     # What the pick was timed against, beside it in the same process (tuner/baseline.py):
     # vLLM's shipped config for the shape, or its default rule.
     if "baseline.time_us" in rows:
+        if "kept" in rows:
+            table["kept"] = rows["kept"].map(lambda k: "baseline" if k == "baseline" else "pick")
         table["baseline"] = rows["baseline.source"].fillna("n/a")
         table["baseline_us"] = rows["baseline.time_us"].map(lambda v: _fmt(v, 3))
         # The pick timed again beside the baseline: the gain compares these two.
         table["pick_us"] = rows["baseline.tuned_time_us"].map(lambda v: _fmt(v, 3))
-        table["gain %"] = rows["improvement_pct"].map(lambda v: _fmt(v, 1))
+        gains = [
+            _shown_gain(b, p, q, g)
+            for b, p, q, g in zip(
+                rows["baseline.time_us"], rows["baseline.tuned_time_us"], search,
+                rows["improvement_pct"], strict=True,
+            )
+        ]  # fmt: skip
+        table["gain %"] = [_fmt(g, 1) for g in gains]
+        note = f"{TUNE_NOTE}\n\n"
     where = "Triton interpreter on the CPU" if first.get("interpreter") else first.device_name
     return (
         f"#### Tuned configs: `{first.config_file}` ({first['backend']} kernel, {first['mode']} "
-        f"search, {where})\n\n{_md(table)}\n"
+        f"search, {where})\n\n{_tune_counts(first)}{_md(table)}\n{note}"
     )
 
 

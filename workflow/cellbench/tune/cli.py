@@ -3,7 +3,8 @@
 In-container module: stdlib + torch + triton (+ vllm for --backend vllm).
 
 Outputs in --out DIR: configs/<vLLM file name>.json, tuned_fmoe.csv, tuning_log.jsonl and, last
-(it marks the step complete), summary.json. Bad input exits 2 before any GPU work.
+(it marks the step complete), summary.json. Bad input exits 2 before any GPU work. A log left by
+a killed run is resumed only when it was written for the same image and problem (resume.py).
 
 Each summary entry also records its baseline, the config vLLM would use at that batch size
 without the tuned file, timed side by side with the pick, and the pick's improvement_pct over
@@ -23,7 +24,14 @@ import time
 from typing import Any
 
 from cellbench.tune.device_run import _run_all
-from cellbench.tune.outputs import CSV_NAME, SUMMARY_NAME, _csv_rows, _human, apply_keep
+from cellbench.tune.outputs import (
+    CSV_NAME,
+    LOG_NAME,
+    SUMMARY_NAME,
+    _csv_rows,
+    _human,
+    apply_keep,
+)
 from cellbench.tune.plan import Plan, UsageError, job_from_argv, make_plan
 
 __all__ = ["main", "run", "OutputError"]
@@ -69,6 +77,11 @@ def run(plan: Plan) -> dict[str, Any]:
     except OSError as exc:  # read-only file system, permissions: the user's path, not a bug
         raise OutputError(f"--out {plan.out}: cannot create it: {exc.strerror or exc}") from None
     (plan.out / SUMMARY_NAME).unlink(missing_ok=True)  # a rerun is not complete until it ends
+    from cellbench.tune.resume import claim_log, log_identity
+
+    versions = {"tuner": _tuner_version(), "triton": triton.__version__,
+                "torch": torch.__version__, "vllm": _installed_version("vllm")}  # fmt: skip
+    log_state = claim_log(plan.out / LOG_NAME, log_identity(plan, versions))
     res = _run_all(plan)
     entries = res["entries"]
     kept_baseline = apply_keep(entries, plan.keep)
@@ -122,7 +135,12 @@ def run(plan: Plan) -> dict[str, Any]:
         # Which picks the tuned file holds: those that beat vLLM's own config (default), or all.
         "keep": plan.keep,
         "kept_baseline": kept_baseline,
-        "counts": {k: st.get(k, 0) for k in ("timed", "reused", "pruned", "failed")},
+        # timed: candidates timed by this run; reused: read back from a resumed log;
+        # new_kernels: distinct kernels this run compiled
+        "counts": {
+            **{k: st.get(k, 0) for k in ("timed", "reused", "pruned", "failed")},
+            "new_kernels": st.get("compiled", 0),
+        },
         "seconds": {
             "wall": time.perf_counter() - t0,
             "cpu": st.get("cpu_s", 0.0),
@@ -141,6 +159,8 @@ def run(plan: Plan) -> dict[str, Any]:
         "seed_configs": plan.seed_configs,
         "seed": plan.seed,
         "resumed_log_records": res["resumed_log_records"],
+        # the log it resumed, or the other image's (or problem's) log it set aside and why
+        "log": log_state,
         "per_device": res.get("per_device"),
         "argv": plan.argv,
     }

@@ -155,13 +155,28 @@ def _human(summary: dict[str, Any]) -> str:
     sec = summary["seconds"]
     lines.append(
         f"candidates: {st['timed']} timed, {st['reused']} reused from log, {st['pruned']} pruned, "
-        f"{st['failed']} failed; seconds: wall {sec['wall']:.1f}, cpu {sec['cpu']:.1f}, "
-        f"gpu {sec['gpu']:.1f}"
+        f"{st['failed']} failed; {st.get('new_kernels', 0)} new kernels compiled; seconds: wall "
+        f"{sec['wall']:.1f}, cpu {sec['cpu']:.1f}, gpu {sec['gpu']:.1f}"
     )
+    lines.append(log_line(summary))
     w = summary.get("compile_workers")
     if w and "ready" in w:
         lines.append(worker_line(w))
     return "\n".join(lines)
+
+
+def log_line(summary: dict[str, Any]) -> str:
+    """What the run did with the log it found: resumed it, set it aside (and why), or none."""
+    log = summary.get("log") or {}
+    resumed = summary.get("resumed_log_records", log.get("resumed_records", 0))
+    if log.get("set_aside_records"):
+        return (
+            f"tuning log: {log['set_aside_records']} records of an earlier run set aside, not "
+            f"resumed ({log.get('set_aside_because')}); every candidate above was tuned anew"
+        )
+    if resumed:
+        return f"tuning log: resumed {resumed} records of an earlier run of this image"
+    return "tuning log: none resumed (a new log)"
 
 
 def _gain_text(entry: dict[str, Any]) -> str:

@@ -8,8 +8,6 @@ import pandas as pd
 import pytest
 from cellbench.watch import history
 
-pytest.importorskip("otava", reason="Apache Otava: the bootstrap installs it (docs/watch.md)")
-
 
 def rows(values_by_series: dict[tuple[str, str], list[float]]) -> pd.DataFrame:
     out = []

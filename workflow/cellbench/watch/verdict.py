@@ -5,6 +5,7 @@ through ``compare``, so repointing the verdict means editing this file alone."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import Path
 
 import pandas as pd
 
@@ -58,3 +59,25 @@ def _float(value: object) -> float | None:
     except (TypeError, ValueError):
         return None
     return None if out != out else out
+
+
+def against_previous(
+    archive_root: Path, results: Path, cell: str, *, min_change_pct: float
+) -> tuple[str | None, list[dict]]:
+    """The cell's results now (B) against its previous archived run with other results (A),
+    per arm: (that run's ref or None, rows as ``compare`` gives them, each with its ``arm``)."""
+    from cellbench.report.previous import _cell_frames
+    from cellbench.results.archived import previous_run
+
+    run = previous_run(archive_root, results, cell)
+    if run is None:
+        return None, []
+    now, _, _ = _cell_frames(Path(results), [cell])
+    before, _, _ = _cell_frames(run.path, [cell])
+    rows = []
+    for arm in sorted(set(now.get("arm", [])) & set(before.get("arm", []))):
+        for row in compare(
+            before[before.arm == arm], now[now.arm == arm], min_change_pct=min_change_pct
+        ):
+            rows.append({**row, "arm": arm})
+    return run.ref, rows

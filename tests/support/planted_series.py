@@ -14,9 +14,10 @@ from support.docker_env import TEST_REPO, TEST_TAGS, _push, pinned
 VENV_SITE = Path(__file__).resolve().parents[2] / ".venv/lib/python3.11/site-packages"
 AIOHTTP = ("aiohttp", "multidict", "yarl", "frozenlist", "aiosignal", "attr", "attrs",
            "propcache", "aiohappyeyeballs", "idna", "typing_extensions.py")  # fmt: skip
-# What the bisect starts in each image instead of `vllm serve` ({port}, {model} filled in).
+# What the bisect starts in each image instead of `vllm serve` ({port} filled in; the model
+# id is the name the pipeline serves a model under, its config name).
 SERVER_COMMAND = (
-    "sh -c 'python3 -m cellbench.serve.timed_server --port {port} --model-id {model} "
+    "sh -c 'python3 -m cellbench.serve.timed_server --port {port} --model-id tiny-a "
     "--ttft-ms 20 --itl-ms $PLANTED_ITL_MS'"
 )
 

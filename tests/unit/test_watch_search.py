@@ -100,3 +100,13 @@ def test_resume_with_other_arguments_is_refused(tmp_path):
     assert bisect.load_state(path, other, abandon=True) is None
     path.write_text(json.dumps({**state, "done": True}))
     assert bisect.load_state(path, other, abandon=False) is None
+
+
+def test_the_exhaustive_walk_measures_every_candidate_and_agrees_with_the_search():
+    for n in (2, 5, 9):
+        for first_bad in range(1, n):
+            w = search.Walk([f"r{i}" for i in range(n)])
+            while (i := w.next()) is not None:
+                w.record(i, search.BAD if i >= first_bad else search.GOOD)
+            assert w.steps_taken() == n - 1
+            assert w.answer()["first_bad"] == walk(n, first_bad).answer()["first_bad"]

@@ -80,6 +80,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     p.add_argument("--plan", action="store_true", help="print the plan and stop")
     p.add_argument("--abandon", action="store_true", help="drop an unfinished bisect's state")
+    p.add_argument(
+        "--exhaustive",
+        action="store_true",
+        help="measure every candidate in turn (n - 1 steps), to check a bisect",
+    )
     p.add_argument("--server-command", help="replace `vllm serve` in the images (stand-in "
                    "images without vLLM); {port} and {model} are filled in")  # fmt: skip
     return p
@@ -160,6 +165,7 @@ def setup(args: argparse.Namespace) -> dict[str, Any]:
         "configfile": args.configfile, "image": args.image, "cell": cell.cell_id,
         "points": [list(p) for p in _points(cfg, args.point)], "metrics": metrics,
         "repeats": repeats, "refs": window, "server_command": args.server_command,
+        "exhaustive": args.exhaustive,
         "min_change_pct": float(cfg["report"]["min_change_pct"]),
         "label": cbconfig.archive_label(cfg, args.image),
     }  # fmt: skip
@@ -192,7 +198,8 @@ def load_state(path: Path, setting: dict, abandon: bool) -> dict | None:
 def step_spec(cfg: dict, setting: dict, cell: cbconfig.Cell) -> step.StepSpec:
     model = cfg["models"][cell.model]
     spec = step.StepSpec(
-        model=model_source(cfg, cell.model), points=[tuple(p) for p in setting["points"]],
+        model=model_source(cfg, cell.model), served_model_name=cell.model,
+        points=[tuple(p) for p in setting["points"]],
         repeats=setting["repeats"], prompts=int(cfg["serve"]["prompts_per_concurrency"]),
         warmups=int(cfg["serve"].get("warmups_per_concurrency") or 0),
         serve_args=list(model.get("serve_args") or []),
@@ -200,10 +207,13 @@ def step_spec(cfg: dict, setting: dict, cell: cbconfig.Cell) -> step.StepSpec:
         dtype=model.get("dtype"), tp=cell.tp, ep=cell.ep, gpu_vendor=cfg["gpu_vendor"],
         gpus=int(cfg["gpus"]), ready_timeout_s=float(cfg["serve"]["ready_timeout_s"]),
         ignore_eos=bool(cfg["serve"].get("ignore_eos", True)),
+        hf_cache=None if model.get("build") else Path(cfg["hf_cache"]).expanduser(),
     )  # fmt: skip
     if model.get("build") and not Path(spec.model).is_dir():
         raise BisectError(f"model {cell.model} is built by the workflow and {spec.model} is "
                           f"not there yet: snakemake {spec.model} --cores 2 first")  # fmt: skip
+    if spec.hf_cache is not None:
+        spec.hf_cache.mkdir(parents=True, exist_ok=True)  # a bind mount's source must exist
     if setting["server_command"]:
         spec.command = shlex.split(setting["server_command"])
         spec.extra_mounts = [(str(CODE), "/cellbench/code")]
@@ -215,7 +225,7 @@ def plan(cfg: dict, setting: dict, cell: cbconfig.Cell) -> dict:
     """The most steps and what they cost: each step serves two images (2 x tp GPUs) for the
     points and repeats chosen, scaled from `cellbench plan`'s serve estimate of the cell."""
     n = len(setting["refs"])
-    steps = search.max_steps(n)
+    steps = n - 1 if setting["exhaustive"] else search.max_steps(n)
     serve = cost.estimate_cell(cfg, cell, Path("results"))["serve"]
     every = len(cfg["serve"]["grid"]) * len(cfg["serve"]["concurrency"])
     cap = int(cfg["serve"].get("repeat_cap") or cfg["serve"]["repeats"])
@@ -238,9 +248,13 @@ def print_plan(setting: dict, p: dict, resumed: dict | None) -> None:
         f"  points {', '.join(f'{i}-{o}:{c}' for i, o, c in setting['points'])}; metrics "
         f"{', '.join(setting['metrics'])}; {setting['repeats']} interleaved pairs per point"
     )
-    print(f"  at most {p['max_steps']} steps (ceil(log2({p['candidates'] - 1})) + 1; one more "
-          f"per skipped candidate), ~{p['step_s']:.0f} s each on {p['gpus_per_step']} GPUs: "
-          f"{p['gpu_hours']:.2f} GPU-hours at most")  # fmt: skip
+    how = (
+        "every candidate in turn"
+        if setting["exhaustive"]
+        else f"ceil(log2({p['candidates'] - 1})) + 1; one more per skipped candidate"
+    )
+    print(f"  at most {p['max_steps']} steps ({how}), ~{p['step_s']:.0f} s each on "
+          f"{p['gpus_per_step']} GPUs: {p['gpu_hours']:.2f} GPU-hours at most")  # fmt: skip
     print(f"  estimate: {p['basis']}")
     if resumed:
         print(f"  resuming: {len(resumed['steps'])} step(s) already measured")
@@ -303,7 +317,9 @@ def finish(state: dict, found: dict, folder: Path) -> int:
     first = found["first_bad"]
     result = {
         "kind": "bisect_result", "setting": setting, "session": state["session"],
-        "steps": len(state["steps"]), "max_steps": search.max_steps(len(setting["refs"])),
+        "steps": len(state["steps"]), "exhaustive": setting["exhaustive"],
+        "max_steps": len(setting["refs"]) - 1 if setting["exhaustive"]
+        else search.max_steps(len(setting["refs"])),
         "answer": found,
         "first_bad": None if first is None else {
             "ref": setting["refs"][first], "digest": state["digests"][first],
@@ -342,7 +358,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cellbench bisect: error: {exc}", file=sys.stderr)
         return BAD_INPUT
     folder = args.out / setting["image"] / state["session"]
-    found = search.Search(setting["refs"], {int(k): v for k, v in state["outcomes"].items()})
+    kind = search.Walk if setting["exhaustive"] else search.Search
+    found = kind(setting["refs"], {int(k): v for k, v in state["outcomes"].items()})
     try:
         while (index := found.next()) is not None:
             record = run_step(state, index, spec, client, folder)

@@ -100,3 +100,26 @@ class Search:
 
     def steps_taken(self) -> int:
         return len(self.outcomes) - 1  # the good reference's outcome is given, not measured
+
+
+@dataclass
+class Walk(Search):
+    """Every candidate in turn against the good reference, oldest first: the check a bisect's
+    answer is held against (n - 1 steps)."""
+
+    def next(self) -> int | None:
+        untried = [i for i in range(1, len(self.candidates)) if i not in self.outcomes]
+        return untried[0] if untried else None
+
+    def answer(self) -> dict:
+        if not self.done():
+            raise ValueError("the walk is not over")
+        bad = sorted(i for i, o in self.outcomes.items() if o == BAD)
+        if not bad:
+            return {"first_bad": None, "range": [], "why": "no candidate measured worse"}
+        first = bad[0]
+        skipped = [i for i in range(1, first) if self.outcomes.get(i) == SKIP]
+        if skipped:
+            return {"first_bad": None, "range": [*skipped, first],
+                    "why": "skipped candidates lie before the first bad one"}  # fmt: skip
+        return {"first_bad": first, "range": [first], "why": "every older candidate was good"}

@@ -37,6 +37,7 @@ class StepSpec:
     """What every step serves and measures (from the config and the bisect's options)."""
 
     model: str
+    served_model_name: str
     points: list[tuple[int, int, int]]  # (isl, osl, concurrency)
     repeats: int
     prompts: int
@@ -78,6 +79,7 @@ def _spec(step: StepSpec, side: Side, index: int) -> server.ServerSpec:
     gpus = list(range(index * step.tp, (index + 1) * step.tp)) if step.gpus else []
     return server.ServerSpec(
         runtime="docker", model=step.model, port=free_port(), log_path=side.log_path,
+        served_model_name=step.served_model_name,
         ready_timeout_s=step.ready_timeout_s, serve_args=list(step.serve_args),
         env=dict(step.env), dtype=step.dtype, image_ref=side.image_ref, tp=step.tp, ep=step.ep,
         gpu_vendor=step.gpu_vendor if gpus else "none", gpu_indices=gpus,

@@ -22,7 +22,7 @@ for v in "${VERSIONS[@]}"; do
   .venv/bin/cellbench watch --configfile "$CFG" --cores 2 >"$OUT/watch-$v.log" 2>&1
   code=$?
   log "cellbench watch --configfile $CFG --cores 2: exit $code after $(( $(date +%s) - start )) s"
-  grep -E '^(watch:|worse:|GSM8K gate)' "$OUT/watch-$v.log" | tee -a "$OUT/RUN.txt" >&2
+  grep -E "^(watch:|worse:|GSM8K gate|change point)" "$OUT/watch-$v.log" | tee -a "$OUT/RUN.txt" >&2
   gzip -f "$OUT/watch-$v.log"
 done
 mkdir -p "$OUT/history"

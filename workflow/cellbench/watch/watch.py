@@ -119,8 +119,30 @@ def failed_gates(cells: list[cbconfig.Cell]) -> list[str]:
     return lines
 
 
+def new_change_points(labels: list[str]) -> list[str]:
+    """Otava's change points that start at each label's newest archived run (its history page
+    must be built): the shifts this watch's run began."""
+    import pandas as pd
+
+    lines = []
+    for label in labels:
+        table = Path(f"results/history/{label}/change_points.csv")
+        rows = Path(f"results/history/{label}/history.csv")
+        if not table.is_file() or not rows.is_file():
+            continue
+        points, history = pd.read_csv(table), pd.read_csv(rows)
+        if not len(points) or not len(history):
+            continue
+        newest = history.sort_values(["time", "run"]).run.iloc[-1]
+        for r in points[points.run == newest].itertuples():
+            lines.append(f"change point (Otava) at this run: {r.cell} {r.arm} {r.point} "
+                         f"{r.metric} {r.shift_pct:+.1f}% p={r.pvalue:.2g}")  # fmt: skip
+    return lines
+
+
 def summary(cfg: dict, cells: list[cbconfig.Cell], out: TextIO) -> tuple[list[str], list[str]]:
-    """(worse lines, gate lines), printed as one screen."""
+    """(worse lines, gate lines), printed as one screen with the change points this run
+    began (which set no exit status: a verdict or a gate does)."""
     worse, floor = [], float(cfg["report"]["min_change_pct"])
     for cell in cells:
         ref, rows = verdict.against_previous(Path("results/archive"), Path("results"),
@@ -129,7 +151,8 @@ def summary(cfg: dict, cells: list[cbconfig.Cell], out: TextIO) -> tuple[list[st
             worse.append(f"worse: {cell.cell_id} {r['arm']} {r['point']} {r['metric']} "
                          f"{r['change_pct']:+.1f}% against {ref}")  # fmt: skip
     gates = failed_gates(cells)
-    lines = worse + gates
+    labels = sorted({cbconfig.archive_label(cfg, c.image) for c in cells})
+    lines = worse + gates + new_change_points(labels)
     for line in lines[:SUMMARY_LINES]:
         print(line, file=out)
     if len(lines) > SUMMARY_LINES:

@@ -11,11 +11,18 @@ CFG=config/rehearsal-series.yaml
 REPO=127.0.0.1:5000/vllm-cpu-series
 OUT="${1:-benchmarks/results/watch_series_$(date -u +%F)}"
 VERSIONS=(0.28.0 0.29.0 0.30.0 0.31.0 0.32.0)
+moved=()
 mkdir -p "$OUT"
 log() { printf '[watch-series] %s\n' "$*" | tee -a "$OUT/RUN.txt" >&2; }
 
 log "host: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
 for v in "${VERSIONS[@]}"; do
+  # (the series may still be being pushed by .ci/vllm-images.sh --series)
+  until curl -fsS -o /dev/null -H 'Accept: application/vnd.docker.distribution.manifest.v2+json' \
+      "http://127.0.0.1:5000/v2/vllm-cpu-series/manifests/nightly-2026110$(( ${#moved[@]} + 1 ))"; do
+    sleep 10
+  done
+  moved+=("$v")
   docker tag "$REPO:$v" "$REPO:nightly" && docker push -q "$REPO:nightly" >/dev/null
   log "nightly -> $v ($(docker image inspect -f '{{index .RepoDigests 0}}' "$REPO:$v"))"
   start=$(date +%s)

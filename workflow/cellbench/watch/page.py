@@ -37,6 +37,12 @@ def slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", text)
 
 
+def _tick(rows: pd.DataFrame, run: str) -> str:
+    """A run's axis label: its time, and the vLLM version its servers answered, if any."""
+    said = sorted({str(v) for v in rows[rows.run == run].vllm_version.dropna()})
+    return run[:16] + (f"\nvLLM {'/'.join(said)}" if said else "")
+
+
 def figure(rows: pd.DataFrame, points: pd.DataFrame, cell: str, metric: str) -> plt.Figure:
     """One cell and metric: x = the runs in time order, a line per (arm, point); each change
     point a dashed line at its run with a triangle, its artists' ids ``changepoint-N``."""
@@ -53,14 +59,14 @@ def figure(rows: pd.DataFrame, points: pd.DataFrame, cell: str, metric: str) -> 
         tip = ax.plot([x], [cp.mean_after], marker="v", color="crimson", markersize=9)[0]
         tip.set_gid(f"changepoint-{n}-marker")
         ax.annotate(
-            f"{cp.shift_pct:+.1f}% (p={cp.pvalue:.2g})",
+            f"{cp.arm} {cp.point}: {cp.shift_pct:+.1f}% (p={cp.pvalue:.2g})",
             (x, cp.mean_after),
             textcoords="offset points",
             xytext=(4, 6),
             fontsize=7,
             color="crimson",
         )
-    ax.set_xticks(range(len(order)), [r[:16] for r in order], rotation=30, fontsize=7)
+    ax.set_xticks(range(len(order)), [_tick(rows, r) for r in order], rotation=30, fontsize=7)
     ax.set_ylabel(f"{metric} ({UNITS.get(metric, '')})")
     ax.set_title(f"{cell}: {metric}", fontsize=9)
     ax.legend(fontsize=6, loc="best")

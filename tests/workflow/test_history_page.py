@@ -78,5 +78,8 @@ def test_history_page_in_headless_chromium(tmp_path):
     for href in seen["runs"]:
         assert (page.parent / href / "MANIFEST.json").is_file(), href
         assert (page.parent / href / "report" / "report.md").is_file(), href
+    text = page.read_text()
+    since = text[text.index('id="since-last"') : text.index("<h2>Runs</h2>")]
+    assert "mean_tpot_ms" in since and since.count("<tr>") == 1 + 2 * 5  # 2 arms x 5 series
     points = (page.parent / "change_points.csv").read_text().splitlines()
     assert len(points) == 1 + 4  # tpot and e2el, both arms

@@ -110,6 +110,24 @@ def _run_rows(hist: history.History, run_link: str) -> list[list[str]]:
     return out
 
 
+def since_last(rows: pd.DataFrame) -> list[list[str]]:
+    """Per series, the newest run's median against the run before it (medians only: the
+    report's previous-run sections carry the verdicts)."""
+    order = list(dict.fromkeys(rows.sort_values(["time", "run"]).run))
+    if len(order) < 2:
+        return []
+    before, now = order[-2], order[-1]
+    keys = history.SERIES_KEYS
+    a = rows[rows.run == before].set_index(keys)["value"]
+    b = rows[rows.run == now].set_index(keys)["value"]
+    out = []
+    for key in sorted(set(a.index) & set(b.index)):
+        change = (b[key] / a[key] - 1) * 100 if a[key] else float("nan")
+        out.append([html.escape(str(k)) for k in key]
+                   + [f"{a[key]:.4g}", f"{b[key]:.4g}", f"{change:+.1f}%"])  # fmt: skip
+    return out
+
+
 def render(hist: history.History, points: pd.DataFrame, out_dir: Path, run_link: str) -> str:
     """Draw every figure under ``out_dir/plots`` and return the page's HTML."""
     sections = []
@@ -140,6 +158,10 @@ td,th{{border:1px solid #ccc;padding:2px 6px}} figure{{display:inline-block;marg
 <p>{hist.rows.run.nunique()} archived runs; each value is the median of a point's repeats in one
 run. Change points: Apache Otava (E-divisive, then Hunter's merge), one search per series.</p>
 <h2>Change points</h2>{cp_table}
+<h2 id="since-last">Since the last nightly</h2>
+<p>The newest run against the one before it: medians of the repeats, no test (the report's
+previous-run sections give the verdicts).</p>
+{_table(since_last(hist.rows), ["cell", "arm", "point", "metric", "before", "now", "change"])}
 <h2>Runs</h2>{runs}
 <p>Left out:</p><ul>{left}</ul>
 <h2>Figures</h2>

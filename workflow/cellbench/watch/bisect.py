@@ -77,6 +77,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--repeats", type=int, help="interleaved pairs per point (default: "
                    "serve.repeat_cap, else serve.repeats; at least 2)")  # fmt: skip
+    p.add_argument("--starts", type=int, help="rounds per step, each with fresh servers "
+                   "(default: serve.starts.min where the config has it, else 1)")  # fmt: skip
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     p.add_argument("--plan", action="store_true", help="print the plan and stop")
     p.add_argument("--abandon", action="store_true", help="drop an unfinished bisect's state")
@@ -148,8 +150,10 @@ def setup(args: argparse.Namespace) -> dict[str, Any]:
         if m not in verdict.METRICS:
             raise BisectError(f"--metric {m}: expected one of {', '.join(verdict.METRICS)}")
     repeats = args.repeats or int(cfg["serve"].get("repeat_cap") or cfg["serve"]["repeats"])
-    if repeats < 2:
-        raise BisectError(f"--repeats {repeats}: a verdict needs at least 2 pairs")
+    starts = args.starts or int((cfg["serve"].get("starts") or {}).get("min", 1))
+    if starts < 1 or repeats * starts < 2:
+        raise BisectError(f"--repeats {repeats} x --starts {starts}: a verdict needs at least "
+                          "2 pairs and 1 start")  # fmt: skip
     if args.refs_file:
         refs = [cands.expand(repository, r) for r in cands.refs_file(args.refs_file)]
     else:
@@ -165,7 +169,7 @@ def setup(args: argparse.Namespace) -> dict[str, Any]:
         "configfile": args.configfile, "image": args.image, "cell": cell.cell_id,
         "points": [list(p) for p in _points(cfg, args.point)], "metrics": metrics,
         "repeats": repeats, "refs": window, "server_command": args.server_command,
-        "exhaustive": args.exhaustive,
+        "exhaustive": args.exhaustive, "starts": starts,
         "min_change_pct": float(cfg["report"]["min_change_pct"]),
         "label": cbconfig.archive_label(cfg, args.image),
     }  # fmt: skip
@@ -201,6 +205,7 @@ def step_spec(cfg: dict, setting: dict, cell: cbconfig.Cell) -> step.StepSpec:
         model=model_source(cfg, cell.model), served_model_name=cell.model,
         points=[tuple(p) for p in setting["points"]],
         repeats=setting["repeats"], prompts=int(cfg["serve"]["prompts_per_concurrency"]),
+        starts=int(setting.get("starts", 1)),
         warmups=int(cfg["serve"].get("warmups_per_concurrency") or 0),
         serve_args=list(model.get("serve_args") or []),
         env=cbconfig.cell_env(cfg, cell.image, cell.model, cell.tp, cell.ep),
@@ -229,7 +234,7 @@ def plan(cfg: dict, setting: dict, cell: cbconfig.Cell) -> dict:
     serve = cost.estimate_cell(cfg, cell, Path("results"))["serve"]
     every = len(cfg["serve"]["grid"]) * len(cfg["serve"]["concurrency"])
     cap = int(cfg["serve"].get("repeat_cap") or cfg["serve"]["repeats"])
-    share = len(setting["points"]) / every * setting["repeats"] / cap
+    share = len(setting["points"]) / every * setting["repeats"] * setting["starts"] / cap
     step_s = serve["seconds"] * share
     gpus = 2 * cell.tp if int(cfg["gpus"]) else 0
     return {
@@ -246,7 +251,8 @@ def print_plan(setting: dict, p: dict, resumed: dict | None) -> None:
     )
     print(
         f"  points {', '.join(f'{i}-{o}:{c}' for i, o, c in setting['points'])}; metrics "
-        f"{', '.join(setting['metrics'])}; {setting['repeats']} interleaved pairs per point"
+        f"{', '.join(setting['metrics'])}; {setting['repeats']} interleaved pairs per point "
+        f"in each of {setting['starts']} round(s) of fresh servers"
     )
     how = (
         "every candidate in turn"

@@ -42,6 +42,7 @@ class StepSpec:
     repeats: int
     prompts: int
     warmups: int
+    starts: int = 1  # rounds, each with a fresh server per side
     serve_args: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     dtype: str | None = None
@@ -57,8 +58,9 @@ class StepSpec:
     extra_mounts: list[tuple[str, str]] = field(default_factory=list)
 
     def check(self) -> None:
-        if self.repeats < 2:
-            raise ValueError(f"repeats = {self.repeats}: a verdict needs at least 2 per side")
+        if self.repeats * self.starts < 2:
+            raise ValueError(f"repeats x starts = {self.repeats * self.starts}: a verdict "
+                             "needs at least 2 per side")  # fmt: skip
         if self.gpus and self.gpus < 2 * self.tp:
             raise ValueError(
                 f"a step serves the good and the candidate image at once: it needs 2 x tp = "
@@ -98,11 +100,23 @@ def _pull(client, ref: str, failed: type[Exception]) -> None:
 
 
 def measure(step: StepSpec, good: Side, candidate: Side, client) -> pd.DataFrame:
-    """Both sides' rows (``side``, ``isl``, ``osl``, ``max_concurrency``, ``repeat`` and the
-    load generator's metrics). Raises ``CandidateFailed`` or ``ReferenceFailed``."""
+    """Both sides' rows (``side``, ``start``, ``repeat``, ``seq``, ``isl``, ``osl``,
+    ``max_concurrency`` and the load generator's metrics) over ``step.starts`` rounds, each
+    with a fresh server per side. ``repeat`` numbers a side's repeats over all rounds and
+    ``seq`` orders every measurement of the step, so the comparison can pair the sides by
+    round and repeat. Raises ``CandidateFailed`` or ``ReferenceFailed``."""
     step.check()
     _pull(client, good.image_ref, ReferenceFailed)
     _pull(client, candidate.image_ref, CandidateFailed)
+    rows: list[dict[str, Any]] = []
+    for start in range(step.starts):
+        rows += _round(step, good, candidate, start, len(rows))
+    return pd.DataFrame(rows)
+
+
+def _round(step: StepSpec, good: Side, candidate: Side, start: int, seq: int) -> list[dict]:
+    """One round: both servers started, the points measured ``step.repeats`` times with the
+    sides alternating, both stopped."""
     rows: list[dict[str, Any]] = []
     with contextlib.ExitStack() as stack:
         running = {}
@@ -118,8 +132,9 @@ def measure(step: StepSpec, good: Side, candidate: Side, client) -> pd.DataFrame
             side.version = server.observe_version(running[side.name].base_url)
         first = running["good"]
         tok = load_tokenizer(step.model, first.base_url, first.model_id)
-        for repeat in range(step.repeats):
-            order = (good, candidate) if repeat % 2 == 0 else (candidate, good)
+        for r in range(step.repeats):
+            repeat = start * step.repeats + r
+            order = (good, candidate) if (start + r) % 2 == 0 else (candidate, good)
             for isl, osl, conc in step.points:
                 for side in order:
                     run = running[side.name]
@@ -133,8 +148,9 @@ def measure(step: StepSpec, good: Side, candidate: Side, client) -> pd.DataFrame
                     if point.get("failed"):
                         raise failed(f"{side.name}: {point['failed']} requests failed at "
                                      f"{isl}-{osl} c{conc}: {point.get('errors')}")  # fmt: skip
-                    rows.append({**point, "side": side.name, "repeat": repeat})
-    return pd.DataFrame(rows)
+                    rows.append({**point, "side": side.name, "start": start,
+                                 "repeat": repeat, "seq": seq + len(rows)})  # fmt: skip
+    return rows
 
 
 def sides(frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:

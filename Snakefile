@@ -16,6 +16,7 @@ include: "workflow/rules/gates.smk"
 include: "workflow/rules/report.smk"
 include: "workflow/rules/archive.smk"
 include: "workflow/rules/configs.smk"
+include: "workflow/rules/history.smk"
 
 
 rule all:

@@ -25,6 +25,23 @@ REGISTRY="127.0.0.1:5000"
 NAME="$REGISTRY/vllm-cpu"
 VERSIONS=(0.31.0 0.32.0)
 NIGHTLY_FIRST=0.31.0
+WORK_NAME=vllm-images-work
+# --series (opt-in, never in CI by default; docs/watch.md): five releases, 0.28.0 .. 0.32.0, in a
+# repository of their own, 127.0.0.1:5000/vllm-cpu-series, each also under a dated "nightly"
+# tag (nightly-20261101 .. nightly-20261105, in release order) for `cellbench bisect`, and the
+# moving tag :nightly at the first, for `cellbench watch`. The two-image repository above is
+# left as it is (its digests are what the rehearsal's tests pin).
+SERIES_DAYS=()
+if [ "${1:-}" = "--series" ]; then
+  NAME="$REGISTRY/vllm-cpu-series"
+  VERSIONS=(0.28.0 0.29.0 0.30.0 0.31.0 0.32.0)
+  SERIES_DAYS=(20261101 20261102 20261103 20261104 20261105)
+  NIGHTLY_FIRST=0.28.0
+  WORK_NAME=vllm-images-work-series
+elif [ -n "${1:-}" ]; then
+  echo "usage: $0 [--series]" >&2
+  exit 2
+fi
 # Bump when the recipe below changes, so cached layers are not reused.
 RECIPE=1
 DOCKER=/usr/bin/docker
@@ -99,7 +116,7 @@ if [ ! -s "$ROOTFS_TAR" ]; then
 fi
 
 # --- 3. split site-packages: what both releases share, and what each adds -------------------
-work="$STATE/vllm-images-work"
+work="$STATE/$WORK_NAME"
 rm -rf "$work"
 mkdir -p "$work"
 trap 'rm -rf "$work"' EXIT
@@ -143,6 +160,11 @@ for i in "${!VERSIONS[@]}"; do
     || { log "image $NAME:$v: the vllm command does not run"; exit 1; }
   "$DOCKER" push -q "$NAME:$v" >/dev/null
   log "pushed $NAME:$v ($("$DOCKER" image inspect -f '{{index .RepoDigests 0}}' "$NAME:$v"))"
+  if [ "${#SERIES_DAYS[@]}" -gt 0 ]; then
+    "$DOCKER" tag "$NAME:$v" "$NAME:nightly-${SERIES_DAYS[$i]}"
+    "$DOCKER" push -q "$NAME:nightly-${SERIES_DAYS[$i]}" >/dev/null
+    log "dated nightly: $NAME:nightly-${SERIES_DAYS[$i]} -> $v"
+  fi
 done
 
 "$DOCKER" tag "$NAME:$NIGHTLY_FIRST" "$NAME:nightly"

@@ -37,6 +37,7 @@ LAYERS = (
     "archive",
     "configs",
     "config",
+    "watch",
     "cli",
     "joblog",
 )

@@ -68,6 +68,10 @@ HELP_ONLY = {
     "python -m cellbench.STAGE": "a pattern, not one command: STAGE stands for each stage "
     "folder, and each answers --help; their real runs are the rules' jobs, which the pipeline "
     "tests run",
+    "cellbench watch": "asks the registry where each tag points and bumps pins; "
+    "tests/integration/test_watch.py runs it (and --dry-run) against CI's local registry",
+    "cellbench bisect": "resolves its refs through the registry and serves images; "
+    "tests/integration/test_bisect_planted.py runs it on a planted series in CI's registry",
     "python -m cellbench.serve.tf_serve": "starts a model server that runs until stopped; "
     "the embedded default's serve jobs start it for real (tests/workflow/test_pipeline_local.py)",
 }
@@ -243,7 +247,7 @@ def dry_run_forms(cmd: str, tmp_path: Path) -> list[tuple[list[str], Path]]:
             tiny.write_text(json.dumps(TINY))
             fill = {"PATH": str(tiny), "DIR": str(tmp_path / "tune-out")}
             return [([exe, *[fill.get(w, w) for w in rest]], ROOT)]
-        if rest[:1] in (["archive"], ["tidy"]):
+        if rest[:1] in (["archive"], ["tidy"], ["history"]):
             place, (before, after) = archive_place(tmp_path)
             # A bare RUN is LABEL/RUN; inside a path each part is filled on its own.
             fill = {"RUN": before, "RUN_BEFORE": before, "LABEL": LABEL}

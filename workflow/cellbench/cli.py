@@ -27,6 +27,9 @@ FORWARDED = {
     "tune": ("cellbench.tune.cli", "tune the fused-MoE kernel for one shape"),
     "images": ("cellbench.config.images_command", "pin images by digest: lock, bump NAME, status"),
     "archive": ("cellbench.archive.write", "archived runs: list, show RUN, verify [RUN], diff A B"),
+    "watch": ("cellbench.watch.watch", "follow moved tags: bump, run, archive, history, verdict"),
+    "bisect": ("cellbench.watch.bisect", "find the first bad image between a good and a bad one"),
+    "history": ("cellbench.watch.page", "a ROCm version's history page with its change points"),
     "tidy": (
         "cellbench.report.tidy",
         "one tidy table (Parquet, CSV) of live results or an archived run",

@@ -41,6 +41,11 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip
 echo "bootstrap: installing cellbench and its dependencies (first time: several minutes)"
 .venv/bin/python -m pip install -q --progress-bar off -e '.[dev]'
+# Apache Otava finds the history's change points (cellbench.watch.history). Its wheel pins
+# numpy==2.2.0 and scipy<1.17, which the Slurm executor plugin's numpy>=2.4.5 excludes, so it
+# cannot be a dependency pip resolves; its analysis module imports only numpy and scipy and runs
+# on the versions installed here (tests/unit/test_watch_history.py), so it goes in without them.
+.venv/bin/python -m pip install -q --progress-bar off --no-deps 'apache-otava==0.8.0'
 .venv/bin/python -c "import cellbench, torch, triton, snakemake; print('bootstrap: torch', torch.__version__, 'triton', triton.__version__)"
 
 if [ "$DOCKER" = 1 ]; then

@@ -1,0 +1,5 @@
+import sys
+
+from cellbench.watch.page import main
+
+sys.exit(main())

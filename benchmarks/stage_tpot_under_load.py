@@ -66,7 +66,7 @@ def main() -> None:
                 print(
                     f"RESULT osl={osl} rep={repeats} pr={prompts} pct={pct} "
                     f"change={r['change_pct']:.3f} ci=[{r['ci_low']:.2f},{r['ci_high']:.2f}] "
-                    f"p={r['p']:.3g} p_holm={r['p_holm']:.3g} "
+                    f"p={r['p']:.3g} p_adj={r['p_adj']:.3g} "
                     f"verdict={r['verdict'].replace(' ', '_')} "
                     f"untuned={[round(x, 2) for x in a.mean_tpot_ms]} "
                     f"tuned={[round(x, 2) for x in b.mean_tpot_ms]} "

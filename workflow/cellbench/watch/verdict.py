@@ -24,7 +24,8 @@ def compare(
 ) -> list[dict]:
     """Per grid point and metric both sides hold: the verdict of ``candidate`` (B) against
     ``good`` (A), as the report calls it (``point``, ``metric``, ``verdict``, ``change_pct``,
-    ``p_holm`` where the test gives one)."""
+    ``p_adj`` (the table-adjusted p-value) and ``mdc_pct`` (the smallest change the row could
+    have seen) where the test gives them, and the starts and repeats behind each side)."""
     wanted = set(metrics)
     rows = comparison.compare_serve(good, candidate, min_change_pct=min_change_pct)
     out = []
@@ -40,9 +41,12 @@ def compare(
                 "metric": row["metric"],
                 "verdict": str(row.get("verdict", "n/a")),
                 "change_pct": _float(row.get("change_pct")),
-                "p_holm": _float(row.get("p_holm")),
-                "n_good": int(row.get("n_a", 0) or 0),
-                "n_candidate": int(row.get("n_b", 0) or 0),
+                "p_adj": _float(row.get("p_adj")),
+                "mdc_pct": _float(row.get("mdc_pct")),
+                "starts_good": int(row.get("starts_a", 0) or 0),
+                "starts_candidate": int(row.get("starts_b", 0) or 0),
+                "n_good": int(row.get("repeats_a", 0) or 0),
+                "n_candidate": int(row.get("repeats_b", 0) or 0),
             }
         )
     return out

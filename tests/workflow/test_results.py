@@ -97,10 +97,12 @@ def test_bench_in_another_cells_folder_is_refused(tmp_path):
     moved = res / "rocm7.0/qwen3-30b-a3b-fp8/tp2-ep2/serve/tuned/bench.json"
     moved.parent.mkdir(parents=True)
     shutil.copy(path, moved)
+    shutil.copy(atomicio.checksum_path(path), atomicio.checksum_path(moved))
     assert f'cell = "{CELL}": the cell of its folder ("rocm7.0/' in _refused(moved, res)
     wrong_arm = res / CELL / "serve/untuned/bench.json"
     wrong_arm.parent.mkdir(parents=True)
     shutil.copy(path, wrong_arm)
+    shutil.copy(atomicio.checksum_path(path), atomicio.checksum_path(wrong_arm))
     assert 'arm = "tuned": the arm of its folder ("untuned")' in _refused(wrong_arm, res)
 
 
@@ -148,9 +150,10 @@ def test_a_file_changed_after_it_was_written_is_refused_by_its_checksum(tmp_path
     _rewrite(path, lambda d: d["points"][0].update(mean_ttft_ms=1.0), checksum=False)
     message = _refused(path)
     assert "changed after it was written" in message and "bench.json.sha256" in message
-    # Without a sidecar the file is read, and marked as not vouched for.
+    # Deleting the sidecar does not switch the check off: the file is refused just the same.
     atomicio.checksum_path(path).unlink()
-    assert loaders.load(path).checksum == result_file.UNVERIFIED
+    message = _refused(path)
+    assert "(sha256) = (no checksum recorded)" in message and "bench.json.sha256" in message
 
 
 def test_missing_file_is_refused(tmp_path):

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from cellbench.archive import write as archive
+from cellbench.common import atomicio
 from cellbench.gates import check as gates
 from cellbench.report import build as report
 from cellbench.report import tidy
@@ -48,6 +49,7 @@ def _write_cell(res: Path, cell: str) -> None:
         fx.write_bench(res, cell, arm, [fx.point(seq=0), fx.point(seq=1, repeat=1)])
         fx.write_gsm8k(res, cell, arm, [True, False, True, True])
         (res / cell / "serve" / arm / "lm_eval").mkdir(parents=True, exist_ok=True)
+        atomicio.write_tree_checksum(res / cell / "serve" / arm / "lm_eval")  # as serve does
     gates.main(["evaluate", "--cell", cell, "--model", cell.split("/")[1],
                 "--untuned", str(res / cell / "gsm8k/untuned.json"),
                 "--tuned", str(res / cell / "gsm8k/tuned.json"),
@@ -140,30 +142,73 @@ def test_a_deleted_figure_reruns_its_plots_job_and_the_report(finished, tmp_path
     assert set(plan) == {("plots", "8e"), ("report", "-"), ("check_gates", "-"), ("all", "-")}
 
 
+def _drop_sidecar(path: Path) -> None:
+    atomicio.checksum_path(path).unlink()
+
+
+def _edit_lm_eval(path: Path) -> None:
+    (path / "results_2026-12-05T10-00-00.json").write_text('{"results": {}}')
+
+
 @pytest.mark.parametrize(
     "rel, damage",
     [
         ("serve/tuned/bench.json", lambda p: p.write_text(p.read_text()[:50])),  # truncated
         ("gsm8k/untuned.json", lambda p: (p.unlink(), p.mkdir())),  # unreadable as a file
         ("tune/summary.json", lambda p: p.write_text(p.read_text().replace("64", "65"))),
+        # Deleting the checksum does not switch the check off.
+        ("serve/untuned/bench.json", _drop_sidecar),
+        # lm-eval's folder is checked against what the serve job recorded of it.
+        ("serve/tuned/lm_eval", _edit_lm_eval),
     ],
-    ids=["truncated-bench", "folder-for-gsm8k", "tampered-summary"],
-)
+    ids=["truncated-bench", "folder-for-gsm8k", "tampered-summary", "bench-without-sidecar",
+         "edited-lm-eval"],
+)  # fmt: skip
 def test_a_damaged_result_is_rebuilt_like_a_missing_one(finished, rel, damage, tmp_path):
     path = finished / "results" / A / rel
-    shutil.copy2(path, tmp_path / "keep")
+    keep = tmp_path / "keep"
+    shutil.copytree(path, keep) if path.is_dir() else shutil.copy2(path, keep)
+    sidecar = atomicio.checksum_path(path)
+    shutil.copy2(sidecar, tmp_path / "keep.sha256") if sidecar.is_file() else None
     damage(path)
     try:
         proc = _snakemake(finished, "-n")
         plan = _plan(finished)
     finally:
-        if path.is_dir():
-            path.rmdir()
-        shutil.copy2(tmp_path / "keep", path)
-    assert f"result refused: bad result file results/{A}/{rel}" in proc.stdout, proc.stdout[-3000:]
+        shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+        shutil.copytree(keep, path) if keep.is_dir() else shutil.copy2(keep, path)
+        if (tmp_path / "keep.sha256").is_file():
+            shutil.copy2(tmp_path / "keep.sha256", sidecar)
+    terminal = proc.stdout + proc.stderr
+    said = "" if rel.endswith("lm_eval") else "bad result file "
+    said = f"result refused, its job is planned again: {said}results/{A}/{rel}"
+    assert said in terminal, terminal[-3000:]
     writer = {"serve": "serve_pair", "gsm8k": "gsm8k", "tune": "tune"}[rel.split("/")[0]]
     assert (writer, "8e") in plan and ("report", "-") in plan, plan
     assert not [k for k in plan if k[1] == "16e"], plan
+
+
+@pytest.mark.slow
+def test_a_repaired_result_is_rebuilt_once_and_the_next_plan_is_empty(finished, tmp_path):
+    """A refused gate verdict (its checksum deleted after an edit) is rebuilt by a real run of
+    `all`; the plan after that repair is empty. (A refusal carried as a params value was
+    recorded by the repairing job and planned it a second time.)"""
+    work = tmp_path / "work"
+    shutil.copytree(finished, work, symlinks=True)
+    gate = work / "results" / A / "gate.json"
+    data = json.loads(gate.read_text())
+    data["passed"] = not data["passed"]
+    data["checks"] = [dict(c, passed=data["passed"]) for c in data["checks"]]
+    gate.write_text(json.dumps(data))
+    atomicio.checksum_path(gate).unlink()
+    plan = _plan(work)
+    assert ("gate", "8e") in plan and not [k for k in plan if k[1] == "16e"], plan
+    run = _snakemake(work)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert atomicio.checksum_path(gate).is_file()
+    assert json.loads(gate.read_text())["passed"] != data["passed"]  # the edit is gone
+    after = _snakemake(work, "-n")
+    assert "Nothing to be done" in after.stdout + after.stderr, after.stdout[-3000:]
 
 
 # --- readers of whole-run tables ---------------------------------------------------------------

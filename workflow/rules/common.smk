@@ -139,29 +139,42 @@ REPORT_FILES = (
 )
 
 
-class _Whole:
-    """A params value for a stage result found whole (or not there yet). Snakemake leaves
-    values of types it cannot serialise out of its params rerun trigger, so a run recorded
-    before this check existed, and every whole result, compares as unchanged."""
+def stage_result_paths():
+    """Every stage result of the config's cells a reader checks, and the lm-eval folders the
+    GSM8K results come from: what the refused-result check below looks at."""
+    out = []
+    for c in CELLS:
+        out.append(f"{c.path}/tune/summary.json")
+        for arm in ARMS:
+            out.append(f"{c.path}/serve/{arm}/bench.json")
+            out.append(f"{c.path}/serve/{arm}/lm_eval")
+            out.append(f"{c.path}/gsm8k/{arm}.json")
+        out.append(f"{c.path}/gate.json")
+    return out + compare_targets()
 
-    def __str__(self):
-        return ""
+
+_REFUSED = []  # filled once per plan by refused_results()
 
 
-def result_problem(*paths):
-    """A tracked params value of the job that writes ``paths``: nothing while each is whole or
-    absent, else the loader's one-line refusal. A string among the recorded params is a
-    change, so Snakemake plans the job again (and, through its newer outputs, every reader):
-    an unreadable, truncated or tampered result is rebuilt like a missing one."""
-    from cellbench.results import loaders as results_mod
+def refused_results(wildcards):
+    """An input function of every job that writes a stage result; it adds no input. The first
+    call of a plan finds each result that is present but refused (unreadable, truncated, edited,
+    its checksum gone), says so, and forces its job as `--forcerun PATH` would; its readers
+    follow through their newer input. A force leaves no trace in Snakemake's records, so once
+    the rebuilt result is whole the next plan is empty (a refusal carried as a params value is
+    recorded by the job that repairs it and plans that job a second time). It runs while the
+    DAG is built, before Snakemake decides which jobs need to run (`dag.forcefiles`, read
+    there; Snakemake is pinned). Only the main process looks: a cluster job's own Snakemake
+    runs that job alone."""
+    if _REFUSED or not workflow.is_main_process or workflow.dag is None:
+        return []
+    from cellbench.results import refused
 
-    for path in paths:
-        if os.path.lexists(path):
-            try:
-                results_mod.load(path, "results")
-            except results_mod.ResultError as exc:
-                return f"result refused: {exc}"
-    return _Whole()
+    _REFUSED.append(refused.refused(stage_result_paths(), "results"))
+    for path, why in _REFUSED[0]:
+        logger.warning(f"result refused, its job is planned again: {why}")
+    workflow.dag.forcefiles.update(path for path, _ in _REFUSED[0])
+    return []
 
 
 def compare_targets():

@@ -9,6 +9,7 @@ rule gate:
     input:
         untuned=f"{CELL_DIR}/gsm8k/untuned.json",
         tuned=f"{CELL_DIR}/gsm8k/tuned.json",
+        refused=refused_results,
     output:
         # update(): a refused input keeps the previous verdict (Snakemake restores it).
         update(f"{CELL_DIR}/gate.json"),
@@ -24,9 +25,6 @@ rule gate:
             model_entry(wildcards).get("gsm8k_gate"), sort_keys=True
         ),
         cell=lambda wildcards: CELL_DIR.format(**wildcards).removeprefix("results/"),
-        check=lambda wildcards: result_problem(
-            f"{CELL_DIR.format(**wildcards)}/gate.json"
-        ),
     shell:
         logged(
             "python -m cellbench.gates evaluate --cell {params.cell} --model {wildcards.model} "

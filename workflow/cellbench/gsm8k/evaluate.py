@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from cellbench.common import paths
-from cellbench.common.atomicio import write_json
+from cellbench.common.atomicio import tree_problem, write_json
 
 TASK = "gsm8k_cellbench"
 # Task names of outputs written before the project's own task (still parsed).
@@ -556,6 +556,16 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--arm", required=True, choices=["untuned", "tuned"])
     s.add_argument("--out", required=True, type=Path)
     a = p.parse_args(argv)
+    # The serve job recorded every file of the folder; one edited since is not lm-eval's.
+    problem = a.lm_eval_dir.is_dir() and tree_problem(a.lm_eval_dir)
+    if problem:
+        print(
+            f"cellbench gsm8k: error: {a.lm_eval_dir}: {problem}; rerun the serve job that "
+            f"wrote it: snakemake --cores 2 --forcerun {a.lm_eval_dir} (with your "
+            "--configfile, if any)",
+            file=sys.stderr,
+        )
+        return 1
     try:
         summary = parse_results(a.lm_eval_dir, cell=a.cell_id, arm=a.arm)
         validate(summary)

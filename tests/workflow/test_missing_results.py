@@ -239,6 +239,17 @@ def test_tidy_refuses_a_set_with_a_missing_result_naming_it(two_cells, capsys):
     assert f"{CELLS[1]}/tune/summary.json" in message and str(missing) in message
 
 
+def test_tidy_refuses_live_results_with_a_whole_cell_folder_missing(two_cells, capsys):
+    """`cellbench tidy results` checks the cells against the config (the embedded default's
+    two here): with one cell's folder gone it used to print a one-cell table and exit 0."""
+    config = str(Path(__file__).resolve().parents[2] / "config/local.yaml")
+    shutil.rmtree(two_cells / CELLS[1])
+    assert tidy.main([str(two_cells), "--configfile", config]) == 1
+    err = capsys.readouterr().err
+    assert f"{two_cells}/{CELLS[1]}: (cell folder) = (absent)" in err, err
+    assert f"every cell of --configfile {config}" in err and "Traceback" not in err
+
+
 def test_report_cli_refuses_a_cell_without_an_arm(two_cells, tmp_path, capsys):
     files = [two_cells / c / rel for c in CELLS for rel in whole_sets.CELL_STAGE_FILES]
     files = [f for f in files if "gsm8k/tuned" not in str(f) or CELLS[1] not in str(f)]

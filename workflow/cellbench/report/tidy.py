@@ -11,8 +11,10 @@ no ISL or repeat, a tuner timing has no arm. Every file is read through
 config the arm's server logged (bench.json ``moe_config.source``: tuned, default, shipped, ...);
 for the tuner, ``tuned`` for the pick and the baseline's own source for the baseline timing.
 
-    python -m cellbench.report.tidy PATH [--out-dir DIR]
-        PATH: a results folder (live) or an archived run folder (holding MANIFEST.json)
+    python -m cellbench.report.tidy PATH [--configfile FILE] [--out-dir DIR]
+        PATH: a results folder (live) or an archived run folder (holding MANIFEST.json);
+        FILE: for live results, the config whose cells must all be there (default
+        config/local.yaml); an archived run's manifest lists its own
 """
 
 from __future__ import annotations
@@ -28,7 +30,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from cellbench.cli import DEFAULT_CONFIGFILE
 from cellbench.common import atomicio
+from cellbench.config import loader as cbconfig
 from cellbench.results import loaders, result_file, whole_sets
 from cellbench.results.result_file import Result, ResultError
 
@@ -252,15 +256,32 @@ def stage_files(root: Path, cells: Iterable[str], whole: bool = True) -> list[Pa
     return [root / cell / rel for cell in cells for rel in whole_sets.CELL_STAGE_FILES]
 
 
-def tidy(path: str | Path) -> pd.DataFrame:
+def tidy(
+    path: str | Path, expected: Iterable[str] = (), source: str = "the config"
+) -> pd.DataFrame:
     """The tidy table of a results folder (run ``live``) or of an archived run folder (run
-    ``LABEL/RUN`` from its MANIFEST.json). Raises ``ResultError`` for a bad file and
-    ``FileNotFoundError`` for a folder with no cell."""
+    ``LABEL/RUN`` from its MANIFEST.json). Raises ``ResultError`` for a bad file or a cell
+    missing and ``FileNotFoundError`` for a folder with no cell.
+
+    An archived run's cells are its manifest's. A live folder's are those found in it and the
+    ``expected`` cells (the config's, named by ``source``): a cell whose whole folder is gone
+    would otherwise leave a smaller table that looks whole."""
     root = Path(path)
     if not root.is_dir():
         raise FileNotFoundError(f"{root}: not a folder (expected results/ or an archived run)")
     manifest = _manifest(root)
     cells = cells_in(root)
+    if manifest is None:
+        absent = sorted(set(expected) - set(cells))
+        if absent:
+            raise ResultError(
+                root / absent[0],
+                "(cell folder)",
+                "(absent)",
+                f"the results of every cell of {source} ({len(absent)} of {len(set(expected))} "
+                f"have none under {root}: {', '.join(absent)})",
+                whole_sets.LIVE_REBUILD,
+            )
     if not cells:
         raise FileNotFoundError(
             f"{root}: no cell found (expected IMAGE/MODEL/tpN-epM/tune/summary.json under it, "
@@ -288,6 +309,13 @@ def write_tidy(frame: pd.DataFrame, out_dir: str | Path) -> list[Path]:
     return [out_dir / name for name in TIDY_NAMES]
 
 
+def _config_cells(root: Path, configfile: str) -> list[str]:
+    """The config's cells, for a live results folder (none for an archived run or no folder)."""
+    if not root.is_dir() or (root / "MANIFEST.json").exists():
+        return []
+    return [cell.cell_id for cell in cbconfig.cells(cbconfig.load(configfile))]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="cellbench tidy",
@@ -296,11 +324,21 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("path", help="results/ or an archived run folder")
     parser.add_argument(
+        "--configfile",
+        default=DEFAULT_CONFIGFILE,
+        help="live results: the config whose every cell must be there (default: "
+        f"{DEFAULT_CONFIGFILE}, as the default profile); an archived run's manifest names its own",
+    )
+    parser.add_argument(
         "--out-dir", help="write tidy.parquet and tidy.csv here (default: print a summary)"
     )
     args = parser.parse_args(argv)
     try:
-        frame = tidy(args.path)
+        expected = _config_cells(Path(args.path), args.configfile)
+        frame = tidy(args.path, expected, f"--configfile {args.configfile}")
+    except cbconfig.ConfigError as exc:
+        print(f"cellbench tidy: {exc}", file=sys.stderr)
+        return 2
     except (ResultError, FileNotFoundError) as exc:
         print(f"cellbench tidy: error: {exc}", file=sys.stderr)
         return 1

@@ -169,14 +169,14 @@ def test_every_step_ran_in_a_pinned_vllm_container(rehearsal):
         assert list(
             (workdir / "results" / CELL / "serve" / arm / "lm_eval").rglob("results_*.json")
         )
-    report = (workdir / "results" / "report" / "report.md").read_text()
+    report = (workdir / "results/report/rehearsal-cpu-vllm-docker/report.md").read_text()
     assert "cannot differ" in report
     # report.latency_bounds is on: a few prompts x 2-3 repeats per point cannot support a p99 claim,
     # which the plan said at the start and the report's verdicts show (never "yes").
     assert "warning: report.latency_bounds at 32-16 c2" in (workdir / "first-run.log").read_text()
     claims = report.split("#### Latency bounds: p99 at 99% confidence")[1].split("\n####")[0]
     assert claims.strip() and "| yes |" not in claims, claims
-    assert (workdir / "results" / "report" / "percentile_claims.csv").is_file()
+    assert (workdir / "results/report/rehearsal-cpu-vllm-docker/percentile_claims.csv").is_file()
     # Sequential repeats: the report lists each point's pairs used and why it stopped.
     assert "Repeats per point" in report and " of 3: " in report
     manifests = list((workdir / "results" / "archive").glob("*/*/MANIFEST.json"))
@@ -207,7 +207,7 @@ def test_a_nightly_bump_replans_that_image_and_names_both_versions(rehearsal):
     assert r.returncode == 0, (r.stdout + r.stderr)[-6000:]
     for bench in benches(workdir).values():
         assert bench["server"]["version"]["version"] == NEW
-    report = (workdir / "results" / "report" / "report.md").read_text()
+    report = (workdir / "results/report/rehearsal-cpu-vllm-docker/report.md").read_text()
     section = report[report.index(f"## {CELL}: previous run") :]
     assert f"vLLM {OLD} (previous)" in section and f"vLLM {NEW} (now)" in section, section[:800]
     assert "Image bump" in section

@@ -161,6 +161,8 @@ def test_interrupt_mid_benchmark_stops_everything_and_leaves_nothing(
     for arm in ARMS:
         assert not (work / CELL / "serve" / arm / "bench.json").exists()
         assert not (work / CELL / "serve" / arm / "lm_eval").exists()
+        # No checksum without its file either (one once outlived its bench.json).
+        assert not list((work / CELL / "serve" / arm).glob("*.sha256"))
     # The next run simply runs the job again: no --rerun-incomplete needed.
     plan = _dry_run(work, target, "--allowed-rules", "serve_pair")
     assert "serve_pair" in plan and "incomplete" not in plan.lower(), plan[-3000:]
@@ -361,7 +363,7 @@ def test_a_job_that_refuses_its_input_keeps_its_previous_output(tmp_path):
     res = work / "results"
     for model in MODELS:
         _whole_cell(res, f"host-cpu/{model}/tp1-ep1")
-    plots_dir = work / "results/report/plots" / CELL.removeprefix("results/")
+    plots_dir = work / "results/report/embedded-cpu/plots" / CELL.removeprefix("results/")
     targets = [f"{CELL}/gate.json", str((plots_dir / "latency.png").relative_to(work))]
 
     def snakemake() -> subprocess.CompletedProcess:

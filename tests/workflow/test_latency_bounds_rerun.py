@@ -16,7 +16,7 @@ import yaml
 from support import result_fixtures as fx
 from support.workflow_runs import fresh_copy
 
-INDEX = "results/report/INDEX.json"
+INDEX = "results/report/embedded-cpu/INDEX.json"
 
 
 def _snakemake(work: Path, *args: str) -> subprocess.CompletedProcess:

@@ -19,6 +19,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+import yaml
+from cellbench import cli
 from cellbench.archive import write as archive
 from cellbench.common import atomicio
 from cellbench.gates import check as gates
@@ -60,23 +62,29 @@ def _write_cell(res: Path, cell: str) -> None:
 def finished(tmp_path_factory) -> Path:
     """The embedded default's workflow with every output present and recorded as done."""
     work = fresh_copy(tmp_path_factory.mktemp("finished"))
-    listing = _snakemake(work, "--summary")
-    assert listing.returncode == 0, listing.stderr[-3000:]
     res = work / "results"
     for cell in CELLS:
         _write_cell(res, cell)
+    _record_done(work)
+    return work
+
+
+def _record_done(work: Path, *args: str) -> None:
+    """Every declared output not yet there made as a placeholder, then all of them recorded
+    as done by a real `snakemake all --touch` (times in plan order, params in its metadata)."""
+    listing = _snakemake(work, "--summary", *args)
+    assert listing.returncode == 0, listing.stderr[-3000:]
     for line in listing.stdout.splitlines()[1:]:
         path = work / line.split("\t")[0]
         if path.exists():
             continue
-        if path.suffix == "" or path.name in ("bump", "gsm8k"):  # a directory output
+        if path.suffix == "" or path.name == "bump":  # a directory output
             path.mkdir(parents=True)
         else:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text("placeholder\n")
-    touched = _snakemake(work, "--touch")
+    touched = _snakemake(work, "--touch", *args)
     assert touched.returncode == 0, touched.stderr[-3000:]
-    return work
 
 
 def _plan(work: Path) -> Counter:
@@ -132,7 +140,7 @@ def test_a_deleted_result_is_rebuilt_with_its_readers(finished, rel, tmp_path):
 
 
 def test_a_deleted_figure_reruns_its_plots_job_and_the_report(finished, tmp_path):
-    path = finished / f"results/report/plots/{A}/latency.png"
+    path = finished / f"results/report/embedded-cpu/plots/{A}/latency.png"
     shutil.copy(path, tmp_path / "keep")
     path.unlink()
     try:
@@ -211,6 +219,39 @@ def test_a_repaired_result_is_rebuilt_once_and_the_next_plan_is_empty(finished, 
     assert "Nothing to be done" in after.stdout + after.stderr, after.stdout[-3000:]
 
 
+def _other_config(path: Path) -> Path:
+    """A second config beside the embedded default, as the rehearsal is: its own image (so
+    its own cells), run label and question count."""
+    config = yaml.safe_load((Path(__file__).resolve().parents[2] / "config/local.yaml").read_text())
+    config["run_label"] = "other-cpu"
+    config["images"] = {"host-cpu-b": {"ref": "local/host-cpu-b:none"}}
+    for group in config["cells"]:
+        group["images"] = ["host-cpu-b"]
+    config["gsm8k"].update(local_questions=20, dataset="results/assets/gsm8k/n20/gsm8k_test.jsonl")
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@pytest.mark.slow
+def test_another_configs_run_leaves_this_ones_plan_empty(finished, tmp_path):
+    """A second config's whole run, recorded in the same results folder (its results hand-made,
+    its other outputs recorded done by a real `--touch`), leaves the embedded default with
+    nothing to do: its report, plan, gate summary and question set are in folders of their own.
+    (When they were shared, Snakemake saw the embedded default's question set and report
+    rewritten and planned them again with every serve job: 15 jobs.)"""
+    work = tmp_path / "work"
+    shutil.copytree(finished, work, symlinks=True)
+    other = _other_config(tmp_path / "other.yaml")
+    for cell in CELLS:
+        _write_cell(work / "results", cell.replace("host-cpu/", "host-cpu-b/"))
+    _record_done(work, "--configfile", str(other))
+    assert "Nothing to be done" in _snakemake(work, "-n", "--configfile", str(other)).stdout
+    after = _snakemake(work, "-n")
+    assert "Nothing to be done" in after.stdout + after.stderr, after.stdout[-3000:]
+    assert (work / "results/report/other-cpu/INDEX.json").is_file()
+    assert (work / "results/assets/gsm8k/n20").is_dir()
+
+
 # --- readers of whole-run tables ---------------------------------------------------------------
 
 
@@ -230,7 +271,7 @@ def test_tidy_refuses_a_set_with_a_missing_result_naming_it(two_cells, capsys):
         tidy.tidy(two_cells)
     message = str(err.value)
     assert str(missing) in message and "snakemake all --cores 2" in message
-    assert tidy.main([str(two_cells)]) == 1
+    assert cli.main(["tidy", str(two_cells)]) == 1
     err_text = capsys.readouterr().err
     assert str(missing) in err_text and "Traceback" not in err_text
     # A cell whose tune summary is gone is still seen (by its other stage folders) and named.
@@ -244,7 +285,7 @@ def test_tidy_refuses_live_results_with_a_whole_cell_folder_missing(two_cells, c
     two here): with one cell's folder gone it used to print a one-cell table and exit 0."""
     config = str(Path(__file__).resolve().parents[2] / "config/local.yaml")
     shutil.rmtree(two_cells / CELLS[1])
-    assert tidy.main([str(two_cells), "--configfile", config]) == 1
+    assert cli.main(["tidy", str(two_cells), "--configfile", config]) == 1
     err = capsys.readouterr().err
     assert f"{two_cells}/{CELLS[1]}: (cell folder) = (absent)" in err, err
     assert f"every cell of --configfile {config}" in err and "Traceback" not in err

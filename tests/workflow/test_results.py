@@ -314,7 +314,7 @@ def test_report_rule_failure_keeps_the_old_report(tmp_path):
             # The gate and plots jobs run for real on the hand-made results.
             [sys.executable, "-m", "snakemake", "--cores", "1", "--allowed-rules", "report"]
             + list(rules or ("gate", "plots"))
-            + ["--", "results/report/INDEX.json"],
+            + ["--", "results/report/embedded-cpu/INDEX.json"],
             cwd=work,
             capture_output=True,
             text=True,
@@ -323,9 +323,9 @@ def test_report_rule_failure_keeps_the_old_report(tmp_path):
 
     first = snakemake()
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
-    before = (res / "report/report.md").read_text()
+    before = (res / "report/embedded-cpu/report.md").read_text()
     assert "## host-cpu/tiny-qwen3-moe-16e/tp1-ep1" in before
-    figure = res / "report/plots/host-cpu/tiny-qwen3-moe-16e/tp1-ep1/latency.png"
+    figure = res / "report/embedded-cpu/plots/host-cpu/tiny-qwen3-moe-16e/tp1-ep1/latency.png"
     drawn = figure.read_bytes()
     # A gate verdict that does not follow from its checks: read by the report alone (a bad
     # measurement would stop the cell's plots job first, before the report runs).
@@ -337,7 +337,7 @@ def test_report_rule_failure_keeps_the_old_report(tmp_path):
     assert second.returncode != 0
     assert f"bad result file {bad.relative_to(work)}: passed = " in terminal
     assert "the previous report was kept" in terminal
-    assert (res / "report/report.md").read_text() == before
+    assert (res / "report/embedded-cpu/report.md").read_text() == before
     assert figure.read_bytes() == drawn  # the figures it links are still there
     # Snakemake removed the stamp, so the next run redoes the report.
-    assert not (res / "report/INDEX.json").exists()
+    assert not (res / "report/embedded-cpu/INDEX.json").exists()

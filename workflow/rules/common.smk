@@ -16,6 +16,7 @@ sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
 from cellbench.config import loader as cbconfig  # noqa: E402
 from cellbench.config import jobargs  # noqa: E402
 from cellbench.config import strict_yaml  # noqa: E402
+from cellbench.gsm8k import evaluate as gsm8k_evaluate  # noqa: E402
 from cellbench.runtime import pins  # noqa: E402
 
 try:
@@ -79,6 +80,12 @@ wildcard_constraints:
     arm="|".join(ARMS),
 
 
+# Results that are not a cell's (report, plan, the generated question set) lie in folders of
+# their own per config, so that running one config never plans another's jobs again: the
+# report and the plan under the config's run_label, the question set under its count.
+RUN_LABEL = config["run_label"]
+REPORT_DIR = f"results/report/{RUN_LABEL}"
+GSM8K_SET = gsm8k_evaluate.GENERATED_DIR.format(n=config["gsm8k"]["local_questions"])
 CELL_DIR = "results/{image}/{model}/tp{tp}-ep{ep}"
 LOG_DIR = "results/logs/{image}/{model}/tp{tp}-ep{ep}"
 BENCH_DIR = "results/benchmarks/{image}/{model}/tp{tp}-ep{ep}"
@@ -96,7 +103,7 @@ def all_targets():
     """
     return (
         every_stage_result()
-        + ["results/report/INDEX.json"]
+        + [f"{REPORT_DIR}/INDEX.json"]
         + [f"results/archive/{label}/ARCHIVED.json" for label in archive_labels()]
         + [f"results/configs/{label}/INDEX.json" for label in archive_labels()]
         + compare_targets()
@@ -114,18 +121,16 @@ def every_stage_result():
         if config["models"][model].get("build"):
             out.append(local_model_dir(model))
     if config["gsm8k"]["local_questions"]:
-        out.append("results/assets/gsm8k")
+        out.append(GSM8K_SET)
     for c in CELLS:
         out += c.targets() + [f"{c.path}/tune/configs", f"{c.path}/gate.json"]
         out += [f"{c.path}/serve/{arm}/lm_eval" for arm in ARMS]
     out += cell_plot_files(CELLS)
     out += [os.path.join(PLOT_DIR.format(**c.__dict__), "bump") for c in CELLS]
-    out += [f"results/report/{name}" for name in REPORT_FILES]
-    out += [
-        f"results/report/pr/{model}.md" for model in sorted({c.model for c in CELLS})
-    ]
+    out += [f"{REPORT_DIR}/{name}" for name in REPORT_FILES]
+    out += [f"{REPORT_DIR}/pr/{model}.md" for model in sorted({c.model for c in CELLS})]
     if compare_targets():
-        out.append("results/report/compare.csv")
+        out.append(f"{REPORT_DIR}/compare.csv")
     return out
 
 
@@ -166,13 +171,15 @@ def refused_results(wildcards):
     DAG is built, before Snakemake decides which jobs need to run (`dag.forcefiles`, read
     there; Snakemake is pinned). Only the main process looks: a cluster job's own Snakemake
     runs that job alone."""
-    if _REFUSED or not workflow.is_main_process or workflow.dag is None:
+    if not workflow.is_main_process or workflow.dag is None:
         return []
-    from cellbench.results import refused
+    if not _REFUSED:
+        from cellbench.results import refused
 
-    _REFUSED.append(refused.refused(stage_result_paths(), "results"))
-    for path, why in _REFUSED[0]:
-        logger.warning(f"result refused, its job is planned again: {why}")
+        _REFUSED.append(refused.refused(stage_result_paths(), "results"))
+        for path, why in _REFUSED[0]:
+            logger.warning(f"result refused, its job is planned again: {why}")
+    # (every DAG this process builds, each once: the set ignores a path added again)
     workflow.dag.forcefiles.update(path for path, _ in _REFUSED[0])
     return []
 
@@ -246,7 +253,7 @@ def serve_inputs(wildcards, arms):
         inputs["tuned"] = os.path.join(CELL_DIR.format(**wildcards), "tune", "configs")
     if config["gsm8k"]["local_questions"]:
         # gsm8k.dataset is a file inside this folder (the config check makes sure).
-        inputs["gsm8k"] = "results/assets/gsm8k"
+        inputs["gsm8k"] = GSM8K_SET
     elif config["gsm8k"]["dataset"].endswith(".jsonl"):
         # A local question file: editing it reruns GSM8K like any other input.
         inputs["gsm8k"] = config["gsm8k"]["dataset"]
@@ -317,7 +324,7 @@ def logged(command):
 # to it and would be labelled text.
 mimetypes.add_type("application/vnd.apache.parquet", ".parquet")
 
-PLOT_DIR = "results/report/plots/{image}/{model}/tp{tp}-ep{ep}"
+PLOT_DIR = f"{REPORT_DIR}/plots/{{image}}/{{model}}/tp{{tp}}-ep{{ep}}"
 CELL_CATEGORY = "{image}/{model}/tp{tp}-ep{ep}"
 # Figure -> the stage whose results it shows (the subcategory in Snakemake's report).
 PLOT_STAGES = {

@@ -2,7 +2,8 @@
 # gate.json, pass or fail, which the report shows; `check_gates` runs last and fails the run,
 # naming model, arm, metric, value and gate, unless gates.on_failure is continue. Neither
 # touches the cells' results, the report or the archive.
-GATES_SUMMARY = "results/gates/SUMMARY.json"
+# One per config (its run_label): another config's check never replaces this one's record.
+GATES_SUMMARY = f"results/gates/{RUN_LABEL}/SUMMARY.json"
 
 
 rule gate:

@@ -25,14 +25,12 @@ import json
 import math
 import re
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 import pandas as pd
 
-from cellbench.cli import DEFAULT_CONFIGFILE
 from cellbench.common import atomicio
-from cellbench.config import loader as cbconfig
 from cellbench.results import loaders, result_file, whole_sets
 from cellbench.results.result_file import Result, ResultError
 
@@ -309,14 +307,12 @@ def write_tidy(frame: pd.DataFrame, out_dir: str | Path) -> list[Path]:
     return [out_dir / name for name in TIDY_NAMES]
 
 
-def _config_cells(root: Path, configfile: str) -> list[str]:
-    """The config's cells, for a live results folder (none for an archived run or no folder)."""
-    if not root.is_dir() or (root / "MANIFEST.json").exists():
-        return []
-    return [cell.cell_id for cell in cbconfig.cells(cbconfig.load(configfile))]
-
-
-def main(argv: list[str] | None = None) -> int:
+def main(
+    argv: list[str] | None = None, config_cells: Callable[[str | None], list[str]] | None = None
+) -> int:
+    """``cellbench tidy``. ``config_cells`` (the ``cellbench`` command's) gives a config
+    file's cells, the default config's for None, or raises ValueError naming what is wrong;
+    without it live results cannot be checked, and are refused."""
     parser = argparse.ArgumentParser(
         prog="cellbench tidy",
         description=__doc__,
@@ -325,20 +321,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("path", help="results/ or an archived run folder")
     parser.add_argument(
         "--configfile",
-        default=DEFAULT_CONFIGFILE,
-        help="live results: the config whose every cell must be there (default: "
-        f"{DEFAULT_CONFIGFILE}, as the default profile); an archived run's manifest names its own",
+        help="live results: the config whose every cell must be there (default: the one the "
+        "default profile reads, config/local.yaml); an archived run's manifest names its own",
     )
     parser.add_argument(
         "--out-dir", help="write tidy.parquet and tidy.csv here (default: print a summary)"
     )
     args = parser.parse_args(argv)
+    root = Path(args.path)
+    expected: list[str] = []
+    if root.is_dir() and not (root / "MANIFEST.json").exists():  # live results
+        if config_cells is None:
+            print("cellbench tidy: error: live results are checked against a config's cells: "
+                  "run it as `cellbench tidy`", file=sys.stderr)  # fmt: skip
+            return 2
+        try:
+            expected = config_cells(args.configfile)
+        except ValueError as exc:
+            print(f"cellbench tidy: {exc}", file=sys.stderr)
+            return 2
     try:
-        expected = _config_cells(Path(args.path), args.configfile)
-        frame = tidy(args.path, expected, f"--configfile {args.configfile}")
-    except cbconfig.ConfigError as exc:
-        print(f"cellbench tidy: {exc}", file=sys.stderr)
-        return 2
+        frame = tidy(args.path, expected, f"--configfile {args.configfile or 'config/local.yaml'}")
     except (ResultError, FileNotFoundError) as exc:
         print(f"cellbench tidy: error: {exc}", file=sys.stderr)
         return 1

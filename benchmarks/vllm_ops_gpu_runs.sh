@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Issue 33's GPU runs, items 1 and 2, on one Hopper GPU (H100 or H200) of the device tool.
+# The builtin kernel and the tuner against vLLM's compiled MoE ops, on one Hopper GPU of the
+# device tool.
 #
-#   command:   bash benchmarks/issue33_gpu.sh STEP...
+#   command:   bash benchmarks/vllm_ops_gpu_runs.sh STEP...
 #   carry:     [".vllm-src/vllm-0.34.0", ".vllm-src/vllm-0.34.0-ops"]
 #   timeout_s: 600
 #
@@ -22,14 +23,14 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-benchmarks/results/tmp}"
 mkdir -p "$OUT"
-RUN=/tmp/issue33-run
+RUN=/tmp/vllm-ops-gpu-runs
 rm -rf "$RUN" && mkdir -p "$RUN"
 SRC="${CELLBENCH_VLLM_SOURCE:-.vllm-src/vllm-0.34.0}"
 OPS_PACK="${OPS_PACK:-.vllm-src/vllm-0.34.0-ops}"
 export PYTHONPATH="$PWD/workflow${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 start=$(date +%s)
-say() { printf '[issue33_gpu +%ss] %s\n' "$(($(date +%s) - start))" "$*" | tee -a "$RUN/console.log"; }
+say() { printf '[vllm_ops_gpu_runs +%ss] %s\n' "$(($(date +%s) - start))" "$*" | tee -a "$RUN/console.log"; }
 
 finish() {
   say "packing"

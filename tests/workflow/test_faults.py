@@ -46,7 +46,8 @@ def built_assets(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("assets")
     for kind in MODELS:
         assets.make_model(root / "models" / kind, kind, seed=0)
-    assets.make_gsm8k_set(root / "gsm8k", 40, seed=0)
+    # The set of config/local.yaml's 40 questions, where its gsm8k_set rule puts it.
+    assets.make_gsm8k_set(root / "gsm8k" / "n40", 40, seed=0)
     return root
 
 

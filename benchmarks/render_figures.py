@@ -29,13 +29,19 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "workflow"))
+import figure_any_list  # noqa: E402
 import figure_runs  # noqa: E402
 import figure_sources  # noqa: E402
 import figure_tables  # noqa: E402
 from cellbench.common import atomicio  # noqa: E402
 
 ROOT = HERE.parent
-FAMILIES = {**figure_sources.FAMILIES, **figure_runs.FAMILIES, **figure_tables.TABLES}
+FAMILIES = {
+    **figure_sources.FAMILIES,
+    **figure_runs.FAMILIES,
+    **figure_any_list.FAMILIES,
+    **figure_tables.TABLES,
+}
 
 # A marker quoted in inline code (`<!-- fig ... -->`) is documentation, not a figure.
 FIG = re.compile(r"(?<!`)<!-- fig (?P<name>[^ ]+) -->(?P<body>.*?)<!-- /fig -->", re.S)

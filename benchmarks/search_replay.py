@@ -46,7 +46,7 @@ from cellbench.tune import (  # noqa: E402
     spaces,  # noqa: E402
 )
 from cellbench.tune.artifacts import TuningLog  # noqa: E402
-from cellbench.tune.backends import BuiltinBackend  # noqa: E402
+from cellbench.tune.backends import BuiltinBackend, VllmBackend  # noqa: E402
 from cellbench.tune.search import TuneOptions, Tuner  # noqa: E402
 from cellbench.tune.shapes import MoEShape  # noqa: E402
 from cellbench.tune.timing import Timing  # noqa: E402
@@ -92,6 +92,20 @@ class ReplayBackend(BuiltinBackend):
 
     def reference(self, problem: Any) -> None:
         return None
+
+
+class VllmReplayBackend(ReplayBackend):
+    """vLLM's kernel's rules as `VllmBackend` has them when it runs from vLLM's sources (one
+    path, every config its own kernel, the few-token rule its only M-dependent choice)."""
+
+    name = "vllm"
+    _source = "recorded"  # the rules of the kernel run from vLLM's sources
+    kernel_path = VllmBackend.kernel_path
+    m_specialisation = VllmBackend.m_specialisation
+    kernel_identity = VllmBackend.kernel_identity
+
+
+REPLAY_BACKENDS = {"builtin": ReplayBackend, "vllm": VllmReplayBackend}
 
 
 class ReplayTuner(Tuner):
@@ -168,7 +182,7 @@ def exhaustive_timed(records: list[dict[str, Any]]) -> dict[int, int]:
 
 
 def replay(
-    dtype: str, recorded: dict, ms: list[int], seed: int, **options: Any
+    dtype: str, recorded: dict, ms: list[int], seed: int, backend: str = "builtin", **options: Any
 ) -> dict[int, dict[str, Any]]:
     shape = SHAPES[dtype]
     table_file = CONFIG_DIR / shape.config_file_name("NVIDIA_H200")
@@ -176,7 +190,7 @@ def replay(
     opts = TuneOptions(mode="default", seed=seed, on_gpu=True, seed_table=table, **options)
     with tempfile.TemporaryDirectory() as tmp:
         tuner = ReplayTuner(
-            ReplayBackend(shape),
+            REPLAY_BACKENDS[backend](shape),
             spaces.cuda_space(shape.block_shape),
             n=shape.intermediate_size,
             k=shape.hidden_size,
@@ -201,17 +215,28 @@ def replay(
 
 
 def evaluate(
-    path: Path, seeds: int, dtype: str | None = None, persistent: bool = False, **options: Any
+    path: Path,
+    seeds: int,
+    dtype: str | None = None,
+    persistent: bool = False,
+    backend: str = "builtin",
+    ms: list[int] | None = None,
+    **options: Any,
 ) -> list[dict[str, Any]]:
     """Replay default mode `seeds` times on the exhaustive log at `path`; one row per M.
     `persistent`: the log was recorded with persistent GEMMs (kernel rule of commit 450047a
-    on); `options` override TuneOptions fields (e.g. compile_budget=(16, 4))."""
+    on); `backend`: whose kernel recorded it ('builtin' or 'vllm'); `ms`: the batch sizes
+    listed (default: every one recorded; a list of fewer shows what sparse lists do);
+    `options` override TuneOptions fields (e.g. compile_budget=(16, 4))."""
     dtype = dtype or ("fp8" if "fp8" in path.name else "bf16")
     records = read_records(path)
     with _kernel_rules_as_on_cuda(persistent):
-        recorded = recorded_samples(records, ReplayBackend(SHAPES[dtype]))
-        ms = sorted({m for m, _ in recorded})
-        runs = [replay(dtype, recorded, ms, seed, **options) for seed in range(seeds)]
+        recorded = recorded_samples(records, REPLAY_BACKENDS[backend](SHAPES[dtype]))
+        have = sorted({m for m, _ in recorded})
+        if ms is not None and not set(ms) <= set(have):
+            raise ValueError(f"batch sizes {sorted(set(ms) - set(have))} are not in {path.name}")
+        ms = sorted(ms) if ms is not None else have
+        runs = [replay(dtype, recorded, ms, seed, backend, **options) for seed in range(seeds)]
     med = {mk: statistics.median(s) for mk, s in recorded.items()}
     best = {m: min(t for (mm, _), t in med.items() if mm == m) for m in ms}
     exh = exhaustive_timed(records)
@@ -239,6 +264,13 @@ def main() -> int:
     ap.add_argument("--seeds", type=int, default=20)
     ap.add_argument("--compile-budget", help="FIRST,LATER new kernels per batch size")
     ap.add_argument("--json", help="also write the rows here")
+    ap.add_argument("--backend", choices=sorted(REPLAY_BACKENDS), default="builtin",
+                    help="whose kernel recorded the log (default builtin)")  # fmt: skip
+    ap.add_argument(
+        "--lists",
+        help="batch-size lists to replay, ';' between lists (e.g. '1,16,4096;4096'); "
+        "default: every recorded batch size as one list",
+    )
     ap.add_argument(
         "--persistent",
         action="store_true",
@@ -250,18 +282,35 @@ def main() -> int:
     if args.compile_budget:
         first, later = (int(x) for x in args.compile_budget.split(","))
         options["compile_budget"] = (first, later)
-    rows = evaluate(path, args.seeds, args.dtype, args.persistent, **options)
+    try:
+        lists = [
+            [int(x) for x in part.split(",")] for part in args.lists.split(";") if part.strip()
+        ] if args.lists else [None]  # fmt: skip
+    except ValueError:
+        ap.error(f"--lists={args.lists!r}: expected comma lists of integers, ';' between lists")
     print(f"# search replay: {path.name}, {args.seeds} seeds; timings are draws from recorded "
           "samples, not GPU runs")  # fmt: skip
-    print(f"{'M':>6} {'best us':>9} {'ratio med':>9} {'worst':>7} {'timed':>6} {'new':>5} "
-          f"{'exh timed':>9}  most frequent pick")  # fmt: skip
-    for r in rows:
-        top = max(r["picks"], key=r["picks"].get)
-        print(f"{r['M']:>6} {r['best_us']:>9.2f} {statistics.median(r['ratios']):>9.4f} "
-              f"{max(r['ratios']):>7.4f} {r['timed_median']:>6.0f} {r['new_median']:>5.0f} "
-              f"{r['exhaustive_timed']:>9}  {top} ({r['picks'][top]}/{args.seeds})")  # fmt: skip
+    out = []
+    for ms in lists:
+        try:
+            rows = evaluate(path, args.seeds, args.dtype, args.persistent, args.backend, ms,
+                            **options)  # fmt: skip
+        except ValueError as e:
+            ap.error(f"--lists: {e}")
+        print(f"list {','.join(str(r['M']) for r in rows)}")
+        print(f"{'M':>6} {'best us':>9} {'ratio med':>9} {'worst':>7} {'timed':>6} {'new':>5} "
+              f"{'exh timed':>9}  most frequent pick")  # fmt: skip
+        for r in rows:
+            top = max(r["picks"], key=r["picks"].get)
+            med, worst = statistics.median(r["ratios"]), max(r["ratios"])
+            print(
+                f"{r['M']:>6} {r['best_us']:>9.2f} {med:>9.4f} {worst:>7.4f} "
+                f"{r['timed_median']:>6.0f} {r['new_median']:>5.0f} "
+                f"{r['exhaustive_timed']:>9}  {top} ({r['picks'][top]}/{args.seeds})"
+            )
+        out.append({"list": [r["M"] for r in rows], "rows": rows})
     if args.json:
-        Path(args.json).write_text(json.dumps({"log": path.name, "rows": rows}, indent=1))
+        Path(args.json).write_text(json.dumps({"log": path.name, "lists": out}, indent=1))
     return 0
 
 

@@ -161,6 +161,30 @@ def test_lock_status_bump_follow_a_moved_tag_only_when_asked(docker_client, regi
 
 
 @pytest.mark.docker
+def test_a_registry_that_does_not_answer_has_its_own_exit_status(docker_client, tmp_path):  # noqa: F811
+    """Nothing listens on port 1: the engine's connection is refused for real. status exits 4
+    (not 3, which says a tag moved), and lock fails with 4 whether the image is pinned or not
+    (it used to say "nothing to pin" with exit 0 when every image had a pin)."""
+    down = {
+        "rocm7.0": "127.0.0.1:1/cellbench/down:7.0",
+        "rocm7.2": "127.0.0.1:1/cellbench/down:7.2",
+    }
+    lock = tmp_path / "lock.yaml"
+    cfg = write_test_config(tmp_path / "cfg.yaml", down, lock=lock)
+    r = _cli(cfg, lock, "status")
+    assert r.returncode == images.EXIT_UNREACHABLE == 4, r.stdout + r.stderr
+    assert r.stdout.count("\tunreachable\t") == 2 and "registry unreachable" in r.stdout
+    r = _cli(cfg, lock, "lock")
+    assert r.returncode == 4 and "registry unreachable" in r.stderr, r.stdout + r.stderr
+    pins = {n: {"ref": ref, "digest": DIGEST, "rocm_version": n[4:]} for n, ref in down.items()}
+    images.save_lock(lock, {"images": pins})
+    r = _cli(cfg, lock, "lock")
+    assert r.returncode == 4 and "registry unreachable" in r.stderr, r.stdout + r.stderr
+    assert "nothing to pin" not in r.stdout
+    assert images.load_lock(lock)["images"] == images.load_lock(lock)["images"] | pins
+
+
+@pytest.mark.docker
 def test_lock_refuses_an_image_with_another_rocm(docker_client, registry, tmp_path):  # noqa: F811
     # The 7.0 image configured as ROCm 7.2: a pin would run the wrong stack.
     tags = {"rocm7.2": fresh_tag(docker_client, "7.0")}

@@ -71,6 +71,25 @@ def test_config_refuses_a_missing_vllm_interpreter_naming_the_bootstrap_flag(tmp
     assert cbconfig.validate(transformers)["serve"]["vllm_python"] == missing
 
 
+@needs_vllm_cpu
+def test_serve_args_go_through_the_local_vllm_parser_when_the_config_is_read(tmp_path, monkeypatch):
+    """serve.vllm_python's own `vllm serve` parser, before any job: good words pass (and are
+    remembered), a word vLLM does not know is refused in vLLM's own words."""
+    monkeypatch.chdir(tmp_path)  # the cache of successes lands here
+    good = _vllm_config(str(VLLM_PYTHON))
+    good["models"]["tiny-qwen3-moe"]["serve_args"] = ["--enforce-eager"]
+    cbconfig.validate(good)
+    assert len(list(tmp_path.glob(".snakemake/cellbench/serve-args/*.json"))) == 1
+    bad = _vllm_config(str(VLLM_PYTHON))
+    bad["models"]["tiny-qwen3-moe"]["serve_args"] = ["--enforce-eager", "--bogus-flag"]
+    with pytest.raises(cbconfig.ConfigError) as err:
+        cbconfig.validate(bad)
+    message = str(err.value)
+    assert 'models.tiny-qwen3-moe.serve_args = ["--enforce-eager", "--bogus-flag"]' in message
+    assert "vLLM's own argument parser refuses them" in message
+    assert "unrecognized arguments: --bogus-flag" in message
+
+
 def test_vllm_interpreter_is_an_untracked_host_flag(tmp_path, capsys):
     """--vllm-python reaches the serve job through its untracked host params only: moving the
     environment reruns nothing; the server choice itself is tracked."""

@@ -121,3 +121,37 @@ def test_no_bounds_no_section_and_no_table(served, tmp_path):
     text = report.write_report(_inputs(served), tmp_path / "r", results=served).read_text()
     assert "Latency bounds" not in text
     assert not (tmp_path / "r" / percentile_claims.CSV_NAME).exists()
+
+
+def test_published_percentiles_carry_their_counts(served, tmp_path):
+    """serve.csv and tidy.csv of the same real job: every percentile with the requests behind
+    it; p99 kept at c16 (480 requests, MLPerf's count 459 met), withheld at c1 (30), as is
+    c1's p90 (its count is 44), each with the reason; bench.json keeps every figure."""
+    report.write_report(_inputs(served), tmp_path / "r", results=served)
+    serve = pd.read_csv(tmp_path / "r" / "serve.csv").set_index(["arm", "max_concurrency"])
+    for arm in ARMS:
+        bench = json.loads((served / CELL / "serve" / arm / "bench.json").read_text())
+        by_conc = {p["max_concurrency"]: p for p in bench["points"]}
+        for conc, sent in ((16, 480), (1, 30)):
+            row, point = serve.loc[(arm, conc)], by_conc[conc]
+            # osl 3: every request has a TPOT and two gaps
+            for metric in ("ttft", "tpot", "itl", "e2el"):
+                assert row[f"{metric}_requests"] == point[f"{metric}_requests"] == sent
+            assert point["p99_tpot_ms"] > 0 and point["p90_tpot_ms"] > 0  # kept in bench.json
+        c16, c1 = serve.loc[(arm, 16)], serve.loc[(arm, 1)]
+        assert c16.p99_ttft_ms == by_conc[16]["p99_ttft_ms"] and c16.p90_itl_ms > 0
+        assert pd.isna(c16.percentile_note)
+        assert pd.isna(c1.p99_ttft_ms) and pd.isna(c1.p90_tpot_ms) and pd.isna(c1.p99_e2el_ms)
+        assert c1.median_ttft_ms == by_conc[1]["median_ttft_ms"]  # medians are never withheld
+        assert "p99 TTFT: 30 requests, fewer than the 459" in c1.percentile_note
+        assert "p90 TPOT: 30 requests, fewer than the 44" in c1.percentile_note
+    tidy = pd.read_csv(tmp_path / "r" / "tidy.csv")
+    serve_rows = tidy[tidy.stage == "serve"]
+    p99 = serve_rows[serve_rows.metric == "p99_tpot_ms"].set_index(["arm", "concurrency"])
+    for arm in ARMS:
+        assert p99.loc[(arm, 16)].requests == 480 and p99.loc[(arm, 16)].value > 0
+        assert p99.loc[(arm, 1)].requests == 30 and pd.isna(p99.loc[(arm, 1)].value)
+        assert "fewer than the 459 MLPerf's early-stopping rule needs" in p99.loc[(arm, 1)].note
+    medians = serve_rows[serve_rows.metric.str.startswith(("median_", "p90_", "p99_"))]
+    assert medians.requests.notna().all()  # every percentile row has its count
+    assert serve_rows[serve_rows.metric == "mean_ttft_ms"].requests.isna().all()

@@ -279,7 +279,8 @@ def test_instances_run_on_fresh_server_starts(tmp_path):
     dataset = task / assets.GSM8K_TEST_FILE
     answer = _questions(dataset)[0]["answer"].split("#### ")[-1]
     server = [sys.executable, "-m", "cellbench.serve.timed_server", "--port", "{port}"]
-    server += ["--ttft-ms", "1", "--itl-ms", "0", "--completion-text", f"#### {answer}"]
+    # 1 ms per token: a stream faster than serve.min_plausible_tpot_ms would be invalid.
+    server += ["--ttft-ms", "1", "--itl-ms", "1", "--completion-text", f"#### {answer}"]
     out = tmp_path / "out"
     args = ["--runtime", "local", "--cell-id", "host-cpu/tiny/tp1-ep1", "--arm", "untuned"]
     args += ["--tp", "1", "--ep", "1", "--lease-dir", str(tmp_path / "leases")]

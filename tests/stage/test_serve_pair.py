@@ -192,7 +192,9 @@ def test_either_server_dying_fails_the_pair_and_stops_both(tmp_path, capsys):
         assert _port_closed(_server_port(out / arm / "server.log"))
 
 
-def test_too_many_failures_on_one_arm_fails_the_pair(tmp_path, capsys):
+def test_too_many_failures_leave_no_valid_repeat_and_fail_the_pair(tmp_path, capsys):
+    # One repeat per arm, each past the failed share: recorded invalid as measured, and with
+    # no valid repeat left on either side the job fails after the grid, naming both.
     args = _pair_args(
         tmp_path,
         ["--fail-share", "0.5"],
@@ -200,8 +202,9 @@ def test_too_many_failures_on_one_arm_fails_the_pair(tmp_path, capsys):
     )
     assert serve_stage.main(args) == 1
     err = capsys.readouterr().err
-    # The untuned arm runs first in repeat 0, so it is the one reported.
-    assert "pair failed: untuned: " in err and "requests failed" in err and "HTTP 500" in err, err
+    assert "pair failed: too few valid repeats to answer" in err, err
+    for arm in ARMS:
+        assert f"{arm} 8-4 c1: 0 valid of 1 repeats" in err and "HTTP 500" in err, err
     for arm in ARMS:
         assert not (tmp_path / "serve" / arm / "bench.json").exists()
         assert _port_closed(_server_port(tmp_path / "serve" / arm / "server.log"))

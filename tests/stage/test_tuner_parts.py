@@ -7,6 +7,7 @@ real)."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -500,8 +501,14 @@ def test_default_search_replayed_on_recorded_h200_timings(dtype: str, monkeypatc
         if dtype == "bf16" and m == 1:  # the few-token path: every distinct kernel, as exhaustive
             assert r["timed_median"] == r["exhaustive_timed"], r
             continue
-        # the compile budget: FIRST at the first batch size of a kernel specialisation
-        assert r["new_median"] <= (first if m in (1, 16, 64) else later), (m, r)
+        # the compile budget: FIRST at the first batch size of a kernel specialisation and at
+        # one far from the size before it (here every size is 4x or more above the last)
+        prev = max((x for x in rows if x < m), default=None)
+        far = prev is None or math.log2(m / prev) > TuneOptions().near_log2
+        assert r["new_median"] <= (first if m in (1, 16, 64) or far else later), (m, r)
         assert r["timed_median"] < r["exhaustive_timed"], (m, r)
     if dtype == "fp8":
-        assert rows[4096]["picks"].get("M64_N256_K128_G16_w8_s4", 0) >= 3, rows[4096]
+        # the N256 / 8-warp tile (GROUP_SIZE_M 16 or 32: 0.7% apart in the recorded screen)
+        tile = sum(n for p, n in rows[4096]["picks"].items() if p.startswith("M64_N256_K128_G")
+                   and p.endswith("_w8_s4"))  # fmt: skip
+        assert tile >= 3, rows[4096]

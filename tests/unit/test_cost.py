@@ -17,10 +17,11 @@ import yaml
 from cellbench import cli
 from cellbench.archive import write as archive_write
 from cellbench.common import atomicio
-from cellbench.config import cost, loader
+from cellbench.config import cost, detect_plan, loader
 from cellbench.report import sections
 from cellbench.results import archived, job_times
 from cellbench.runtime import pins
+from cellbench.stats import plan_noise
 from support import result_fixtures as fx
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -198,9 +199,10 @@ def test_the_plan_warns_per_point_whose_prompts_cannot_support_its_bound(tmp_pat
     bounded.write_text(text + "\nreport:\n  latency_bounds: {ttft_ms: 500}\n")
     assert cli.main(["plan", "--configfile", str(bounded), "--results", str(tmp_path)]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[-3].startswith("total: ")
-    assert out[-2].startswith("warning: report.latency_bounds at 32-8 c2 (ttft_ms), 4 prompts")
-    assert out[-1].startswith("warning: report.latency_bounds at 64-8 c2 (ttft_ms)")
+    total = next(i for i, line in enumerate(out) if line.startswith("total: "))
+    assert out[total + 1].startswith("warning: report.latency_bounds at 32-8 c2 (ttft_ms), 4 p")
+    assert out[total + 2].startswith("warning: report.latency_bounds at 64-8 c2 (ttft_ms)")
+    assert out[total + 3].startswith("detectable change (target 3% at 80% power")
 
 
 def test_the_readmes_bounds_example_loads_on_the_production_config(tmp_path):
@@ -363,3 +365,182 @@ def test_no_archive_or_none_of_this_cell_leaves_the_assumptions(tmp_path):
     write_tsv(src, other, "serve-pair.tsv", 999.0)
     archive_write.build_run("local", src, [other], {}, "f00", results / "archive", "local")
     assert cost.estimate(cfg, results)["cells"][CELL] == assumed
+
+
+# --- what a run can see: starts and repeats for report.target_detectable_pct ---------------
+
+
+def _design(cfg: dict, var_s: float, var_r: float, c_start: float, c_rep: float) -> tuple:
+    """(repeats per start, starts needed) as the plan must choose them, from plan_noise;
+    paired where one job interleaves the arms (the components then the pairs' ratio's)."""
+    plan, paired = cfg["plan"], cfg["serve"]["interleave_arms"]
+    low, high = plan["repeats_per_start_min"], plan["repeats_per_start_max"]
+    r = plan_noise.repeats_per_start(var_s, var_r, c_start, c_rep, low, high)
+    target = cfg["report"]["target_detectable_pct"]
+    # r* where it reaches the target within the cap, else the fewest repeats that do, else
+    # the most allowed
+    for repeats in range(r, high + 1):
+        n = plan_noise.starts_needed(var_s, var_r, repeats, target, plan["max_starts"], paired)
+        if n is not None:
+            return repeats, n
+    return high, None
+
+
+def test_without_history_the_plan_rests_on_the_stated_noise_model(tmp_path):
+    cfg = config()
+    plan, serve = cfg["plan"], cfg["serve"]
+    est = cost.estimate(cfg, tmp_path)
+    entry = est["detect"]["cells"][CELL]
+    # interleaved arms (the embedded default): a pair's log-ratio holds two arms' variance
+    var_s = 2 * plan_noise.pct_to_var(plan["noise_start_pct"])
+    var_r = 2 * plan_noise.pct_to_var(plan["noise_repeat_pct"])
+    waves = serve["prompts_per_concurrency"] + serve["warmups_per_concurrency"]
+    for p, g in zip(entry["points"], serve["grid"], strict=True):
+        c_rep = (
+            waves * (plan["ttft_ms_per_1k_input"] * g["isl"] / 1000 + plan["tpot_ms"] * 8) / 1000
+        )
+        r, n = _design(cfg, var_s, var_r, plan["server_start_s"], c_rep)
+        assert (p["repeats_per_start"], p["starts"]) == (r, n)
+        assert "plan.noise_start_pct" in p["noise"] and "plan.noise_repeat_pct" in p["noise"]
+    # At the default 3% and these spreads no point gets there within 10 starts: each is named.
+    assert [p["starts"] for p in entry["points"]] == [None, None]
+    warnings = [w for w in est["detect"]["warnings"] if w.startswith(f"{CELL} ")]
+    assert len(warnings) == 2 and warnings[0].startswith(
+        f"{CELL} 32-8 c2: cannot see a 3% change within plan.max_starts 10 starts x"
+    )
+    assert est["warnings"] == []  # the latency-bound warnings are apart
+    # A target the noise allows: starts come back, nothing named, and the GPU-hours follow.
+    cfg["report"]["target_detectable_pct"] = 25.0
+    looser = cost.estimate(cfg, tmp_path)["detect"]
+    assert looser["warnings"] == []
+    starts = [p["starts"] for p in looser["cells"][CELL]["points"]]
+    assert all(isinstance(n, int) and 2 <= n <= 10 for n in starts)
+    points = looser["cells"][CELL]["points"]
+    per_start = plan["server_start_s"] + sum(p["repeats_per_start"] * p["repeat_s"] for p in points)
+    gsm8k = 2 * cfg["gsm8k"]["limit"] * plan["gsm8k_s_per_question"]
+    assert looser["cells"][CELL]["seconds"] == pytest.approx(2 * max(starts) * per_start + gsm8k)
+
+
+def _noisy_bench(results: Path, spreads: dict[str, list[list[float]]]) -> None:
+    """Both arms' 32-8 c2 points, one list of TTFT factors per server start (``start``)."""
+    for arm, table in spreads.items():
+        points = []
+        for s, factors in enumerate(table):
+            for r, f in enumerate(factors):
+                k = len(points)
+                points.append(
+                    fx.point(32, 8, repeat=r, seq=k, concurrency=2, prompts=4, ttft=100.0 * f)
+                    | {"start": s}
+                )
+        fx.write_bench(results, CELL, arm, points)
+
+
+def test_with_history_the_components_are_measured(tmp_path):
+    cfg = config(grid=[{"isl": 32, "osl": 8}])
+    table = {
+        "untuned": [[1.0, 1.1], [1.3, 1.2], [0.9, 1.0]],
+        "tuned": [[1.0, 1.05], [1.2, 1.1], [1.0, 0.9]],
+    }
+    _noisy_bench(tmp_path, table)
+    point = cost.estimate(cfg, tmp_path)["detect"]["cells"][CELL]["points"][0]
+    # Interleaved arms: the components of each repeat's untuned / tuned ratio, per start.
+    ratios = [
+        [a / b for a, b in zip(sa, sb, strict=True)]
+        for sa, sb in zip(table["untuned"], table["tuned"], strict=True)
+    ]
+    comp = plan_noise.start_repeat_components(ratios)
+    # TTFT is the only metric that varies (the others' spread is 0): it decides.
+    assert point["metric"] == "mean_ttft_ms"
+    assert point["noise"] == (
+        f"start {plan_noise.var_to_pct(comp.var_start / 2):.1f}% per arm measured (2 df of the "
+        f"pairs' ratio), repeat {plan_noise.var_to_pct(comp.var_repeat / 2):.1f}% per arm "
+        "measured (3 df of the pairs' ratio)"
+    )
+    r, n = _design(cfg, comp.var_start, comp.var_repeat, 1.0, 10.0)  # fixture ready_s, duration
+    assert (point["repeats_per_start"], point["starts"]) == (r, n)
+    # An invalid repeat is no measurement of the noise: its pair leaves the table.
+    bench = json.loads((tmp_path / CELL / "serve/tuned/bench.json").read_text())
+    bench["points"][1]["invalid"] = "1 of 2 requests sent all their tokens in one chunk"
+    atomicio.write_json(tmp_path / CELL / "serve/tuned/bench.json", bench, checksum=True)
+    again = cost.estimate(cfg, tmp_path)["detect"]["cells"][CELL]["points"][0]
+    assert "(2 df of the pairs' ratio)" in again["noise"].split("repeat")[1]
+    # Arms measured apart (no pairs): each arm's own components, pooled over the arms.
+    apart = config(grid=[{"isl": 32, "osl": 8}], interleave_arms=False)
+    point = cost.estimate(apart, tmp_path)["detect"]["cells"][CELL]["points"][0]
+    table["tuned"][0] = table["tuned"][0][:1]  # the invalid repeat
+    comp = plan_noise.pooled(plan_noise.start_repeat_components(t) for t in table.values())
+    assert point["noise"] == (
+        f"start {plan_noise.var_to_pct(comp.var_start):.1f}% per arm measured (4 df), "
+        f"repeat {plan_noise.var_to_pct(comp.var_repeat):.1f}% per arm measured (5 df)"
+    )
+
+
+def test_an_archived_run_is_a_further_server_start(tmp_path):
+    cfg = config()
+    ref = archive_run(tmp_path, cfg, serve_s=300.0)
+    entry = cost.estimate(cfg, tmp_path / "results")["detect"]["cells"][CELL]
+    # One run: one start per arm, so its spread between starts comes from the noise model.
+    assert entry["basis"].endswith(f"history: archive {ref}")
+    assert all("plan.noise_start_pct" in p["noise"] for p in entry["points"])
+    # The same cell measured again here (other values): two starts per arm, measured.
+    last_run(tmp_path / "results", config(), {(32, 8): 2.0, (64, 8): 2.5})
+    for arm in ("untuned", "tuned"):
+        path = tmp_path / "results" / CELL / "serve" / arm / "bench.json"
+        bench = json.loads(path.read_text())
+        for p in bench["points"]:
+            p["mean_tpot_ms"] *= 1.1 + 0.01 * p["repeat"]
+        atomicio.write_json(path, bench, checksum=True)
+    entry = cost.estimate(cfg, tmp_path / "results")["detect"]["cells"][CELL]
+    assert entry["basis"].endswith(f"history: archive {ref}, results")
+    assert all("per arm measured (1 df of the pairs' ratio)" in p["noise"] for p in entry["points"])
+
+
+def test_gsm8k_full_run_counts_its_questions(tmp_path):
+    cfg = config()
+    plan = cfg["plan"]
+    with_limit = cost.estimate(cfg, tmp_path)["cells"][CELL]["serve"]["seconds"]
+    cfg["gsm8k"]["limit"] = None  # the whole generated set: gsm8k.local_questions
+    whole = cost.estimate(cfg, tmp_path)["cells"][CELL]["serve"]
+    extra = 2 * (cfg["gsm8k"]["local_questions"] - 8) * plan["gsm8k_s_per_question"]
+    assert whole["seconds"] == pytest.approx(with_limit + extra)
+    assert "40 GSM8K questions (gsm8k.local_questions) x 1 instances x 2 arms" in whole["basis"]
+    # The hub's test split: its real size, never 0 s.
+    cfg["gsm8k"].update(local_questions=0, dataset="openai/gsm8k", instances=2)
+    hub = cost.estimate(cfg, tmp_path)["cells"][CELL]["serve"]
+    assert hub["seconds"] == pytest.approx(
+        with_limit + 2 * 2 * (1319 - 4) * plan["gsm8k_s_per_question"]
+    )
+    assert "1319 GSM8K questions (openai/gsm8k test split) x 2 instances" in hub["basis"]
+    # A local file: its lines.
+    local = tmp_path / "gsm8k.jsonl"
+    local.write_text('{"question": "q", "answer": "#### 1"}\n' * 12)
+    cfg["gsm8k"].update(dataset=str(local), instances=1)
+    assert detect_plan.gsm8k_questions(cfg) == (12, f"{local} lines")
+
+
+def test_a_history_job_that_asked_fewer_gsm8k_questions_is_scaled(tmp_path):
+    cfg = config()
+    last_run(tmp_path, cfg, {(32, 8): 1.5, (64, 8): 2.5})
+    # The last serve job recorded its GSM8K run: gsm8k.limit 8, one instance.
+    for arm in ("untuned", "tuned"):
+        path = tmp_path / CELL / "serve" / arm / "bench.json"
+        bench = json.loads(path.read_text())
+        bench["gsm8k"] = {"dataset": "x.jsonl", "instances": 1, "limit": 8}
+        atomicio.write_json(path, bench, checksum=True)
+    same = cost.estimate(cfg, tmp_path)["cells"][CELL]["serve"]
+    assert same["seconds"] == pytest.approx(200.0) and "GSM8K" not in same["basis"]
+    cfg["gsm8k"]["limit"] = None  # now the whole generated set, 40 questions
+    whole = cost.estimate(cfg, tmp_path)["cells"][CELL]["serve"]
+    per = cfg["plan"]["gsm8k_s_per_question"]
+    assert whole["seconds"] == pytest.approx(200.0 + 2 * (40 - 8) * per)
+    assert (
+        "+ GSM8K 40 questions per arm now (gsm8k.local_questions, x instances) instead of 8"
+        in (whole["basis"])
+    )
+    # Written with limit null: the whole set then was its GSM8K result's n_samples (4 here).
+    for arm in ("untuned", "tuned"):
+        path = tmp_path / CELL / "serve" / arm / "bench.json"
+        bench = json.loads(path.read_text())
+        bench["gsm8k"]["limit"] = None
+        atomicio.write_json(path, bench, checksum=True)
+    assert "instead of 4," in cost.estimate(cfg, tmp_path)["cells"][CELL]["serve"]["basis"]

@@ -31,11 +31,12 @@ from cellbench import cli
 from cellbench.config import loader as cbconfig
 from support.bad_input_cli_probes import PROBES as CLI_PROBES
 from support.bad_input_config_rules import PROBES as RULE_PROBES
+from support.bad_input_guard import PROBES as GUARD_PROBES
 from support.bad_input_latency_bounds import PROBES as BOUND_PROBES
 from support.bad_input_probes import CONFIG_PROBES, Probe, _base
 
 # The catalogue, in the order docs/bad-input.md shows it.
-PROBES: list[Probe] = CONFIG_PROBES + RULE_PROBES + BOUND_PROBES + CLI_PROBES
+PROBES: list[Probe] = CONFIG_PROBES + RULE_PROBES + BOUND_PROBES + CLI_PROBES + GUARD_PROBES
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "bad-input.md"
@@ -153,7 +154,7 @@ def _doc_table() -> str:
 
 
 def test_catalogue_size_and_ids():
-    assert len(PROBES) >= 100
+    assert len(PROBES) >= 200
     assert len({p.id for p in PROBES}) == len(PROBES)
 
 

@@ -13,6 +13,7 @@ import sys
 from importlib import import_module
 
 from cellbench import __version__
+from cellbench.config import ceiling
 from cellbench.config import loader as cbconfig
 
 # The config every subcommand reads without --configfile: the one the default workflow
@@ -46,6 +47,7 @@ def _cells(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     try:
         cfg = cbconfig.load(args.configfile)
+        ceiling.check_config(cfg)  # as the workflow does: what would run must be affordable
     except cbconfig.ConfigError as exc:
         print(f"cellbench: {exc}", file=sys.stderr)
         return 2

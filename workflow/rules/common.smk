@@ -16,6 +16,7 @@ sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
 from cellbench.config import loader as cbconfig  # noqa: E402
 from cellbench.config import jobargs  # noqa: E402
 from cellbench.config import strict_yaml  # noqa: E402
+from cellbench.config import ceiling  # noqa: E402
 from cellbench.gsm8k import evaluate as gsm8k_evaluate  # noqa: E402
 from cellbench.runtime import pins  # noqa: E402
 
@@ -24,6 +25,8 @@ try:
     # re-read them strictly so a duplicate key is refused, naming the file and both lines.
     strict_yaml.check_files(workflow.configfiles)
     cbconfig.validate(config)
+    # The plan's price against its ceiling (above the loader: the estimate imports it).
+    ceiling.check_config(config)
 except cbconfig.ConfigError as exc:
     raise WorkflowError(str(exc)) from None
 validate(config, schema="../schemas/config.schema.yaml")

@@ -22,6 +22,11 @@ Where ``report.latency_bounds`` is set, the estimate also warns per point whose 
 all repeats cannot support the percentile claim even with none over the bound
 (``config.latency_bounds.plan_warnings``; MLPerf's 459 queries for p99 at 99%).
 
+Beside the cost of the config as it stands, ``detect`` says what a run can see: per point the
+server starts and repeats per start needed for ``report.target_detectable_pct`` and their
+GPU-hours (``cellbench.config.detect_plan``), naming each point that cannot reach it within
+the caps (its own ``warnings``).
+
 The workflow's start writes the estimate (``results/plan/{run_label}/estimate.json``); the
 report sets it against the jobs' measured walls.
 """
@@ -39,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from cellbench.common import atomicio
-from cellbench.config import latency_bounds, loader
+from cellbench.config import detect_plan, latency_bounds, loader
 from cellbench.config.jobargs import gpus_per_server
 from cellbench.results import archived, job_times
 from cellbench.results import loaders as results_loaders
@@ -264,20 +269,28 @@ def estimate_cell(
         per_repeat = 0.0
         for isl, osl, c in points:
             per_repeat += means.get((isl, osl, c), waves * _assumed_point_s(config, isl, osl))
-        seconds = fixed + arms * repeats * per_repeat
+        # The fixed part holds the last job's GSM8K: another question count changes it.
+        gsm8k_s, gsm8k_note = detect_plan.gsm8k_change(config, src.root, cell.cell_id)
+        seconds = max(fixed + gsm8k_s, 0.0) + arms * repeats * per_repeat
         basis = (
             f"{src.basis}: {', '.join(src.times['serve'].files)} ({fixed:.0f} s fixed) + "
-            f"{arms} arms x {upto}{repeats} repeats x the measured points{src.note}{skipped()}"
+            f"{arms} arms x {upto}{repeats} repeats x the measured points{gsm8k_note}"
+            f"{src.note}{skipped()}"
         )
         break
     else:
         starts = 1 if pair else arms
         per_repeat = sum(waves * _assumed_point_s(config, isl, osl) for isl, osl, _ in points)
-        gsm8k_s = arms * int(config["gsm8k"].get("limit") or 0) * plan["gsm8k_s_per_question"]
+        # gsm8k.limit null is the whole set: its real size, every instance, both arms
+        questions, counted = detect_plan.gsm8k_questions(config)
+        runs = arms * questions * int(config["gsm8k"]["instances"])
+        gsm8k_s = runs * plan["gsm8k_s_per_question"]
         seconds = starts * plan["server_start_s"] + arms * repeats * per_repeat + gsm8k_s
         basis = (
             "assumed: plan.server_start_s, plan.ttft_ms_per_1k_input, plan.tpot_ms, "
-            f"plan.gsm8k_s_per_question, {upto}{repeats} repeats "
+            f"plan.gsm8k_s_per_question x {questions} GSM8K questions ({counted}) x "
+            f"{config['gsm8k']['instances']} instances x {arms} arms, "
+            f"{upto}{repeats} repeats "
             f"(no history: {'; '.join(why)}{skipped()})"
         )
     out["serve"] = {"seconds": seconds, "gpus": gpus * (arms if pair else 1), "basis": basis}
@@ -326,6 +339,7 @@ def estimate(
         }
         for kind in job_times.KIND_FILES
     }
+    detect = detect_plan.plan(config, results, root)
     return {
         "kind": job_times.ESTIMATE_KIND,
         "run_label": config["run_label"],
@@ -333,6 +347,8 @@ def estimate(
         "cells": cells,
         "totals": totals,
         "assumptions": dict(config["plan"]),
+        # What a run can see; its warnings name the points that cannot see the target.
+        "detect": detect,
         # Points whose prompts cannot support report.latency_bounds' claim (issue 32 item 5).
         "warnings": latency_bounds.plan_warnings(config),
     }
@@ -367,6 +383,9 @@ def render(est: dict[str, Any]) -> str:
         f"({len(est['cells'])} cells; jobs side by side shorten the wall, not the GPU-hours)"
     )
     lines += [f"warning: {w}" for w in est.get("warnings", [])]
+    if "detect" in est:
+        lines += detect_plan.render(est["detect"])
+        lines += [f"warning: {w}" for w in est["detect"]["warnings"]]
     return "\n".join(lines)
 
 

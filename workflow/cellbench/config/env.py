@@ -1,5 +1,6 @@
 """The config's environment variables (images.*.env, models.*.env, cells[*].env): checked
-names and values, secret-looking names refused, and the variables one cell gets.
+names and values, secret-looking names and credential-looking values refused, and the
+variables one cell gets.
 
 Applied alike to the tuner's step and to both arms' servers of every cell they reach; a cell
 group's value wins over its model's, which wins over its image's.
@@ -112,6 +113,38 @@ def _check_env(where: str, env: Any) -> None:
             )
         if "\0" in value:
             raise ConfigError(f"config error: {key}: the value holds a NUL character")
+
+
+def _strings(node: Any, key: str = ""):
+    """(key path, value) of every string in a parsed config."""
+    if isinstance(node, str):
+        yield key, node
+    elif isinstance(node, dict):
+        for k, v in node.items():
+            yield from _strings(v, f"{key}.{k}" if key else str(k))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _strings(v, f"{key}[{i}]")
+
+
+def check_secret_values(config: dict[str, Any]) -> None:
+    """No value of the config may hold a credential (a token of a known shape, a URL with a
+    password, or, in a variable's value, a random-looking key): a config's values reach job
+    command lines, logs, results, archives and Snakemake's records. The message names the key
+    and the kind, never the value."""
+    from cellbench.common.secrets import SECRET_ENV, credential_kind
+
+    for key, value in _strings(config):
+        in_env = re.search(r"(^|\.)env\.[^.]+$", key) is not None
+        kind = credential_kind(value, random_runs=in_env)
+        if kind:
+            raise ConfigError(
+                f"config error: {key}: the value looks like {kind}; a config's values are "
+                "written to job command lines, logs, results, archives and Snakemake's records, "
+                "so a credential is refused (its value is not shown). Expected a value without "
+                "one; a Hugging Face token is passed through from the host by name "
+                f"({', '.join(SECRET_ENV)})"
+            )
 
 
 def _check_envs(config: dict[str, Any]) -> None:

@@ -15,6 +15,11 @@ from cellbench.config import loader as cbconfig
 from cellbench.runtime import images
 
 DESCRIPTION = "Pin configured images by digest, pull them, and say when a tag has moved."
+EPILOG = (
+    "exit status: 0 all as pinned; 2 bad input or an error (the message says which); "
+    "3 status: a tag is not as pinned (moved, unpinned, ref changed); "
+    "4 the registry could not be reached (nothing is known about its tags)"
+)
 
 
 def _load_config(path: str) -> dict[str, Any]:
@@ -37,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         "--lock", default=argparse.SUPPRESS, help="lock file (default: the config's image_lock)"
     )
     parser = argparse.ArgumentParser(
-        prog="cellbench images", parents=[common], description=DESCRIPTION
+        prog="cellbench images", parents=[common], description=DESCRIPTION, epilog=EPILOG
     )
     sub = parser.add_subparsers(dest="cmd", required=True)
     sub.add_parser("lock", parents=[common], help="pin every configured image without a pin")
@@ -74,9 +79,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "bump":
             return images.cmd_bump(cfg, lock_path, args.name, client, out)
         return images.cmd_status(cfg, lock_path, client, out)
+    except images.RegistryUnreachable as exc:
+        print(f"cellbench images: error: {exc}", file=sys.stderr)
+        return images.EXIT_UNREACHABLE
     except images.ImageError as exc:
         print(f"cellbench images: error: {exc}", file=sys.stderr)
-        return 2
+        return images.EXIT_ERROR
 
 
 if __name__ == "__main__":

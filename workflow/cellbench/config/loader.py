@@ -21,14 +21,18 @@ import jsonschema
 import yaml
 
 from cellbench.common import paths
-from cellbench.config.env import _check_envs, cell_env
+from cellbench.config.env import _check_envs, cell_env, check_secret_values
 from cellbench.config.latency_bounds import check as check_latency_bounds
-
-# The refusal of EP with TP 1 is worded once, for the config and `cellbench shapes/tune`.
-from cellbench.config.model_plan import _check_model_shapes, serve_arg_option
+from cellbench.config.model_plan import _check_model_shapes
+from cellbench.config.names import NAME_RULE
+from cellbench.config.names import check as check_folder_names
+from cellbench.config.serve_args import check_local as check_local_serve_args
+from cellbench.config.serve_args import check_words as check_serve_arg_words
+from cellbench.config.serve_args import reserved_serve_option  # noqa: F401 - the tests' name
 from cellbench.config.strict_yaml import ConfigError, _read_mapping
 
-# Batch-size tiers by name are the tuner's own lists (stdlib-only at import).
+# Batch-size tiers by name are the tuner's own lists (stdlib-only at import); the refusal of
+# EP with TP 1 is worded once, for the config and `cellbench shapes/tune`.
 from cellbench.tune.plan import BATCH_SIZE_TIERS
 from cellbench.tune.shapes import EP_NEEDS_TP
 
@@ -128,15 +132,63 @@ def _schema_message(error: jsonschema.ValidationError) -> str:
         alternatives = " or ".join("/".join(alt["required"]) for alt in error.validator_value)
         return f"{key}: give one of {alternatives} (none is set)"
     if error.validator == "type" and _integral_float(error.instance):
+        low = error.schema.get("minimum")
+        if low is not None and int(error.instance) < low:
+            return f"{key} = {value}: expected an integer >= {low}, written without a decimal point"
         return (
             f"{key} = {value}: must be an integer, written without a decimal point "
             f"({int(error.instance)}); YAML reads {value} as a float"
         )
     if error.validator == "oneOf" and error.context:
-        # Report the alternative that came closest rather than "not valid under any".
-        best = jsonschema.exceptions.best_match(error.context)
-        return f"{key} = {value}: {best.message}"
+        # Every alternative, so the message says what would be taken (not only the nearest).
+        alternatives = [_expected(alt) for alt in error.validator_value]
+        said = ", ".join(alternatives[:-1]) + " or " + alternatives[-1]
+        return f"{key} = {value}: expected {said}"
+    if error.validator in ("minItems", "maxItems") and "items" in error.schema:
+        return f"{key} = {value}: expected {_expected(error.schema)}"
+    if error.validator == "pattern" and error.validator_value in PATTERN_MEANINGS:
+        return f"{key} = {value}: expected {PATTERN_MEANINGS[error.validator_value]}"
     return f"{key} = {value}: {error.message}"
+
+
+# What the schema's patterns ask for, in words (the bare pattern is no help to a reader).
+PATTERN_MEANINGS = {
+    "^[0-9]+\\.[0-9]+(\\.[0-9]+)?$": 'a version as MAJOR.MINOR or MAJOR.MINOR.PATCH (e.g. "7.0")',
+    "^[^\\s@]+:[^\\s@/]+$": "an image reference with a tag, REPOSITORY:TAG (e.g. "
+    "docker.io/rocm/vllm-dev:nightly), without spaces or '@'",
+    "^[A-Za-z0-9][A-Za-z0-9._-]*$": NAME_RULE,
+    "^[A-Za-z_][A-Za-z0-9_]*$": "a variable name: letters, digits and '_', not starting with "
+    "a digit",
+}
+
+
+def _expected(schema: dict[str, Any], plural: bool = False) -> str:
+    """One schema alternative in words: a constant, a choice, a list of integers, a number."""
+    if "const" in schema:
+        return json.dumps(schema["const"])
+    if "enum" in schema:
+        return "one of " + ", ".join(json.dumps(v) for v in schema["enum"])
+    kind = schema.get("type")
+    if kind == "null":
+        return "null"
+    if kind == "array":
+        size = schema.get("minItems")
+        items = _expected(schema.get("items", {}), plural=True)
+        if size is not None and size == schema.get("maxItems"):
+            return f"a list of {size} {items} (e.g. [128, 128])"
+        return f"a list of {items}" + (f", at least {size}" if size else "")
+    if kind in ("integer", "number"):
+        word = {"integer": "integer", "number": "number"}[kind]
+        word = word + "s" if plural else ("an " if kind == "integer" else "a ") + word
+        if "minimum" in schema:
+            return f"{word} >= {schema['minimum']}"
+        if "exclusiveMinimum" in schema:
+            return f"{word} > {schema['exclusiveMinimum']}"
+        return word
+    if kind in ("object", "string"):
+        word = {"object": "mapping", "string": "string"}[kind]
+        return word + "s" if plural else f"a {word}"
+    return json.dumps(schema)
 
 
 def _integral_float(value: Any) -> bool:
@@ -207,7 +259,8 @@ def _walk(node: Any, key: str = ""):
 
 def _check_plain_values(config: dict[str, Any]) -> None:
     """What a JSON schema lets through: names YAML read as numbers, NaN and infinities."""
-    _check_envs(config)
+    _check_envs(config)  # first: a secret-looking name is told about the pass-through list
+    check_secret_values(config)
     for section in ("images", "models"):
         names = config.get(section)
         for name in names if isinstance(names, dict) else ():
@@ -217,56 +270,13 @@ def _check_plain_values(config: dict[str, Any]) -> None:
                     f"config error: {section}: the name {name!r} was read as {kind}; "
                     f'quote it ("{name}") so it is a string'
                 )
+    check_folder_names(config)
     for key, value in _walk(config):
         if isinstance(value, float) and not math.isfinite(value):
             raise ConfigError(
                 f"config error: {key} = {value}: must be a finite number "
                 "(.nan and .inf are not settings)"
             )
-
-
-# Options the pipeline sets itself on every server; a model's serve_args may not repeat them,
-# in any spelling vLLM's parser takes (underscores for dashes, '--opt=value', a unique prefix,
-# the --no- form of a flag, a short form with its value attached).
-RESERVED_SERVE_ARGS = (
-    "--host",
-    "--port",
-    "--tensor-parallel-size",
-    "-tp",
-    "--enable-expert-parallel",
-    "--no-enable-expert-parallel",
-    "--served-model-name",
-    "--model",
-)
-# Names results/ uses for its own folders: an image so named would put its cells among them
-# (results/report/..., which the report job swaps out whole).
-RESULTS_LAYOUT_NAMES = (
-    "archive",
-    "assets",
-    "benchmarks",
-    "compare",
-    "configs",
-    "gates",
-    "logs",
-    "report",
-)
-
-
-def reserved_serve_option(arg: str) -> str | None:
-    """The reserved option a serve_args word would set, however it is spelled, else None."""
-    option = serve_arg_option(arg)
-    if option is None:
-        return None
-    if option in RESERVED_SERVE_ARGS:
-        return option
-    if option.startswith("--") and len(option) > 3:
-        # argparse takes a unique prefix of a long option as the option itself.
-        hits = [r for r in RESERVED_SERVE_ARGS if r.startswith("--") and r.startswith(option)]
-        if len(hits) == 1:
-            return hits[0]
-    if not option.startswith("--") and option.startswith("-tp"):  # '-tp4' is '-tp 4'
-        return "-tp"
-    return None
 
 
 # Docker's reference grammar: lower-case path components, a tag of word characters.
@@ -293,12 +303,6 @@ def _check_image_ref(name: str, ref: str) -> None:
 
 def _check_names_and_strings(config: dict[str, Any]) -> None:
     for name, image in config["images"].items():
-        if name.lower() in RESULTS_LAYOUT_NAMES:
-            raise ConfigError(
-                f"config error: images.{name}: results/{name}/ is one of the pipeline's own "
-                f"folders ({', '.join(RESULTS_LAYOUT_NAMES)}), so the name {name!r} is taken "
-                "by the results layout; rename the image"
-            )
         _check_image_ref(name, image["ref"])
     for key in ("image_lock", "hf_cache", "run_label"):
         if not config[key].strip():
@@ -312,14 +316,7 @@ def _check_names_and_strings(config: dict[str, Any]) -> None:
                 f"config error: {where}.hf_id = {model['hf_id']!r}: not a Hugging Face model "
                 "id (ORG/NAME of letters, digits, '_', '.', '-')"
             )
-        for arg in model["serve_args"]:
-            option = reserved_serve_option(arg)
-            if option is not None:
-                raise ConfigError(
-                    f"config error: {where}.serve_args holds {arg!r} (as {option}): the pipeline "
-                    "sets it for every server (from the cell's tp/ep, its model and the leased "
-                    "port); remove it"
-                )
+        check_serve_arg_words(where, model["serve_args"])
         block = model["block_shape"]
         if isinstance(block, list) and model["dtype"] not in ("fp8_w8a8", "auto"):
             raise ConfigError(
@@ -373,6 +370,7 @@ def _check_stage_settings(config: dict[str, Any]) -> None:
         )
     check_latency_bounds(config)
     _check_repeat_cap(serve)
+    _check_plan_repeats(config["plan"])
     local_q, limit = gsm8k["local_questions"], gsm8k["limit"]
     _check_gsm8k_dataset(gsm8k)
     if local_q and limit is not None and limit > local_q:
@@ -410,6 +408,18 @@ def _check_repeat_cap(serve: dict[str, Any]) -> None:
             f"config error: serve.repeat_cap = {cap}: below serve.repeats = {serve['repeats']}"
             "; the cap is the most pairs a point may take and serve.repeats the fewest, so "
             f"set repeat_cap >= {serve['repeats']}"
+        )
+
+
+def _check_plan_repeats(plan: dict[str, Any]) -> None:
+    """plan.repeats_per_start_max: the most repeats per start the plan may choose, so at
+    least the fewest."""
+    low, high = plan["repeats_per_start_min"], plan["repeats_per_start_max"]
+    if high < low:
+        raise ConfigError(
+            f"config error: plan.repeats_per_start_max = {high}: below "
+            f"plan.repeats_per_start_min = {low}; the max bounds the repeats per start from "
+            f"above, so set it to {low} or more"
         )
 
 
@@ -510,6 +520,7 @@ def _check_semantics(config: dict[str, Any]) -> None:
     if config["serve"]["compare_images"]:
         _check_compare_images(config)
     _check_model_shapes(config)
+    check_local_serve_args(config)  # last: the server's parser sees a config sound otherwise
     for cell in cells(config):  # two groups that disagree on a cell's variable
         cell_env(config, cell.image, cell.model, cell.tp, cell.ep)
     for name, image in images.items():

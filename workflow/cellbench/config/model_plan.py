@@ -105,6 +105,7 @@ def _check_context(config: dict[str, Any], name: str, found: tuple[dict, str] | 
             limit, what = int(given), f"models.{name}.serve_args --max-model-len {given}"
         except ValueError:
             return  # vLLM's own suffixes (32k); the server says what it makes of them
+        _check_max_model_len(name, limit, found)
     elif found is None:
         return
     else:
@@ -122,6 +123,25 @@ def _check_context(config: dict[str, Any], name: str, found: tuple[dict, str] | 
                 f"isl + osl = {total} exceeds model {name!r}'s context of {limit} tokens "
                 f"({what}); expected isl + osl <= {limit}"
             )
+
+
+def _check_max_model_len(name: str, given: int, found: tuple[dict, str] | None) -> None:
+    """vLLM refuses a --max-model-len beyond the model's own context (unless told to allow it
+    by VLLM_ALLOW_LONG_MAX_MODEL_LEN); refused here, where the model's config is known and
+    has no RoPE scaling that would lengthen it."""
+    if found is None:
+        return
+    cfg, source = found
+    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
+    context = text.get("max_position_embeddings")
+    if isinstance(context, bool) or not isinstance(context, int) or text.get("rope_scaling"):
+        return
+    if given > context:
+        raise ConfigError(
+            f"config error: models.{name}.serve_args --max-model-len {given}: more than the "
+            f"model's context of {context} tokens (max_position_embeddings in {source}), which "
+            f"vLLM refuses at start-up; expected --max-model-len <= {context}"
+        )
 
 
 def serve_arg_option(arg: str) -> str | None:

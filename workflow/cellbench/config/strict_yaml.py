@@ -1,9 +1,11 @@
-"""Reading config files: strict YAML (a key given twice is refused, naming both lines) and the
-one error every config check raises (``ConfigError``, naming the key and the value).
+"""Reading config files: strict YAML (a key given twice is refused, naming both lines; a plain
+scalar that YAML 1.1 and 1.2 read differently is refused, naming its line) and the one error
+every config check raises (``ConfigError``, naming the key and the value).
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +49,62 @@ def _construct_strict_mapping(loader: _StrictLoader, node: yaml.MappingNode, dee
 _StrictLoader.add_constructor(
     yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_strict_mapping
 )
+
+
+# PyYAML reads YAML 1.1, where `040` is octal 32, `2:00` is base 60 (120), `1_000` is 1000 and
+# `on`/`yes`/`off`/`no` are booleans; YAML 1.2 (and most other readers) take the first three
+# as 40, a string and a string, and the words as strings. A config means one thing to every
+# reader, so a plain scalar of these forms is refused; quoting it makes it a string.
+_YAML11_ONLY = (
+    (re.compile(r"^[-+]?0[0-7_]+$"), "a YAML 1.1 octal number", "without the leading zero"),
+    (re.compile(r"^[-+]?0b[01_]+$"), "a YAML 1.1 binary number", "in decimal"),
+    (
+        re.compile(r"^[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+(?:\.[0-9_]*)?$"),
+        "a YAML 1.1 base-60 number",
+        "as one number (seconds, not h:mm)",
+    ),
+    (
+        re.compile(r"^[-+]?(?:[0-9][0-9]*_[0-9_]*|[0-9_]*_[0-9_]*\.[0-9_]*)$"),
+        "a YAML 1.1 number with '_' separators",
+        "without the '_'",
+    ),
+)
+_YAML11_BOOLS = frozenset("yes Yes YES no No NO on On ON off Off OFF".split())
+
+
+def _refuse_yaml11(loader: _StrictLoader, node: yaml.ScalarNode, read_as: Any) -> None:
+    where = f"config file {loader.source!r}, line {node.start_mark.line + 1}"
+    value = node.value
+    if value in _YAML11_BOOLS:
+        raise ConfigError(
+            f"{where}: {value} is a YAML 1.1 boolean (read as {str(read_as).lower()}), a string "
+            f'in YAML 1.2; expected true or false, or "{value}" quoted for the word'
+        )
+    for pattern, what, fix in _YAML11_ONLY:
+        if pattern.match(value):
+            raise ConfigError(
+                f"{where}: {value} is {what} (read as {read_as}), which YAML 1.2 reads "
+                f'differently; expected the number written {fix}, or "{value}" quoted for '
+                "a string"
+            )
+
+
+def _checked(base):
+    def construct(loader: _StrictLoader, node: yaml.ScalarNode):
+        value = base(loader, node)
+        if node.style is None:  # plain: a quoted scalar is a string in every YAML version
+            _refuse_yaml11(loader, node, value)
+        return value
+
+    return construct
+
+
+for _tag, _base in (
+    ("tag:yaml.org,2002:int", yaml.SafeLoader.construct_yaml_int),
+    ("tag:yaml.org,2002:float", yaml.SafeLoader.construct_yaml_float),
+    ("tag:yaml.org,2002:bool", yaml.SafeLoader.construct_yaml_bool),
+):
+    _StrictLoader.add_constructor(_tag, _checked(_base))
 
 
 def read_yaml(path: str | Path) -> Any:

@@ -18,7 +18,8 @@ import pandas as pd
 from cellbench.results import result_file
 from cellbench.results.loaders import load as load_result
 from cellbench.results.result_file import Result
-from cellbench.serve import observed_point
+from cellbench.serve import observed_point, validity
+from cellbench.stats import percentile_counts
 
 ARM_LABELS = {"untuned": "Triton MoE Untuned", "tuned": "Triton MoE Tuned"}
 
@@ -104,6 +105,9 @@ def comparison_frame(loaded: Iterable[Result]) -> pd.DataFrame:
                 "same_environment": data["same_environment"],
             }
             row.update({k: v for k, v in point.items() if not isinstance(v, (list, dict))})
+            # Tail percentiles only where their requests suffice, each metric's count beside.
+            row.update(percentile_counts.published(point))
+            row.update(_judged(point))
             row.update(observed_point.point_figures(point))
             rows.append(row)
     return pd.DataFrame(rows)
@@ -114,6 +118,13 @@ def load_comparisons(files: Iterable[str | Path], results: str | Path = "results
     results = Path(results)
     chosen = [f for f in files if result_file.kind_of(f, results) == result_file.COMPARISON]
     return comparison_frame(load_inputs(chosen, results))
+
+
+def _judged(point: dict[str, Any]) -> dict[str, str]:
+    """``invalid`` for an older point whose summary shows a burst (validity.summary_reason),
+    so no verdict rests on it; nothing for a point the serve stage judged itself."""
+    reason = validity.summary_reason(point)
+    return {"invalid": reason} if reason else {}
 
 
 def cell_frames(loaded: Iterable[Result]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
@@ -142,6 +153,8 @@ def cell_frames(loaded: Iterable[Result]) -> tuple[pd.DataFrame, pd.DataFrame, p
                     "arm_label": bench.get("arm_label", bench["arm"]),
                 }
                 row.update({k: v for k, v in point.items() if not isinstance(v, (list, dict))})
+                row.update(percentile_counts.published(point))
+                row.update(_judged(point))
                 # The load label, goodput, /metrics and telemetry figures (issue 24).
                 row.update(observed_point.point_figures(point))
                 row["telemetry_how"] = _telemetry_how(point.get("telemetry") or {})

@@ -9,7 +9,9 @@ repeats, read from the per-request sidecar beside the arm's bench.json
 request counts as over the bound. Each claim is ``yes`` (shown within the bound), ``no`` (shown
 above it) or ``cannot tell`` (too few queries either way), with the queries the point would
 need for the exceedances seen. Results written before the sidecar existed have no requests to
-count: their rows say so instead of guessing from the summary's p99.
+count: their rows say so instead of guessing from the summary's p99. An invalid repeat's
+requests (``cellbench.serve.validity``: a burst, a failed share past the limit) are left out of
+the times, its failed requests still counted as over the bound, and the row says how many.
 
 ``claims_frame`` builds the table (``percentile_claims.csv``); ``section_lines`` renders one
 cell's part of report.md and of the PR file.
@@ -30,7 +32,7 @@ from cellbench.report.frames import ARM_LABELS
 from cellbench.results import result_file
 from cellbench.results.loaders import load_requests
 from cellbench.results.result_file import Result, ResultError, rerun_hint
-from cellbench.serve import load_shapes, request_detail
+from cellbench.serve import load_shapes, request_detail, validity
 from cellbench.stats import early_stopping as es
 
 METRICS = (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"))
@@ -129,10 +131,14 @@ def claims_frame(loaded: Iterable[Result], bounds: Mapping[str, Any] | None) -> 
             conc = points[0]["max_concurrency"] if shape == load_shapes.CONCURRENCY else None
             limits = point_bounds(bounds, isl, osl, conc)
             pooled: dict[str, list[float]] = {metric: [] for metric, _ in METRICS}
-            failed = 0
+            failed = left_out = 0
             for p in points if detail is not None else ():
                 lat = es.request_latencies_ms(detail[p["seq"]])
                 failed += lat["failed"]
+                if p.get("invalid") or validity.summary_reason(p):
+                    # an invalid repeat's times measure no decoding; its failures still count
+                    left_out += 1
+                    continue
                 for metric, _ in METRICS:
                     pooled[metric] += lat[metric]
             for metric, name in METRICS:
@@ -168,7 +174,7 @@ def claims_frame(loaded: Iterable[Result], bounds: Mapping[str, Any] | None) -> 
                         "over": c["over"],
                         "verdict": verdict,
                         "queries_needed": None if verdict == es.NOT_MET else c["queries_needed"],
-                        "note": "",
+                        "note": _left_out_note(left_out),
                     }
                 )
     frame = pd.DataFrame(rows)
@@ -176,6 +182,15 @@ def claims_frame(loaded: Iterable[Result], bounds: Mapping[str, Any] | None) -> 
         if col in frame:
             frame[col] = frame[col].astype("Int64")
     return frame
+
+
+def _left_out_note(left_out: int) -> str:
+    if not left_out:
+        return ""
+    return (
+        f"{left_out} invalid repeat{'s' if left_out > 1 else ''} left out, "
+        "their failed requests still counted"
+    )
 
 
 def index_entries(loaded: Iterable[Result], bounds: Mapping[str, Any] | None) -> list[dict]:
@@ -234,9 +249,10 @@ def section_lines(claims: pd.DataFrame | None, cell: str, heading: str = "####")
         if r.note == NO_DETAIL:
             tail = f"n/a | n/a | n/a | {r.verdict} ({NO_DETAIL}: rerun its serve job) | n/a"
         else:
+            verdict = f"{r.verdict} ({r.note})" if r.note else r.verdict
             tail = (
                 f"{_num(r.observed_ms, 2)} | {_num(r.queries)} | {_num(r.over)} | "
-                f"{r.verdict} | {_num(r.queries_needed) if r.verdict != es.NOT_MET else '-'}"
+                f"{verdict} | {_num(r.queries_needed) if r.verdict != es.NOT_MET else '-'}"
             )
         arm = ARM_LABELS.get(r.arm, r.arm)
         out.append(f"| {r.isl}-{r.osl} | {r.load} | {arm} | {r.metric} | {r.bound_ms:g} | {tail} |")

@@ -7,6 +7,11 @@ no ISL or repeat, a tuner timing has no arm. Every file is read through
 ``cellbench.results.loaders``
 (schema, invariants, checksum), never by hand.
 
+Each serve percentile (median, p90, p99 of TTFT, TPOT, ITL, E2EL) carries ``requests``, the
+requests behind it; a p90 or p99 whose requests fall short of MLPerf's early-stopping count
+has an empty ``value`` and ``note`` says why (``cellbench.stats.percentile_counts``). Other
+rows leave both empty.
+
 ``config_source`` is what the number was measured with: for serving and GSM8K, the fused-MoE
 config the arm's server logged (bench.json ``moe_config.source``: tuned, default, shipped, ...);
 for the tuner, ``tuned`` for the pick and the baseline's own source for the baseline timing.
@@ -33,6 +38,7 @@ import pandas as pd
 from cellbench.common import atomicio
 from cellbench.results import loaders, result_file, whole_sets
 from cellbench.results.result_file import Result, ResultError
+from cellbench.stats import percentile_counts
 
 COLUMNS = (
     "run",
@@ -52,8 +58,10 @@ COLUMNS = (
     "repeat",
     "metric",
     "value",
+    "requests",
+    "note",
 )
-INT_COLUMNS = ("tp", "ep", "batch_size", "isl", "osl", "concurrency", "repeat")
+INT_COLUMNS = ("tp", "ep", "batch_size", "isl", "osl", "concurrency", "repeat", "requests")
 LIVE_RUN = "live"
 # A grid point's keys and bookkeeping: not measurements.
 POINT_KEYS = {
@@ -66,6 +74,7 @@ POINT_KEYS = {
     "num_warmups",
     "seed",
     "request_rate",
+    *percentile_counts.REQUESTS,  # the requests column of each percentile's row
 }
 GSM8K_METRICS = (
     "strict_match",
@@ -122,6 +131,18 @@ def roofline_fraction(entry: Mapping) -> float | None:
     return _number(entry.get("roofline_fraction"))
 
 
+def _published(point: Mapping, metric: str, value: float) -> dict:
+    """One serve number's row part: metric, value (NaN when a tail percentile is withheld),
+    the requests behind a percentile and why it is withheld."""
+    why = percentile_counts.withheld_reason(point, metric)
+    return {
+        "metric": metric,
+        "value": math.nan if why else value,
+        "requests": percentile_counts.count_of_field(point, metric),
+        "note": why,
+    }
+
+
 def tidy_frame(
     loaded: Iterable[Result], run: str = LIVE_RUN, digests: Mapping[str, str] | None = None
 ) -> pd.DataFrame:
@@ -166,7 +187,7 @@ def tidy_frame(
                     number = _number(value)
                     if metric in POINT_KEYS or number is None:
                         continue
-                    rows.append({**base, **where, "metric": metric, "value": number})
+                    rows.append({**base, **where, **_published(point, metric, number)})
         elif r.kind == result_file.GSM8K:
             d = r.data
             base = {

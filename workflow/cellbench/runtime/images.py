@@ -40,6 +40,17 @@ class ImageError(RuntimeError):
     """Resolving, pulling or checking an image failed; the message says which and why."""
 
 
+class RegistryUnreachable(ImageError):
+    """The registry (or the network to it) did not answer: nothing is known about the tag."""
+
+
+# `cellbench images` exit statuses: each answer its own, so a script can tell them apart.
+EXIT_OK = 0
+EXIT_ERROR = 2  # bad input, an engine error, a refused pin
+EXIT_MOVED = 3  # a tag is not as pinned (moved, unpinned, or its ref changed)
+EXIT_UNREACHABLE = 4  # the registry could not be asked
+
+
 # --- references ----------------------------------------------------------------------------
 
 
@@ -171,6 +182,7 @@ def _classify(ref: str, message: str) -> ImageError:
         )
     ):
         why = "registry unreachable (network, DNS or the registry is down)"
+        return RegistryUnreachable(f"image {ref}: {why}: {message.strip()}")
     else:
         why = "failed"
     return ImageError(f"image {ref}: {why}: {message.strip()}")
@@ -321,7 +333,11 @@ def cmd_lock(cfg: dict[str, Any], lock_path: Path, client, out: TextIO) -> int:
     for name, spec in cfg["images"].items():
         entry = lock["images"].get(name)
         if entry and entry["ref"] == spec["ref"]:
-            print(f"{name}: pinned {entry['digest']} ({entry['ref']})", file=out)
+            # The registry is asked even so: a lock that answered "nothing to pin" with the
+            # registry down would say all is well about tags it never saw.
+            now = resolve_digest(client, spec["ref"])
+            moved = "" if now == entry["digest"] else f"; the tag now serves {now} (bump to move)"
+            print(f"{name}: pinned {entry['digest']} ({entry['ref']}){moved}", file=out)
             continue
         if entry:
             raise ImageError(
@@ -364,7 +380,8 @@ def image_status(cfg: dict[str, Any], lock: dict[str, Any], client) -> list[dict
         try:
             row["current"] = resolve_digest(client, spec["ref"])
         except ImageError as exc:
-            row["current"], row["state"], row["detail"] = "-", "unresolvable", str(exc)
+            state = "unreachable" if isinstance(exc, RegistryUnreachable) else "unresolvable"
+            row["current"], row["state"], row["detail"] = "-", state, str(exc)
             rows.append(row)
             continue
         if not entry:
@@ -390,5 +407,11 @@ def cmd_status(cfg: dict[str, Any], lock_path: Path, client, out: TextIO) -> int
         elif row["state"] == "moved":
             hint = f"cellbench images bump {row['name']}"
             print(f"  the tag moved; runs keep the pin until `{hint}`", file=out)
-    # Non-zero when anything is not as pinned, so scripts and CI can react.
-    return 0 if all(r["state"] == "current" for r in rows) else 3
+    # Non-zero when anything is not as pinned, so scripts and CI can react: unreachable first
+    # (nothing is known about those tags), then not as pinned, then an unresolvable tag.
+    states = {r["state"] for r in rows}
+    if "unreachable" in states:
+        return EXIT_UNREACHABLE
+    if states & {"moved", "unpinned", "ref-changed"}:
+        return EXIT_MOVED
+    return EXIT_OK if states <= {"current"} else EXIT_ERROR

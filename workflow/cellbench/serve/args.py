@@ -103,6 +103,8 @@ def _parser() -> argparse.ArgumentParser:
     a("--ignore-eos", dest="ignore_eos", action=argparse.BooleanOptionalAction)
     a("--ready-timeout", dest="ready_timeout_s", type=float)
     a("--max-failed-share", dest="max_failed_share", type=float)
+    a("--min-plausible-tpot-ms", dest="min_plausible_tpot_ms", type=float)
+    a("--min-plausible-itl-ms", dest="min_plausible_itl_ms", type=float)
     a("--tuned-config-dir", dest="tuned_config_dir")
     a("--gsm8k", action=argparse.BooleanOptionalAction)
     a("--gsm8k-dataset", dest="gsm8k_dataset", help="hub id or a local .jsonl file")

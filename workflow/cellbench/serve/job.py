@@ -24,6 +24,7 @@ from cellbench.serve import (
     load_shapes,
     server_metrics,
     telemetry,
+    validity,
 )
 from cellbench.stats import core as stats
 
@@ -147,6 +148,9 @@ class StageConfig:
     ignore_eos: bool = True
     ready_timeout_s: float = 600.0
     max_failed_share: float = 0.05
+    # Below these a repeat is recorded invalid (validity); None: no floor.
+    min_plausible_tpot_ms: float | None = validity.DEFAULT_MIN_TPOT_MS
+    min_plausible_itl_ms: float | None = validity.DEFAULT_MIN_ITL_MS
     tuned_config_dir: Path | None = None
     gsm8k: bool = True
     gsm8k_dataset: str = HUB_DATASET
@@ -246,6 +250,8 @@ class StageConfig:
                 f"--repeat-cap {self.repeat_cap} with --arm {self.arm}: repeats stop on the "
                 "verdict of interleaved pairs, so it needs --arm pair or images"
             )
+        for name in ("min_plausible_tpot_ms", "min_plausible_itl_ms"):
+            validity.finite_floor(getattr(self, name), f"--{name.replace('_', '-')}")
         if self.gsm8k:
             problem = dataset_problem(self.gsm8k_dataset)
             if problem:

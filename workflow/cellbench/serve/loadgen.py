@@ -15,8 +15,11 @@ It reproduces what ``vllm bench serve`` measures, with the same definitions and 
   does; the prompt lengths asked for are ``total_input_tokens_requested``. A server that
   reports no prompt usage leaves ``total_input_tokens`` (and ``total_token_throughput``,
   which adds it) null, never silently the requested figure;
-* mean/median/std/p99 with numpy over successful requests; failed requests are counted and
-  left out of every statistic. Streams that end without ``data: [DONE]`` are fine.
+* mean/median/std/p90/p99 with numpy over successful requests; failed requests are counted and
+  left out of every statistic. Streams that end without ``data: [DONE]`` are fine;
+* beside them, per metric, the requests behind its statistics (``ttft_requests``, ...:
+  ``cellbench.stats.percentile_counts`` says which percentiles those counts let the report
+  publish).
 
 Prompts are random token sequences of exactly ``isl`` tokens under the model's tokenizer (a
 local ``tokenizer.json``/``transformers`` tokenizer, or the server's ``/tokenize`` and
@@ -52,7 +55,7 @@ from cellbench.serve.sse_client import RequestResult, _Client
 
 # Keys of one measured point, in the order vLLM saves them.
 METRIC_NAMES = ("ttft", "tpot", "itl", "e2el")
-STAT_NAMES = ("mean", "median", "std", "p99")
+STAT_NAMES = ("mean", "median", "std", "p90", "p99")
 POINT_KEYS = (
     "duration",
     "completed",
@@ -143,6 +146,7 @@ def _stats(values: list[float], scale: float = 1000.0) -> dict[str, float]:
         "mean": float(np.mean(arr)),
         "median": float(np.median(arr)),
         "std": float(np.std(arr)),
+        "p90": float(np.percentile(arr, 90)),
         "p99": float(np.percentile(arr, 99)),
     }
 
@@ -192,6 +196,11 @@ def compute_metrics(
     for name, vals in (("ttft", ttfts), ("tpot", tpots), ("itl", itls), ("e2el", e2els)):
         for stat, v in _stats(vals).items():
             m[f"{stat}_{name}_ms"] = v
+    # Requests behind each metric (ITL: those with a gap; a request's gaps are not queries).
+    with_gaps = sum(1 for r in results if r.success and r.itl)
+    for name, n in (("ttft", len(ttfts)), ("tpot", len(tpots)), ("itl", with_gaps)):
+        m[f"{name}_requests"] = n
+    m["e2el_requests"] = len(e2els)
     return m
 
 

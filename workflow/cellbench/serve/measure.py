@@ -28,6 +28,7 @@ from cellbench.serve import (
     random_prompts,
     repeat_stop,
     request_detail,
+    validity,
 )
 from cellbench.serve.job import IMAGES, WARM_MARKER, Side, StageConfig
 from cellbench.serve.server import (
@@ -287,16 +288,15 @@ def _measure(cfg: StageConfig, sides: list[Side], point_tag: str | None = None) 
                             f"mid-run at {name} isl={ps.isl} osl={ps.osl}",
                             suspect=name if pt["failed"] else None,
                         )
-                        try:
-                            loadgen.check_failures(pt, cfg.max_failed_share)
-                        except loadgen.TooManyFailures as e:
-                            raise run.server.fail(f"{name}: {e}") from e
-                        _log(progress_line(pt, name))
+                        _mark_validity(cfg, pt, detail, name)
                         run.points.append(pt)
                         run.requests.append(request_detail.record(pt, detail))
             if stop is not None:
                 _decide_repeat(stop, runs, names, rep)
         order = order[:repeats_run]
+        # Invalid repeats are kept and counted; a point left without enough valid ones to
+        # answer ends the job here, before anything is written.
+        validity.check_enough({n: r.points for n, r in runs.items()}, repeat_stop.point_key)
         if stop is not None:
             stop.annotate(run.points for run in runs.values())
             _log(stop.summary())
@@ -324,6 +324,25 @@ def _measure(cfg: StageConfig, sides: list[Side], point_tag: str | None = None) 
             for name, run in runs.items()
         }
     return _Measured(runs, order, server_info, started, _now(), lease.gpu_source)
+
+
+def _mark_validity(
+    cfg: StageConfig, pt: dict[str, Any], detail: dict[str, list], side: str
+) -> None:
+    """Record why a repeat cannot count (``validity``) in its ``invalid`` field, and say so
+    on the terminal after its progress line."""
+    reason = validity.invalid_reason(
+        pt,
+        detail,
+        max_failed_share=cfg.max_failed_share,
+        min_tpot_ms=cfg.min_plausible_tpot_ms,
+        min_itl_ms=cfg.min_plausible_itl_ms,
+    )
+    _log(progress_line(pt, side))
+    if reason is not None:
+        pt["invalid"] = reason
+        _log(f"invalid repeat: #{pt['seq']} {side} isl={pt['isl']} osl={pt['osl']} "
+             f"{load_shapes.point_label(pt)} repeat {pt['repeat']}: {reason}")  # fmt: skip
 
 
 def _key(gp: dict[str, int], lp: dict[str, Any]) -> repeat_stop.PointKey:

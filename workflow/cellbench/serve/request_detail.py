@@ -98,6 +98,7 @@ def _stats_ms(values: Sequence[float]) -> dict[str, float]:
         "mean": float(np.mean(arr)),
         "median": float(np.median(arr)),
         "std": float(np.std(arr)),
+        "p90": float(np.percentile(arr, 90)),
         "p99": float(np.percentile(arr, 99)),
     }
 
@@ -106,8 +107,9 @@ def recompute_point(
     rec: Mapping[str, Any], slo_ms: Mapping[str, float] | None = None
 ) -> dict[str, Any]:
     """A point's summary recomputed from its requests alone: completed/failed, output tokens
-    and ``{mean,median,std,p99}_{ttft,tpot,itl,e2el}_ms`` with loadgen's definitions (failed
-    requests left out), plus goodput when ``slo_ms`` is given and ``duration`` was kept."""
+    and ``{mean,median,std,p90,p99}_{ttft,tpot,itl,e2el}_ms`` with loadgen's definitions (failed
+    requests left out) with each metric's requests (``ttft_requests``, ...), plus goodput
+    when ``slo_ms`` is given and ``duration`` was kept."""
     ok = [i for i, e in enumerate(rec["errors"]) if not e]
     ttfts = [rec["ttfts"][i] for i in ok]
     e2els = [rec["latencies"][i] for i in ok]
@@ -122,6 +124,9 @@ def recompute_point(
     for name, vals in (("ttft", ttfts), ("tpot", tpots), ("itl", itls), ("e2el", e2els)):
         for stat, v in _stats_ms(vals).items():
             out[f"{stat}_{name}_ms"] = v
+    with_gaps = sum(1 for i in ok if rec["itls"][i])
+    counts = {"ttft": len(ttfts), "tpot": len(tpots), "itl": with_gaps, "e2el": len(e2els)}
+    out.update({f"{name}_requests": n for name, n in counts.items()})
     if slo_ms and rec.get("duration"):
         out["goodput"] = load_shapes.goodput(
             rec["ttfts"],

@@ -4,9 +4,11 @@ It serves ``/health``, ``/v1/models``, ``/tokenize``, ``/detokenize``, ``/v1/com
 (streaming and not) and ``/v1/chat/completions`` (not streamed). A streamed completion sends
 its first token ``ttft_ms`` after the request arrives and each further token ``itl_ms`` after
 the previous one; token times are scheduled on an absolute clock so event-loop lateness does
-not accumulate. Every completion's real send times are
-kept and served at ``GET /stats`` (keyed by the response ``id``), so a client's measurements can
-be checked against what the server actually did, not only against the configured values.
+not accumulate, counted from the first token's real send so that a late first token does not
+squeeze the later ones together (no decoder catches up that way). Every completion's real
+send times are kept and served at ``GET /stats`` (keyed by the response ``id``), so a client's
+measurements can be checked against what the server actually did, not only against the
+configured values.
 
 Tokens are the words ``w0 .. w{vocab-1}``; ``/tokenize`` splits on whitespace.
 
@@ -17,6 +19,10 @@ arrives; ``--never-ready`` keeps ``/health`` at 503; ``--exit-at-start`` exits w
 during start-up; ``--reject-ignore-eos`` answers 422 to ``ignore_eos`` as ``transformers serve``
 does; ``--style transformers`` puts ``usage`` on the last token chunk and omits ``[DONE]``;
 ``--completion-text T`` answers non-streamed requests with ``T`` (e.g. a GSM8K answer);
+``--burst-requests N-M`` holds streamed completion requests N..M-1 (counted from 0, as
+``--exit-after`` counts) until their last token is due and then sends all their tokens at once,
+``--burst-style chunk`` in one SSE chunk, ``events`` one chunk per token back to back (a server
+that buffers its stream, as one vLLM image did intermittently);
 ``--moe-log none`` leaves out the fused-MoE config line it logs at start-up (as vLLM would,
 from ``VLLM_TUNED_CONFIG_FOLDER``), as a server without a Triton MoE path would.
 
@@ -62,6 +68,8 @@ class TimedServerConfig:
     reject_ignore_eos: bool = False
     style: str = "vllm"  # or "transformers"
     completion_text: str | None = None  # fixed answer text instead of "w0 w7 ..." tokens
+    burst_requests: tuple[int, int] | None = None  # [first, end) of requests sent in a burst
+    burst_style: str = "chunk"  # or "events"
 
 
 @dataclass
@@ -167,9 +175,13 @@ async def _completions(request: web.Request) -> web.StreamResponse:
     loop = asyncio.get_running_loop()
     t0 = loop.time()
 
+    first_sent: list[float] = []  # loop time the first streamed token went out
+
     async def wait_until(k: int) -> None:
-        # Absolute schedule: token k is due at ttft + k * itl after arrival.
-        due = t0 + (cfg.ttft_ms + k * cfg.itl_ms) / 1000.0
+        # Absolute schedule: token k is due at ttft + k * itl after arrival, later tokens
+        # k * itl after the first one really went.
+        base = first_sent[0] if first_sent else t0 + cfg.ttft_ms / 1000.0
+        due = base + k * cfg.itl_ms / 1000.0
         delay = due - loop.time()
         if delay > 0:
             await asyncio.sleep(delay)
@@ -201,15 +213,25 @@ async def _completions(request: web.Request) -> web.StreamResponse:
             d["usage"] = usage
         return b"data: " + json.dumps(d).encode() + b"\n\n"
 
-    for k in range(n_out):
-        await wait_until(k)
+    burst = cfg.burst_requests is not None and cfg.burst_requests[0] <= i < cfg.burst_requests[1]
+    texts = [f" w{(7 * k) % cfg.vocab_size}" for k in range(n_out)]
+    finish = "length" if n_out == max_tokens else "stop"
+    if burst and cfg.burst_style == "chunk":
+        await wait_until(n_out - 1)
+        one = {"index": 0, "text": "".join(texts), "finish_reason": finish}
+        await resp.write(chunk([one], with_usage=cfg.style == "transformers"))
+        sends.append(time.perf_counter())
+    for k in range(0 if not burst or cfg.burst_style == "events" else n_out, n_out):
+        await wait_until(n_out - 1 if burst else k)
         last = k == n_out - 1
-        choice: dict = {"index": 0, "text": f" w{(7 * k) % cfg.vocab_size}"}
+        choice: dict = {"index": 0, "text": texts[k]}
         if last:
-            choice["finish_reason"] = "length" if n_out == max_tokens else "stop"
+            choice["finish_reason"] = finish
         tf_last = last and cfg.style == "transformers"
         await resp.write(chunk([choice], with_usage=tf_last))
         sends.append(time.perf_counter())
+        if k == 0 and not burst:
+            first_sent.append(loop.time())
     if cfg.style != "transformers":
         if include_usage:
             await resp.write(chunk([], with_usage=True))
@@ -361,6 +383,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reject-ignore-eos", action="store_true")
     p.add_argument("--style", choices=["vllm", "transformers"], default="vllm")
     p.add_argument("--completion-text", default=None, help="fixed non-streamed answer text")
+    p.add_argument("--burst-requests", default=None, help="N-M: requests sent in one burst")
+    p.add_argument("--burst-style", choices=["chunk", "events"], default="chunk")
     p.add_argument("--keepalive-timeout", type=float, default=75.0, help="idle keep-alive, s")
     p.add_argument(
         "--moe-log",
@@ -371,6 +395,12 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     if not 0.0 <= a.fail_share <= 1.0:
         p.error(f"--fail-share must be within [0, 1], got {a.fail_share}")
+    burst = None
+    if a.burst_requests is not None:
+        first, _, end = a.burst_requests.partition("-")
+        if not (first.isdigit() and end.isdigit() and int(first) < int(end)):
+            p.error(f"--burst-requests must be N-M with N < M, got {a.burst_requests!r}")
+        burst = (int(first), int(end))
     print(f"timed_server: starting on {a.host}:{a.port}", flush=True)
     if a.moe_log == "vllm":
         print(moe_config_line(os.environ.get("VLLM_TUNED_CONFIG_FOLDER")), flush=True)
@@ -392,6 +422,8 @@ def main(argv: list[str] | None = None) -> int:
         reject_ignore_eos=a.reject_ignore_eos,
         style=a.style,
         completion_text=a.completion_text,
+        burst_requests=burst,
+        burst_style=a.burst_style,
     )
     web.run_app(
         make_app(cfg),

@@ -194,6 +194,17 @@ class CandidateSteps:
         own = getattr(self.backend, "m_specialisation", None)
         return (rows == 1, rows % 16 == 0, *(own(m) if own else ()))
 
+    def _stand_in_m(self, m: int) -> int:
+        """The smallest batch size whose kernels are m's (same `_spec`): where compile workers
+        run a config to compile it (vLLM's kernel has no compile-only entry), they run it
+        there. At m itself their runs shared the GPU with the timings: on an H100 (fp8, 18
+        sizes) the first configs timed at each M >= 1024 measured 7-13% slow, and one was
+        the previous size's pick (M=1024: 342.5 us in round 0, 302.9 us re-timed), so the
+        local search went round another tile (1.028x exhaustive's pick); 12 workers at
+        M=16384 also ran the GPU out of memory."""
+        spec = self._spec(m)
+        return next((x for x in range(1, min(m, 64)) if self._spec(x) == spec), m)
+
     def _is_compiled(self, m: int, key: str) -> bool:
         return (self._spec(m), key) in self.compiled
 
@@ -205,13 +216,15 @@ class CandidateSteps:
 
     def _compile_budget(self, m: int) -> int | None:
         """New kernels allowed at batch size m: the larger budget at the first batch size of
-        each M-dependent specialisation (nothing compiled for it can be reused yet)."""
+        each M-dependent specialisation (nothing compiled for it can be reused yet) and at a
+        batch size far from the one tuned before it (what was compiled there suits other
+        tiles: see `_far`)."""
         if self.opt.compile_budget is None:
             return None
         first, later = self.opt.compile_budget
         spec = self._spec(m)
         self.class_first.setdefault(spec, m)
-        return first if self.class_first[spec] == m else later
+        return first if self.class_first[spec] == m or self._far(m) else later
 
     def _new_at(self, m: int) -> int:
         return self.new_compiles.get(m, 0)

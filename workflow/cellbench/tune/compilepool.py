@@ -32,6 +32,7 @@ import statistics
 import threading
 import time
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 from cellbench.tune.spaces import config_key
@@ -204,6 +205,9 @@ def _warm(
         be.output(probs[m], cfg)
         if torch.cuda.is_available():
             torch.cuda.synchronize()
+            # cached blocks of every worker add up: 12 workers held 5.85 GiB each at M=8192
+            # (fp8, one H100), and M=16384 ran out of GPU memory
+            torch.cuda.empty_cache()
 
     return _reported(work)
 
@@ -241,6 +245,9 @@ class CompilePool:
                                             self.compile_only, self.started),
                                   self.start_method)  # fmt: skip
         self._facts: dict[str, Any] | None = None
+        # the batch size a worker runs a warm-up at, given the one asked for (the tuner sets a
+        # smaller one that compiles the same kernels); None: the one asked for
+        self.warm_m: Callable[[int], int] | None = None
         self._workers = workers
         self._futures: dict[tuple[int, str], cf.Future] = {}
         # speculative warm-ups not sent yet, in order. _lock guards them, the futures and the
@@ -314,6 +321,8 @@ class CompilePool:
         )
 
     def _args(self, m: int, cfg: dict[str, int]) -> tuple[Any, ...]:
+        if self.warm_m is not None:
+            m = self.warm_m(m)
         return (m, cfg) if self._facts is None else (m, cfg, self._facts)
 
     def _submit(self, fn: Any, *args: Any) -> cf.Future:

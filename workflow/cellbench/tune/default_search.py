@@ -16,7 +16,13 @@ from typing import Any
 from cellbench.tune import spaces
 from cellbench.tune.search_types import Entry
 
-__all__ = ["DefaultSearch"]
+__all__ = ["DefaultSearch", "is_far"]
+
+
+def is_far(m: int, prev: int | None, near_log2: float) -> bool:
+    """Whether batch size m searches on its own in default mode: nothing was tuned before it
+    (prev None), or prev lies more than near_log2 doublings away (log2(M) distance)."""
+    return prev is None or abs(math.log2(m / prev)) > near_log2
 
 
 class DefaultSearch:
@@ -129,16 +135,46 @@ class DefaultSearch:
                     out.append((key, by_key[key]))
         return out
 
+    # -- neighbours ---------------------------------------------------------------------------
+    def _far(self, m: int) -> bool:
+        """Whether batch size m searches on its own: nothing was tuned before it in this run,
+        or the size tuned before it lies more than `near_log2` doublings below. What that size
+        found suits another number of rows per expert: with only 1, 16 and 4096 listed (fp8,
+        one H100), M=4096 started from M=16's tiles within the later compile budget and kept
+        vLLM's config, 1.078x exhaustive's pick, where the listed 1536 had led it to the best."""
+        return is_far(m, self.prev_of.get(m), self.opt.near_log2)
+
+    def _prior_keys(self, m: int) -> list[str]:
+        """The size-class prior of batch size m: the seed table's entry vLLM would take at m
+        (nearest in M), then, for a batch size searching on its own, the other entries within
+        `near_log2` doublings of the nearest one's distance, nearest in log2(M) first (a
+        table's small-M tiles never seed a large M), `prior_seeds` distinct configs at most."""
+        table = self.opt.seed_table
+        if not table:
+            return []
+        order = [min(table, key=lambda k: (abs(k - m), k))]
+        if self._far(m):
+
+            def dist(k: int) -> float:
+                return abs(math.log2(k / m))
+
+            reach = min(map(dist, table)) + self.opt.near_log2
+            order += sorted((k for k in table if dist(k) <= reach), key=lambda k: (dist(k), k))
+        keys: list[str] = []
+        for k in order:
+            key = spaces.config_key(table[k])
+            if key not in keys:
+                keys.append(key)
+        return keys[: self.opt.prior_seeds if self._far(m) else 1]
+
     def _seed_configs(
         self, m: int, by_key: dict[str, dict[str, int]], finalist_keys: list[str]
     ) -> list[tuple[str, dict[str, int]]]:
-        """Warm-start seeds: the previous batch size's finalists, then the nearest entry of a
-        given config table (e.g. the file vLLM ships) when that config survives pruning."""
-        keys = list(finalist_keys[: self.opt.warm_start])
-        table = self.opt.seed_table
-        if table:
-            near = table[min(table, key=lambda k: (abs(k - m), k))]
-            keys.append(spaces.config_key(near))
+        """Warm-start seeds: the previous batch size's finalists (its pick alone where m is
+        far from it), then the size-class prior (`_prior_keys`) where those configs survive
+        pruning."""
+        keys = list(finalist_keys[: 1 if self._far(m) else self.opt.warm_start])
+        keys += self._prior_keys(m)
         out, seen = [], set()
         for k in keys:
             if k in by_key and k not in seen:
@@ -243,6 +279,10 @@ class DefaultSearch:
         by_key = dict(cands)
         seeds = self._seed_configs(m, by_key, finalist_keys)
         anchors = [c for _, c in seeds]
+        if self._far(m):  # tiles shaped like the prior's, not like the far size's
+            prior = set(self._prior_keys(m))
+            anchors = [c for k, c in seeds if k in prior]
+            ranked_keys = []
         chosen: list[tuple[str, dict[str, int]]] = list(seeds)
         taken = {k for k, _ in chosen}
         # configs compiled at earlier batch sizes that ranked well there cost no compile
@@ -284,6 +324,7 @@ class DefaultSearch:
         nxt = self.next_m.get(m)
         if self.pool is None or nxt is None or self.opt.mode != "default":
             return
+        self.prev_of.setdefault(nxt, m)
         cands = self._candidates(nxt, quiet=True)
         chosen, _ = self._round0(nxt, cands, finalist_keys, ranked_keys)
         guess = [c for k, c in chosen if not self._is_compiled(nxt, k)]

@@ -107,8 +107,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--compile-workers", type=int, help="GPU only: compile processes per GPU")
     p.add_argument(
         "--compile-budget",
-        help="default mode: FIRST,LATER new kernels per batch size (first batch size of each "
-        "specialisation, the others); 'none' for no limit (default 32,12 on GPU, 8,4 on CPU)",
+        help="default mode: FIRST,LATER new kernels per batch size (FIRST: the first batch "
+        "size of each specialisation and one more than a doubling above the size before it; "
+        "LATER: the others); 'none' for no limit (default 32,12 on GPU, 8,4 on CPU)",
     )
     p.add_argument(
         "--seed-configs",
@@ -268,6 +269,8 @@ def _read_seed_table(path: str) -> dict[int, dict[str, int]]:
 def _check_out_folder(out: str) -> None:
     """--out must be a folder, or a path whose nearest existing parent is a writable folder:
     refused now, before any GPU work, rather than as a traceback when the first file is written."""
+    if not out.strip():  # Path('') is the working folder: the tune would write into it
+        raise UsageError(f"--out {out!r}: empty; expected a folder to write into")
     path = Path(out)
     probe = path
     while not probe.exists() and probe != probe.parent:

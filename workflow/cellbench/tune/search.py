@@ -20,7 +20,10 @@ Modes:
   tie of the table's config with a finalist that measured faster is timed again, the two
   side by side with twice the repeats, and the median of all their samples decides. A
   kernel compiled at one batch size is reused at the other batch sizes with the same
-  specialisation. With compile workers, the search also queues guesses: its seeds'
+  specialisation. A batch size more than a doubling above the one tuned before it searches
+  on its own, as the first one does (the first budget, the seed table's nearest entries as
+  its prior, nothing carried from the far size but its pick): see `DefaultSearch._far`.
+  With compile workers, the search also queues guesses: its seeds'
   neighbours (the likely moves) and, from round 0's ranking on, the next batch size's likely
   round 0; the workers take a guess only when no needed kernel waits (see CompilePool). On
   the builtin kernel's few-token path the default mode screens every distinct kernel, as
@@ -120,6 +123,8 @@ class Tuner(CandidateSteps, DefaultSearch, FinalPick):
         self.opt = options
         self.log = log
         self.pool = compile_pool
+        if compile_pool is not None and not getattr(compile_pool, "compile_only", True):
+            compile_pool.warm_m = self._stand_in_m  # workers that run kernels run small ones
         self.progress = progress or (lambda s: print(s, file=sys.stderr, flush=True))
         self.stats = Stats()
         self.failed: set[str] = set(log.failed_keys())
@@ -136,6 +141,8 @@ class Tuner(CandidateSteps, DefaultSearch, FinalPick):
         self.t_start = time.perf_counter()
         self.skipped: list[int] = []
         self.next_m: dict[int, int] = {}  # batch size -> the one tuned after it
+        self.prev_of: dict[int, int | None] = {}  # batch size -> the one tuned before it
+        self.last_m: int | None = None
 
     def _over_budget(self) -> bool:
         b = self.opt.time_budget_s
@@ -205,6 +212,7 @@ class Tuner(CandidateSteps, DefaultSearch, FinalPick):
         c0 = (self.stats.timed, self.stats.pruned, self.stats.failed)
         if self.first_m is None:
             self.first_m = m
+        self.prev_of.setdefault(m, self.last_m)
         problems = [
             self.backend.make_problem(m, self.opt.seed * 1000 + i) for i in range(self.opt.rotate)
         ]
@@ -244,6 +252,7 @@ class Tuner(CandidateSteps, DefaultSearch, FinalPick):
         self.stats.compiled = len(self.compiled)
         c1 = (self.stats.timed, self.stats.pruned, self.stats.failed)
         entry.timed = c1[0] - c0[0]
+        self.last_m = m
         self.progress(
             f"[tune] M={m}: {c1[0] - c0[0]} timed, {c1[1] - c0[1]} pruned, "
             f"{c1[2] - c0[2]} failed of {len(cands)} candidates; best {entry.time_us:.2f} us "
@@ -261,6 +270,7 @@ class Tuner(CandidateSteps, DefaultSearch, FinalPick):
         out: dict[int, Entry] = {}
         ms = sorted(batch_sizes)
         self.next_m = dict(zip(ms[:-1], ms[1:], strict=True))
+        self.prev_of.update(zip(ms[1:], ms[:-1], strict=True))
         for i, m in enumerate(ms):
             try:
                 out[m] = self.tune_one(m)

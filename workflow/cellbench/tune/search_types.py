@@ -49,6 +49,12 @@ class TuneOptions:
     local_rounds: int = 3  # rounds of one-step moves around the best two
     moves_per_round: int = 8
     warm_start: int = 4  # finalists of the previous batch size to seed the next
+    # default mode: a batch size more than this many doublings above the one tuned before it
+    # (or the first one) searches on its own: the first budget above, seeds from the seed
+    # table's entries nearest it (`prior_seeds` of them) and the previous pick only, and
+    # nothing re-timed for free from the far size (see default_search.py)
+    near_log2: float = 1.0
+    prior_seeds: int = 3
     abandon_factor: float = 1.5  # stop timing a config whose first replay is this much slower
     check_correctness: bool = True
     compile_workers: int = 0  # >0: warm up (compile) candidates in worker processes

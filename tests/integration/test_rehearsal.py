@@ -148,8 +148,9 @@ def test_every_step_ran_in_a_pinned_vllm_container(rehearsal):
         assert server["version"]["version"] == OLD, server["version"]
         # vLLM's CPU backend runs MoE without Triton: no config file is read by either arm.
         assert bench["moe_config"]["source"] == "none seen", bench["moe_config"]
-        # serve.repeats 2, repeat_cap 3: 2 or 3 pairs per grid point, as each records
-        used = {(p["isl"], p["osl"]): p["repeats_used"] for p in bench["points"]}
+        # serve.repeats 1, starts {min: 2, cap: 3}: 2 or 3 server starts per grid point, as
+        # each records (one repeat a start)
+        used = {(p["isl"], p["osl"]): p["starts_used"] for p in bench["points"]}
         assert len(used) == 2 and set(used.values()) <= {2, 3}
         assert len(bench["points"]) == sum(used.values())
         log = (workdir / "results" / CELL / "serve" / arm / "server.log").read_text()

@@ -208,9 +208,12 @@ def test_diff_two_runs(archived, capsys):
     assert "GSM8K, paired by `doc_id` on 20 questions" in text
     ttft_rows = [r for r in text.splitlines() if "| mean_ttft_ms" in r]
     assert len(ttft_rows) == 4
-    # CELL_A's TTFT went from ~100 to ~150 ms: "worse" on both arms; CELL_B is unchanged.
-    assert sum("worse" in r for r in ttft_rows) == 2
-    assert sum("within noise" in r for r in ttft_rows) == 2
+    # CELL_A's TTFT went from ~100 to ~150 ms: "worse" on both arms; CELL_B is unchanged, yet
+    # two runs never interleaved are compared unpaired, on 3 starts a side: not narrow enough
+    # for +-2%, so inconclusive, with what it could have seen.
+    assert sum("| worse " in r for r in ttft_rows) == 2
+    assert sum("| inconclusive " in r for r in ttft_rows) == 2
+    assert all("| unpaired " in r for r in ttft_rows)
 
 
 def test_diff_and_show_errors_are_one_line(archived, capsys, tmp_path):

@@ -59,7 +59,11 @@ def test_report_states_statistic_date_commit_and_settings(tmp_path):
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
                             text=True, check=True).stdout.strip()  # fmt: skip
     assert re.search(rf"- Written \d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d UTC from commit `{commit}", text)
-    assert "- Serving: ISL-OSL 512-512; concurrency 16; 160 prompts per point; 3 repeats" in text
+    # points written before starts were recorded: one server start, its three repeats
+    assert (
+        "- Serving: ISL-OSL 512-512; concurrency 16; 160 prompts per point; 1 server start "
+        "and 3 repeats in all per point and arm" in text
+    )
     assert "- Tuner: backend builtin, mode default, batch sizes 1, 4, device CPU_TRITON" in text
 
 

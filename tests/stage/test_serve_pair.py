@@ -265,15 +265,48 @@ def test_sigterm_stops_both_servers(tmp_path):
         assert not (tmp_path / "serve" / arm / "bench.json").exists()
 
 
-def test_pair_repeats_stop_per_point_once_settled(tmp_path, capsys):
-    """Sequential repeats against two real timed servers (issue 32 item 3): after the
-    minimum (2 pairs) a point gets another interleaved pair only while the stopping rule
-    leaves it open, up to the cap. Whatever the timings on this machine, each point records
-    the pairs it was measured in and why it stopped, and that is what the rule says on the
-    recorded pairs with the report's design; the report's table shows it."""
+def test_pair_rounds_start_fresh_servers_in_alternating_order(tmp_path, capsys):
+    """Server starts as the unit of replication: each round stops both arms' servers and
+    starts them afresh, untuned first in round 0, tuned first in round 1; every point
+    records its round as ``start``, repeats are numbered job-wide, and the seeds (prompts)
+    are fresh per repeat, the same for both arms."""
+    args = _pair_args(
+        tmp_path, ["--ttft-ms", "2", "--itl-ms", "1"], repeats=2, starts_min=2, starts_cap=2
+    )
+    assert serve_stage.main(args) == 0
+    err = capsys.readouterr().err
+    out = tmp_path / "serve"
+    benches = {arm: json.loads((out / arm / "bench.json").read_text()) for arm in ARMS}
+    for arm, bench in benches.items():
+        jsonschema.validate(bench, SCHEMA)
+        assert [(p["start"], p["repeat"]) for p in bench["points"]] == [
+            (0, 0), (0, 1), (1, 2), (1, 3)
+        ]  # fmt: skip
+        assert [p["seed"] for p in bench["points"]] == [0, 1, 2, 3]
+        assert len(bench["server"]["starts_ready_s"]) == 2
+        # each start wrote its own banner into the arm's log: two servers, one after the other
+        assert (out / arm / "server.log").read_text().count("starting on") == 2
+        assert _port_closed(_server_port(out / arm / "server.log"))
+    restarts = [ln for ln in err.splitlines() if "server started for round 1" in ln]
+    assert [ln.split("] ")[1].split()[0] for ln in restarts] == ["tuned", "untuned"]
+    assert "round 0: servers started untuned tuned" in err
+    assert "round 1: servers started tuned untuned" in err
+    # within each round the repeats alternate the arms (A B, B A)
+    merged = sorted(
+        ((p["seq"], arm) for arm, b in benches.items() for p in b["points"]), key=lambda t: t[0]
+    )
+    assert [arm[0] for _, arm in merged] == list("uttuuttu")
+
+
+def test_pair_starts_stop_per_point_once_settled(tmp_path, capsys):
+    """Sequential starts against two real timed servers: after the minimum (2 rounds) a
+    point gets another round only while the group-sequential rule leaves it open, up to the
+    cap. Whatever the timings on this machine, each point records the starts it was measured
+    in and why it stopped, and that is what the rule says on the recorded starts with the
+    report's design; the report's table shows it."""
     from cellbench.report import frames
     from cellbench.results import loaders
-    from cellbench.serve.repeat_stop import point_key, valid_pairs
+    from cellbench.serve.repeat_stop import point_key, valid_groups
     from cellbench.stats import comparison, sequential
 
     cap = 4
@@ -281,8 +314,9 @@ def test_pair_repeats_stop_per_point_once_settled(tmp_path, capsys):
         tmp_path,
         ["--ttft-ms", "20", "--itl-ms", "5"],
         grid=[{"isl": 8, "osl": 4}, {"isl": 16, "osl": 3}],
-        repeats=2,
-        repeat_cap=cap,
+        repeats=1,
+        starts_min=2,
+        starts_cap=cap,
         min_change_pct=10,
         image_digest="local:timed",  # the loader wants one
     )
@@ -291,59 +325,54 @@ def test_pair_repeats_stop_per_point_once_settled(tmp_path, capsys):
     out = tmp_path / "serve"
     benches = {arm: json.loads((out / arm / "bench.json").read_text()) for arm in ARMS}
     a, b = benches["untuned"]["points"], benches["tuned"]["points"]
-    design = sequential.Design(rows=2 * len(comparison.METRICS), cap=cap, floor_pct=10.0)
+    design = sequential.Design(
+        rows=2 * len(comparison.METRICS), cap=cap, min_starts=2, margin_pct=10.0
+    )
     used = {}
     for key in {point_key(p) for p in a}:
         mine = [p for p in a if point_key(p) == key]
         theirs = [p for p in b if point_key(p) == key]
-        n = mine[0]["repeats_used"]
+        n = mine[0]["starts_used"]
         used[key] = n
         assert 2 <= n <= cap
-        # Measured in repeats 0..n-1 on both sides, every record of the point agreeing.
+        # Measured in starts 0..n-1 on both sides, every record of the point agreeing.
         for side in (mine, theirs):
-            assert sorted(p["repeat"] for p in side) == list(range(n))
-            assert {(p["repeats_used"], p["stop_reason"], p["repeat_cap"]) for p in side} == {
+            assert sorted(p["start"] for p in side) == list(range(n))
+            assert {(p["starts_used"], p["stop_reason"], p["starts_cap"]) for p in side} == {
                 (n, mine[0]["stop_reason"], cap)
             }
-        # The rule on the pairs it had: no more pairs after it said stop, none short of it.
-        pairs, invalid = valid_pairs(mine, theirs, 0.05)
-        step = sequential.decide(pairs, comparison.METRICS, design, invalid=invalid)
-        assert step["action"] == "stop"
-        statuses = {m: s["status"] for m, s in step["metrics"].items()}
-        assert mine[0]["stop_statuses"] == statuses
-        # "settled" at the cap too when no metric was left open there
-        open_at_cap = sequential.CAP in statuses.values()
-        expected = sequential.CAP if step["reason"] == sequential.CAP and open_at_cap else "settled"
-        assert mine[0]["stop_reason"] == expected
+        # The rule on the starts it had: no more after it said stop, none short of it.
+        groups, invalid = valid_groups(mine, theirs, 0.05)
+        step = sequential.decide(groups, comparison.METRICS, design, invalid=invalid)
+        assert step["action"] == "stop" and mine[0]["stop_reason"] == step["reason"]
+        assert mine[0]["stop_statuses"] == {m: s["status"] for m, s in step["metrics"].items()}
         if n > 2:
-            shorter = {m: (x[: n - 1], y[: n - 1]) for m, (x, y) in pairs.items()}
-            before = sequential.decide(shorter, comparison.METRICS, design)
-            assert before["action"] == "continue"
-        assert mine[0]["stop_reason"] != sequential.CAP or n == cap
+            shorter = {m: (x[: n - 1], y[: n - 1]) for m, (x, y) in groups.items()}
+            assert sequential.decide(shorter, comparison.METRICS, design)["action"] == "continue"
         # The job's log says the same reason as the records.
         isl, osl, label = key
-        said = f"{isl}-{osl} {label}: {mine[0]['stop_reason']} after {n} valid pairs"
+        said = f"{isl}-{osl} {label}: {mine[0]['stop_reason']} after {n} starts"
         assert said in err, (said, err[-2000:])
-    # The job ran as many interleaved repeats as its longest point, ABBA.
-    order = benches["untuned"]["arm_order"]
-    assert len(order) == max(used.values()) and order[:2] == [list(ARMS), list(ARMS)[::-1]]
-    # Read back through the checked loader, the report's table shows repeats used and why.
+    # The job ran as many rounds as its longest point.
+    assert max(p["start"] for p in a) + 1 == max(used.values())
+    # Read back through the checked loader, the report's table shows starts used and why.
     loaded = [loaders.load_bench(out / arm / "bench.json") for arm in ARMS]
     serve, _, _ = frames.cell_frames(loaded)
     lines = comparison.render(
         "t", serve[serve.arm == "untuned"], serve[serve.arm == "tuned"], min_change_pct=10.0
     )
     text = "\n".join(lines)
-    assert "| repeats used" in text and "| sequential " in text
+    assert "| stopped" in text and "| could see" in text
     for (isl, osl, _), n in used.items():
         row = next(ln for ln in lines if ln.startswith(f"| {isl}-{osl} "))
-        assert f" {n} of {cap}: " in row
+        assert f"; {n} of {cap} starts: " in row
 
 
-def test_pair_repeats_stop_early_on_a_clear_change(tmp_path):
-    """A change far past the floor, measured for real: the tuned arm's timed server (the one
-    given VLLM_TUNED_CONFIG_FOLDER) sends its tokens twice as far apart. The stopping rule
-    calls TPOT worse, the point records it, and the report's sequential verdict agrees."""
+def test_pair_starts_stop_early_on_a_clear_change(tmp_path):
+    """A change far past the margin, measured for real: the tuned arm's timed server (the
+    one given VLLM_TUNED_CONFIG_FOLDER) sends its tokens twice as far apart. The rule calls
+    TPOT changed (worse) before the cap, the point records it, and the report's verdict,
+    interval and p agree."""
     from cellbench.report import frames
     from cellbench.results import loaders
     from cellbench.stats import comparison, sequential
@@ -356,8 +385,9 @@ def test_pair_repeats_stop_early_on_a_clear_change(tmp_path):
         tmp_path,
         [],
         grid=[{"isl": 8, "osl": 12}],
-        repeats=2,
-        repeat_cap=6,
+        repeats=1,
+        starts_min=2,
+        starts_cap=6,
         min_change_pct=10,
         image_digest="local:timed",
     )
@@ -366,16 +396,17 @@ def test_pair_repeats_stop_early_on_a_clear_change(tmp_path):
     assert serve_stage.main(args) == 0
     out = tmp_path / "serve"
     points = json.loads((out / "tuned" / "bench.json").read_text())["points"]
-    assert points[0]["stop_statuses"]["mean_tpot_ms"] == sequential.WORSE
-    assert 2 <= points[0]["repeats_used"] == len(points) <= 6
+    assert points[0]["stop_statuses"]["mean_tpot_ms"] == sequential.CHANGED
+    assert 2 <= points[0]["starts_used"] == len(points) <= 6
     loaded = [loaders.load_bench(out / arm / "bench.json") for arm in ARMS]
     serve, _, _ = frames.cell_frames(loaded)
     rows = comparison.compare_serve(
         serve[serve.arm == "untuned"], serve[serve.arm == "tuned"], min_change_pct=10.0
     )
     (tpot,) = [r for r in rows if r["metric"] == "mean_tpot_ms"]
-    assert tpot["test"] == "sequential" and tpot["verdict"] == "worse"
-    assert tpot["repeats_used"] == len(points) and tpot["stop_reason"] in ("settled", "cap reached")
+    assert tpot["stop_status"] == sequential.CHANGED and tpot["verdict"] == "worse"
+    assert tpot["ci_low"] > 10 and tpot["p_adj"] < 0.05 and tpot["change_pct"] > 50
+    assert tpot["starts_used"] == len(points) and tpot["stop_reason"] in ("settled", "cap reached")
 
 
 @pytest.mark.slow

@@ -162,6 +162,24 @@ def test_repeat_order_and_what_the_local_server_ran(tmp_path):
     assert not list((tmp_path / "cache").rglob("*.cellbench-warm"))  # no marker stands in
 
 
+def test_one_arm_runs_its_minimum_of_server_starts(tmp_path):
+    """A one-arm job (serve.interleave_arms false) runs serve.starts.min rounds: a fresh
+    server each, the repeats of each round recorded with their start; no stopping rule."""
+    args = _timed_stage(
+        tmp_path, ["--ttft-ms", "2", "--itl-ms", "1"], "--repeats", "1", "--starts-min", "2",
+        "--starts-cap", "2",
+    )  # fmt: skip
+    assert serve_stage.main(args) == 0
+    bench = json.loads((tmp_path / "out" / "bench.json").read_text())
+    jsonschema.validate(bench, SCHEMA)
+    assert [(p["start"], p["repeat"]) for p in bench["points"]] == [(0, 0), (1, 1)]
+    assert "starts_cap" not in bench["points"][0]  # fixed starts: nothing stopped
+    assert len(bench["server"]["starts_ready_s"]) == 2
+    log = (tmp_path / "out" / "server.log").read_text()
+    assert log.count("starting on") == 2
+    assert _port_closed(int(log.rsplit("starting on 127.0.0.1:")[1].split()[0]))
+
+
 def test_cache_contents_counts_files_and_bytes(tmp_path):
     cache = tmp_path / "cache"
     assert serve_measure.cache_contents(cache) == {"dir": str(cache), "files": 0, "bytes": 0}

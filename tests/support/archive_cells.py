@@ -10,11 +10,20 @@ from support import result_fixtures as fx
 
 
 def write_cell(res: Path, cell: str, ttft: float = 100.0, digest: str = fx.DIGEST) -> None:
-    """A whole cell: tune summary, both arms' serving (3 repeats, a small spread) and GSM8K."""
+    """A whole cell: tune summary, both arms' serving (3 server starts of one repeat, the
+    arms interleaved, a small spread) and GSM8K."""
     fx.write_tune(res, cell)
-    for arm, shift in (("untuned", 0.0), ("tuned", -10.0)):
+    for side, (arm, shift) in enumerate((("untuned", 0.0), ("tuned", -10.0))):
         points = [
-            fx.point(512, 512, repeat=r, seq=r, ttft=ttft + shift + r, tpot=30.0 + 0.1 * r)
+            fx.point(
+                512,
+                512,
+                repeat=r,
+                start=r,
+                seq=2 * r + side,
+                ttft=ttft + shift + r,
+                tpot=30.0 + 0.1 * r,
+            )  # fmt: skip
             for r in range(3)
         ]
         fx.write_bench(res, cell, arm, points, image_digest=digest)

@@ -223,22 +223,46 @@ PROBES: list[Probe] = [
             model_config=ODD, serve_args=[], block_shape=None, dtype="bf16"
         ),
     ),
-    # --- issue 32 item 3: sequential repeats need room to stop in ---
+    # --- sequential server starts need room to stop in; the margin must be a margin ---
     Probe(
-        "repeat-cap-below-repeats",
+        "starts-cap-below-min",
         "config",
-        "`serve.repeat_cap: 2` with `serve.repeats: 3` (local)",
-        "serve.repeat_cap = 2: below serve.repeats = 3",
+        "`serve.starts: {min: 3, cap: 2}` (local)",
+        "serve.starts.cap = 2: below serve.starts.min = 3",
         base="local",
-        edit=lambda c: c["serve"].update(repeats=3, repeat_cap=2),
+        edit=lambda c: c["serve"].update(starts={"min": 3, "cap": 2}),
     ),
     Probe(
-        "repeat-cap-one-repeat",
+        "starts-float-count",
         "config",
-        "`serve.repeats: 1` with `serve.repeat_cap` (local)",
-        "serve.repeats = 1 with serve.repeat_cap = 3: the stopping rule needs at least 2",
+        "`serve.starts: {min: 2.0, cap: 3}` (local)",
+        "serve.starts.min = 2.0: must be an integer, written without a decimal point (2)",
         base="local",
-        edit=_set("serve", "repeats", 1),
+        edit=lambda c: c["serve"].update(starts={"min": 2.0, "cap": 3}),
+    ),
+    Probe(
+        "starts-zero",
+        "config",
+        "`serve.starts: {min: 0, cap: 3}` (local)",
+        "serve.starts.min = 0: 0 is less than the minimum of 1",
+        base="local",
+        edit=lambda c: c["serve"].update(starts={"min": 0, "cap": 3}),
+    ),
+    Probe(
+        "margin-zero",
+        "config",
+        "`report.min_change_pct: 0` (local)",
+        "report.min_change_pct = 0: 0 is less than or equal to the minimum of 0",
+        base="local",
+        edit=lambda c: c.setdefault("report", {}).update(min_change_pct=0),
+    ),
+    Probe(
+        "repeat-cap-removed",
+        "config",
+        "`serve.repeat_cap: 3`, the key server starts replaced (local)",
+        "unknown key 'repeat_cap' in serve",
+        base="local",
+        edit=lambda c: c["serve"].update(repeat_cap=3),
     ),
     # --- issue 33 item 6: a one-of key missing names every alternative ---
     Probe(

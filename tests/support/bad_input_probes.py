@@ -391,7 +391,7 @@ CONFIG_PROBES: list[Probe] = [
         "report-floor-negative",
         "config",
         "`report.min_change_pct: -1`",
-        "report.min_change_pct = -1: -1 is less than the minimum of 0",
+        "report.min_change_pct = -1: -1 is less than or equal to the minimum of 0",
         base="local",
         edit=_set("report", {"min_change_pct": -1}),
     ),

@@ -60,7 +60,8 @@ def write_cell(results: Path, cell: str = CELL, tuned_factor: float = 0.9) -> No
                         isl,
                         osl,
                         repeat=repeat,
-                        seq=len(points),
+                        start=repeat,  # each repeat its own server start
+                        seq=2 * len(points) + (arm == "tuned"),  # the arms interleaved
                         ttft=factor * (100.0 + isl / 10 + repeat),
                         tpot=factor * (20.0 + repeat),
                     )  # fmt: skip

@@ -1,26 +1,33 @@
-"""The serving verdicts' error rates on noise fitted to the committed real runs (issue 32
-items 1, 2 and 6): the report's verdict function must keep the false-change rate of A/A
-tables at or below 5% and reach the power ``stats.pairs_needed`` promises; a function that
-always says "within noise" and one that always says "changed" must fail the same checks.
+"""The serving verdicts' error rates on noise fitted to the committed real runs: the report's
+fixed-count rule and the group-sequential rule must keep the false-change rate of A/A tables
+at or below 5% and reach 80% power at a planted change at least the detectable change they
+state. The checks must be able to fail: a rule that always says "inconclusive" and one that
+always says "changed" fail them here, and so do the rules with their spending removed or
+their measured variance replaced by a constant (the commit that added these tests shows
+each mutation failing).
 
-Fixed seeds, 1,000 simulated tables per figure, numpy throughout: seconds. The figures the
-benchmark commits (benchmarks/verdict_error_rates.py) come from the same functions.
+Fixed seeds, 2,000 simulated tables per figure, numpy throughout: seconds.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
-import yaml
-from cellbench.stats import calibration, comparison, noise
-from cellbench.stats import core as stats
+from cellbench.stats import calibration, comparison, noise, sequential, starts
 
 ROOT = Path(__file__).resolve().parents[2]
+METRIC = "mean_tpot_ms"
+POINTS = 4
+ROWS = POINTS * len(noise.METRICS)
+# One repeat per start, as the embedded default and the rehearsal run.
+REPEATS = 1
+# An earlier run's start-to-start variance: the archive of the same cell, 30 degrees of
+# freedom (e.g. ten runs of three starts).
+HISTORY_DF = 30
 
 
 @pytest.fixture(scope="module")
@@ -29,11 +36,8 @@ def runs() -> pd.DataFrame:
 
 
 @pytest.fixture(scope="module")
-def models(runs) -> list[noise.NoiseModel]:
-    out = [noise.fit(runs, "h200-all")]
-    for c in sorted(runs.max_concurrency.unique()):
-        out.append(noise.fit(runs[runs.max_concurrency == c], f"h200-c{c}"))
-    return out
+def model(runs) -> noise.NoiseModel:
+    return noise.fit(runs, "h200-all")
 
 
 # --- the noise models ---
@@ -45,10 +49,9 @@ def test_the_committed_runs_are_read_whole(runs):
     assert (runs[list(noise.METRICS)] > 0).all().all() and (runs.failed == 0).all()
 
 
-def test_the_fit_recovers_the_spreads_it_is_drawn_with(models):
+def test_the_fit_recovers_the_spreads_it_is_drawn_with(model):
     """Draw from a model, fit the draws as if they were runs, and get the model back: the fit
     and the draw agree on what own, shared and start mean."""
-    model = models[0]
     rng = np.random.default_rng(3)
     runs_, points, pairs = 400, 4, 3
     a, b = noise.draw(model, rng, tables=runs_, points=points, pairs=pairs)
@@ -61,137 +64,124 @@ def test_the_fit_recovers_the_spreads_it_is_drawn_with(models):
         seq = 2 * k + np.where(k % 2 == 0, first, 1 - first)
         frames.append(frame.assign(run=r, arm=arm, isl=p, osl=1, max_concurrency=1, repeat=k,
                                    seq=seq))  # fmt: skip
-    rows = pd.concat(frames, ignore_index=True)
-    refit = noise.fit(rows, "refit")
+    refit = noise.fit(pd.concat(frames, ignore_index=True), "refit")
     np.testing.assert_allclose(refit.own, model.own, rtol=0.05)
     np.testing.assert_allclose(refit.shared, model.shared, rtol=0.1)
     np.testing.assert_allclose(refit.start, model.start, rtol=0.2)
 
 
-def test_the_floor_default_is_what_the_committed_runs_measured(models):
-    floor = noise.floor_pct(models)
-    assert floor == stats.DEFAULT_MIN_CHANGE_PCT
-    summary = json.loads((ROOT / "benchmarks/results/noise_models_2026-12-05.json").read_text())
-    assert summary["floor_pct"] == floor
-    schema = yaml.safe_load((ROOT / "workflow/schemas/config.schema.yaml").read_text())
-    assert schema["properties"]["report"]["properties"]["min_change_pct"]["default"] == floor
-    # It is sqrt(2) x a start spread, which the fit found in the data (not zero, not the old 2%).
-    top = max(float(np.max(m.start)) for m in models)
-    assert floor == pytest.approx(100 * math.sqrt(2) * top, abs=0.1)
+def test_starts_are_drawn_with_their_own_offsets(model):
+    rng = np.random.default_rng(4)
+    a, b = noise.draw_starts(model, rng, tables=3000, points=1, starts=2, repeats=1)
+    assert a.shape == (3000, 1, 4, 2, 1)
+    d = (np.log(b) - np.log(a))[:, 0, 1, :, 0]  # TPOT's log-ratio per start
+    expected = calibration.start_mean_variance(model, METRIC, 1)
+    assert d.var() == pytest.approx(expected, rel=0.1)
 
 
-# --- the verdict function the calibration simulates is the report's ---
+# --- the rules ---
 
 
-@pytest.mark.parametrize("test", [stats.WELCH, stats.PAIRED])
-def test_table_verdicts_equal_the_scalar_path(test):
-    rng = np.random.default_rng(11)
-    tables, rows, n = 60, 6, 4
-    a = 100 * np.exp(rng.normal(0, 0.05, size=(tables, rows, n)))
-    b = a * np.exp(
-        rng.normal(0, 0.04, size=(tables, rows, n)) + rng.choice([0, 0.2], (tables, rows, 1))
-    )
-    higher = np.array([False, True] * (rows // 2))
-    floor = 3.0
-    fast = stats.table_verdicts(a, b, higher, test=test, min_change_pct=floor)
-    code = {stats.BETTER: 1, stats.WORSE: -1, stats.NOISE: 0}
-    for t in range(tables):
-        results = [
-            stats.compare_metric(a[t, r], b[t, r], higher_is_better=bool(higher[r]),
-                                 paired=test == stats.PAIRED, restart_pct=floor)
-            for r in range(rows)
-        ]  # fmt: skip
-        slow = [code[v["verdict"]] for v in stats.verdicts(results, min_change_pct=floor)]
-        assert fast[t].tolist() == slow, t
-    assert (fast != 0).any() and (fast == 0).any()  # both outcomes occur
+def _history(model: noise.NoiseModel) -> dict:
+    return {"prior_var": calibration.row_variances(model, REPEATS, POINTS), "prior_df": HISTORY_DF}
 
 
-def test_paired_comparison_by_hand():
-    a = [10.0, 20.0, 40.0]
-    b = [11.0, 22.0, 44.0]  # every pair 10% apart, whatever the level: no pair spread
-    r = stats.compare_metric(a, b, higher_is_better=False, paired=True)
-    assert r["test"] == stats.PAIRED and r["change_pct"] == pytest.approx(10.0)
-    assert r["p"] < 1e-20  # no spread but rounding: nothing to estimate
-    # Welch on the same numbers sees the levels' spread and calls nothing
-    assert stats.compare_metric(a, b, higher_is_better=False)["p"] > 0.5
-    # Restart noise of 5%: the change over its known spread, on the normal distribution
-    r = stats.compare_metric(a, b, higher_is_better=False, paired=True, restart_pct=5.0)
-    z = math.log(1.1) / math.log(1.05)
-    assert r["p"] == pytest.approx(math.erfc(z / math.sqrt(2)))
-    assert r["ci_low"] == pytest.approx(
-        100 * (math.exp(math.log(1.1) - 1.959964 * math.log(1.05)) - 1), abs=1e-4
-    )
-    with pytest.raises(ValueError, match="as many values"):
-        stats.compare_metric(a, b[:2], higher_is_better=False, paired=True)
+def _fixed_mdc(model, starts_: int, prior_df: int = 0) -> float:
+    return calibration.expected_mdc(model, METRIC, starts_=starts_, repeats=REPEATS, rows=ROWS,
+                                    prior_df=prior_df)  # fmt: skip
 
 
-def test_pairs_needed_against_the_normal_formula():
-    # No restart noise, large n: n = (z_.975 + z_.8)^2 (cv / change)^2 on the log scale
-    cv, change = 20.0, 2.0
-    z = 1.959964 + 0.841621
-    normal = (z * 0.2 / math.log(1.02)) ** 2
-    assert math.ceil(normal) <= stats.pairs_needed(cv, change) <= math.ceil(normal) + 3
-    # Restart noise larger than change / (z_.975 + z_.8): no number of pairs is enough
-    assert stats.pairs_needed(1.0, 10.0, 10.0) is None
-    # log(1.1) = 0.0953; n = 3: (4.303 + 1.061) * sqrt(0.01^2 / 3 + 0.0198^2) = 0.111, too
-    # wide; n = 4: (3.182 + 0.978) * sqrt(0.01^2 / 4 + 0.0198^2) = 0.085, enough
-    assert stats.pairs_needed(1.0, 10.0, 2.0) == 4
+def _sequential_mdc(model, cap: int, prior_df: int = 0) -> float:
+    design = sequential.Design(rows=ROWS, cap=cap)
+    fixed = _fixed_mdc(model, cap, prior_df)
+    return 100 * math.expm1(sequential.inflation(design) * math.log1p(fixed / 100))
 
 
-# --- the calibration itself ---
+# planted changes: 5% above the stated detectable change (at least it, as promised)
+PLANT = 1.05
 
 
-def test_the_reports_verdicts_hold_their_error_rates(models):
-    failures = calibration.check(calibration.report_verdicts(), models)
+@pytest.mark.parametrize("starts_, history", [(8, False), (3, True)])
+def test_the_fixed_rule_holds_its_rates(model, starts_, history):
+    kw = _history(model) if history else {}
+    mdc = _fixed_mdc(model, starts_, HISTORY_DF if history else 0)
+    failures = calibration.check(calibration.report_verdicts(**kw), model, starts_=starts_,
+                                 repeats=REPEATS, effect_pct=PLANT * mdc)  # fmt: skip
     assert failures == []
-    # and the rates are real figures, not zeros by construction: at 20 pairs some A/A tables
-    # are called (the floor is a measured spread, not a wall), yet at most 5%
-    r = calibration.false_change_rate(models[0], calibration.report_verdicts(), pairs=20)
-    assert 0 < r["rate"] <= 0.05 and r["ci_low"] < r["rate"] < r["ci_high"]
 
 
-def test_always_within_noise_and_always_changed_fail(models):
+@pytest.mark.parametrize("history", [False, True])
+def test_the_sequential_rule_holds_its_rates(model, history):
+    kw = _history(model) if history else {}
+    cap = 8
+    mdc = _sequential_mdc(model, cap, HISTORY_DF if history else 0)
+    verdict = calibration.sequential_verdicts(POINTS, **kw)
+    failures = calibration.check(verdict, model, starts_=cap, repeats=REPEATS,
+                                 effect_pct=PLANT * mdc)  # fmt: skip
+    assert failures == []
+
+
+def test_sequential_spending_is_what_holds_the_rate(model):
+    """The same rule testing every look at the full row level (spending removed) calls far
+    more A/A tables changed: the spending is load-bearing, not decoration."""
+    cap = 8
+    loose = calibration.sequential_verdicts(POINTS, design_kw={"spending": False})
+    r = calibration.false_change_rate(model, loose, starts_=cap, repeats=REPEATS, tables=2000)
+    assert r["rate"] > 0.1
+
+
+def test_always_inconclusive_and_always_changed_fail(model):
     def never(a, b, higher):
-        return np.zeros(a.shape[:-1], np.int8)
+        return np.zeros(a.shape[:-2], np.int8)
 
     def always(a, b, higher):
-        up = np.median(b, axis=-1) > np.median(a, axis=-1)
+        up = (np.log(b) - np.log(a)).mean(axis=(-1, -2)) > 0
         return np.where(up == higher, 1, -1).astype(np.int8)
 
-    never_fails = calibration.check(never, models[:1])
-    assert never_fails and all("power" in f for f in never_fails)
-    always_fails = calibration.check(always, models[:1])
-    assert always_fails and all("false-change rate" in f for f in always_fails)
-    # The old rule (Welch, a 2% floor, no restart noise) fails too: it cannot see the changes
-    # its own repeats_needed line promised would show, as the pairs' shared part swamps it.
-    old = calibration.report_verdicts(test=stats.WELCH, min_change_pct=2.0, restart_pct=0.0)
-    assert any("power" in f for f in calibration.check(old, models[:1]))
+    mdc = PLANT * _fixed_mdc(model, 8)
+    never_fails = calibration.check(never, model, starts_=8, effect_pct=mdc)
+    assert len(never_fails) == 1 and never_fails[0].startswith("power")
+    always_fails = calibration.check(always, model, starts_=8, effect_pct=mdc)
+    assert len(always_fails) == 1 and always_fails[0].startswith("false-change rate")
 
 
-# --- item 6: a failed or invalid repeat is counted next to the verdict, never dropped ---
+def test_a_constant_variance_fails(model):
+    """The variance replaced by a constant (the old fixed restart term's way): too small a
+    constant calls A/A tables changed, too large a one misses the stated change."""
+    var = calibration.row_variances(model, REPEATS, POINTS)
+    mdc = PLANT * _fixed_mdc(model, 8)
+    small = calibration.report_verdicts(prior_var=var / 16, prior_df=10_000)
+    large = calibration.report_verdicts(prior_var=var * 4, prior_df=10_000)
+    assert any(f.startswith("false-change") for f in
+               calibration.check(small, model, starts_=8, effect_pct=mdc))  # fmt: skip
+    assert any(f.startswith("power") for f in
+               calibration.check(large, model, starts_=8, effect_pct=mdc))  # fmt: skip
 
 
-def _side(values: list[float], extra: dict | None = None) -> pd.DataFrame:
+# --- a failed or invalid repeat is counted next to the verdict, never dropped ---
+
+
+def _side(values: list[float], extra: dict | None = None, side: int = 0) -> pd.DataFrame:
     rows = []
     for k, v in enumerate(values):
-        row = {"isl": 8, "osl": 4, "max_concurrency": 1, "repeat": k, "num_prompts": 10,
-               "failed": 0, "mean_tpot_ms": v, "mean_ttft_ms": v, "mean_e2el_ms": v,
-               "output_throughput": 1000 / v}  # fmt: skip
+        row = {"isl": 8, "osl": 4, "max_concurrency": 1, "start": k // 2, "repeat": k,
+               "seq": 2 * k + side, "num_prompts": 10, "failed": 0, "mean_tpot_ms": v,
+               "mean_ttft_ms": v, "mean_e2el_ms": v, "output_throughput": 1000 / v}  # fmt: skip
         row.update((extra or {}).get(k, {}))
         rows.append(row)
     return pd.DataFrame(rows)
 
 
 def test_invalid_repeats_are_counted_and_named():
-    a = _side([20.0, 20.2, 19.8, 20.1], {2: {"invalid": "server restarted"}})
-    b = _side([22.0, 22.2, 21.8, 22.1], {0: {"failed": 2}})  # 2 of 10 failed: past 5%
+    a = _side([20.0, 20.2, 19.8, 20.1, 20.3, 19.9], {2: {"invalid": "server restarted"}})
+    b = _side([22.0, 22.2, 21.8, 22.1, 22.3, 21.9], {0: {"failed": 2}}, side=1)
     rows = comparison.compare_serve(a, b, min_change_pct=2.0)
     tpot = next(r for r in rows if r["metric"] == "mean_tpot_ms")
     assert (tpot["invalid_a"], tpot["invalid_b"]) == (1, 1)
     assert tpot["invalid_reasons"] == ["2 of 10 requests failed", "server restarted"]
-    # repeats 1 and 3 remain paired; repeat 0 of A and repeat 2 of B lost their partners
-    assert tpot["test"] == stats.PAIRED and (tpot["n_a"], tpot["n_b"]) == (2, 2)
-    assert tpot["unpaired"] == 2
+    # repeats 1, 3, 4 and 5 remain paired; repeat 0 of A and repeat 2 of B lost partners
+    assert tpot["test"] == starts.PAIRED and (tpot["repeats_a"], tpot["repeats_b"]) == (4, 4)
+    assert tpot["unpaired"] == 2 and tpot["starts_a"] == 3
     lines = comparison.render_serve(a, b, min_change_pct=2.0)
     row = next(line for line in lines if "mean_tpot_ms" in line)
     assert "1/1 (+2 unpaired)" in row
@@ -201,7 +191,7 @@ def test_invalid_repeats_are_counted_and_named():
 
 def test_a_point_with_no_valid_repeat_keeps_its_row():
     a = _side([20.0, 20.2, 19.8])
-    b = _side([22.0, 22.2, 21.8], {k: {"failed": 10} for k in range(3)})
+    b = _side([22.0, 22.2, 21.8], {k: {"failed": 10} for k in range(3)}, side=1)
     rows = comparison.compare_serve(a, b)
     assert {r["metric"] for r in rows} == set(comparison.METRICS)
     assert all(r["invalid_b"] == 3 and r["verdict"].startswith("n/a") for r in rows)

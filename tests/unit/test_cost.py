@@ -31,10 +31,10 @@ HEADER = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load
 
 
 def config(**serve) -> dict:
-    """The embedded default with fixed repeats (its sequential cap off) unless ``serve`` says
-    otherwise: the cap has its own test below."""
+    """The embedded default with one server start of two repeats (no sequential starts)
+    unless ``serve`` says otherwise: the starts have their own test below."""
     cfg = loader.load(ROOT / "config" / "local.yaml")
-    cfg["serve"].pop("repeat_cap", None)
+    cfg["serve"].update(repeats=2, starts={"min": 1, "cap": 1})
     cfg["serve"].update(serve)
     return cfg
 
@@ -219,21 +219,15 @@ def test_the_readmes_bounds_example_loads_on_the_production_config(tmp_path):
     assert cost.estimate(loaded, tmp_path)["warnings"] == []
 
 
-def test_sequential_repeats_are_priced_and_pooled_at_their_cap(tmp_path):
-    """With serve.repeat_cap a point runs between serve.repeats and the cap: the estimate takes
-    the cap (the most it can cost) and says 'up to'; the plan's percentile warning counts the
-    queries the cap would pool, the most a point can have."""
-    fixed, capped = config(repeats=2), config(repeats=2, repeat_cap=4)
-    last_run(tmp_path, fixed, {(32, 8): 1.5, (64, 8): 2.5})
-    base = cost.estimate(fixed, tmp_path)["cells"][CELL]["serve"]
-    up = cost.estimate(capped, tmp_path)["cells"][CELL]["serve"]
-    # two more repeats of both arms' measured points
-    assert up["seconds"] == pytest.approx(base["seconds"] + 2 * 2 * (1.5 + 2.5))
-    assert "up to 4 repeats" in up["basis"] and "up to" not in base["basis"]
+def test_sequential_starts_pool_their_cap_in_the_bounds_warning(tmp_path):
+    """With serve.starts a point pools its repeats over at most the cap's starts: the plan's
+    percentile warning counts the queries the cap would pool, the most a point can have."""
+    capped = config(repeats=2, starts={"min": 2, "cap": 4})
     capped["report"]["latency_bounds"] = {"percentile": 99, "confidence": 99, "ttft_ms": 500}
     warnings = cost.estimate(capped, tmp_path)["warnings"]
     assert warnings and all(
-        "x 4 repeats pooled (at the repeat cap): 16 prompts" in w for w in warnings
+        "4 prompts x 8 repeats pooled (2 a start x 4 starts, the cap): 32 prompts" in w
+        for w in warnings
     )
 
 

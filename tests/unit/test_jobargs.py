@@ -121,6 +121,8 @@ def test_every_serve_key_but_the_hosts_is_the_jobs(production):
     skipped = set(jobargs.SERVE_HOST_KEYS) | set(jobargs.SERVE_RULE_KEYS)
     assert not production["serve"]["request_rates"]  # then these two shape nothing
     skipped |= {"request_rate_prompts", "burstiness"}
+    skipped |= {"starts"}  # the job's starts_min and starts_cap
+    assert (job["starts_min"], job["starts_cap"]) == tuple(production["serve"]["starts"].values())
     assert set(production["serve"]) - skipped <= set(job)
     assert set(job) <= {f.name for f in fields(StageConfig)}
     assert set(jobargs.SERVE_HOST_KEYS) <= {f.name for f in fields(StageConfig)}

@@ -45,7 +45,7 @@ LAYERS = (
 REPORT_LAYERS = (
     ("frames",),
     ("tidy", "sections", "percentile_claims"),
-    ("plots", "previous"),
+    ("plots", "previous", "priors"),
     ("pr_markdown",),
     ("build",),
 )

@@ -64,7 +64,9 @@ def test_svgs_carry_their_labels(results):
     # One bar label per compared grid point and metric: the report's comparison rows.
     rows = comparison.compare_serve(*(tidy_side(results, arm) for arm in ("untuned", "tuned")))
     change = svg_text(out / "arm_change.svg")
-    assert "change of the median, % (95% CI)" in change
+    assert "change of the geometric mean over server starts, % (the verdict's interval)" in change
+    for answer in ("better", "worse", "equivalent", "inconclusive"):
+        assert answer in change  # the legend: the four answers
     for r in rows:
         label = f"{plots.METRIC_LABELS[r['metric']]} {r['isl']}-{r['osl']}"
         assert label in change

@@ -23,6 +23,8 @@ GRID = [(512, 512), (1024, 1024)]
 
 
 def write_bench(results: Path, cell: str, arm: str, ttft: dict, tpot: float = 30.0) -> Path:
+    """One arm's points: each repeat in its own server start, the two arms interleaved (one
+    job-wide order, untuned first), as a pair job of one repeat per start records them."""
     points = []
     for repeat, values in ttft.items():
         for (isl, osl), v in zip(GRID, values, strict=True):
@@ -31,7 +33,8 @@ def write_bench(results: Path, cell: str, arm: str, ttft: dict, tpot: float = 30
                     isl,
                     osl,
                     repeat=repeat,
-                    seq=len(points),
+                    start=repeat,
+                    seq=2 * len(points) + (arm == "tuned"),
                     ttft=v,
                     tpot=tpot + repeat,
                     e2el=v + osl * tpot,
@@ -82,22 +85,22 @@ def test_tables_in_the_seeds_shape(results, tmp_path):
 
 def test_change_and_noise_are_told_apart(results, tmp_path):
     res, files = results
-    # A 2% floor: these hand-made repeats carry no restart noise. At the default (the H200's
-    # measured 10% between server starts) one run's 20% is not called: test_calibration.py.
-    text = report.write_report(
-        files, tmp_path / "report", results=res, min_change_pct=2.0
-    ).read_text()
+    text = report.write_report(files, tmp_path / "report", results=res).read_text()
     table = text.split("#### Untuned (A) vs tuned (B)")[1]
     rows = {
         (line.split("|")[1].strip(), line.split("|")[2].strip()): line
         for line in table.splitlines()
         if line.startswith("| 512") or line.startswith("| 1024")
     }
-    # TTFT 100 -> 80 ms (lower is better), repeats 1 ms apart: a real change
-    assert rows[("512-512", "mean_ttft_ms")].rstrip("| ").endswith("better")
-    assert "-20.0%" in rows[("512-512", "mean_ttft_ms")]
-    assert rows[("1024-1024", "mean_ttft_ms")].rstrip("| ").endswith("within noise")
-    assert "a 5% change needs" in table
+    # TTFT 100 -> 80 ms (lower is better), starts 1 ms apart: a real change, measured on the
+    # three starts' spread; the change is the geometric means' ratio the row shows
+    better = rows[("512-512", "mean_ttft_ms")]
+    assert "| better " in better and "-20.0%" in better and "| 100.00 " in better
+    # 200 -> 200 ms give or take 1: the interval is wider than +-2%, so not equivalent, and
+    # the row says what it could have seen
+    same = rows[("1024-1024", "mean_ttft_ms")]
+    assert "| inconclusive " in same and "%" in same.split("| inconclusive ")[1]
+    assert "Median detectable change over the table" in table
 
 
 def test_one_run_a_side_gets_no_verdict(tmp_path):
@@ -108,8 +111,8 @@ def test_one_run_a_side_gets_no_verdict(tmp_path):
     ]
     text = report.write_report(files, tmp_path / "report", results=res).read_text()
     table = text.split("#### Untuned (A) vs tuned (B)")[1].split("Serving verdicts:")[0]
-    assert "n/a (one run a side)" in table and "| better" not in table
-    assert "Spread not measured: one run a side" in table
+    assert "n/a (one server start a side" in table and "| better" not in table
+    assert "Start-to-start noise not measured (one server start a side" in table
 
 
 def test_csv_tables_are_tidy(results, tmp_path):
@@ -168,18 +171,22 @@ def test_archive_manifest_covers_every_file(results, tmp_path):
 
 
 def test_min_change_pct_reaches_the_verdicts(results, tmp_path):
-    """A floor above the 20% TTFT change turns its verdict to noise, and the footer says so;
-    a negative floor is refused before any work."""
+    """A margin above the 20% TTFT change, whose interval lies inside +-25%: equivalent (not
+    worth calling), and the footer says so; a margin of 0 or below is refused before any
+    work."""
     res, files = results
     text = report.write_report(
         files, tmp_path / "report", results=res, min_change_pct=25
     ).read_text()
     row = next(line for line in text.splitlines() if line.startswith("| 512-512   | mean_ttft"))
-    assert row.rstrip("| ").endswith("within noise")
-    assert "at least 25%" in text
-    with pytest.raises(SystemExit):
-        report.main(["--out-dir", str(tmp_path / "r3"), "--min-change-pct", "-1", *map(str, files)])
-    assert not (tmp_path / "r3").exists()
+    assert "| equivalent " in row
+    assert "inside +-25%" in text
+    for bad in ("-1", "0"):
+        with pytest.raises(SystemExit):
+            report.main(
+                ["--out-dir", str(tmp_path / "r3"), "--min-change-pct", bad, *map(str, files)]
+            )
+        assert not (tmp_path / "r3").exists()
 
 
 def test_concurrency_levels_are_kept_apart(tmp_path):
@@ -328,3 +335,51 @@ def test_arms_whose_servers_ran_no_triton_moe_are_not_compared(tmp_path):
     assert "served by vLLM on the CPU" not in report.render(
         *report.cell_frames(report.load_inputs(files, res)), runtime="local"
     )
+
+
+def _starts_bench(root: Path, arm: str, ttft: list[float]) -> Path:
+    """One arm of a pair job at one grid point, one repeat a start, the arms interleaved."""
+    points = [
+        fx.point(512, 512, repeat=k, start=k, seq=2 * k + (arm == "tuned"), ttft=v)
+        for k, v in enumerate(ttft)
+    ]
+    return fx.write_bench(root, CELL, arm, points)
+
+
+def test_the_archives_earlier_runs_are_pooled_into_the_verdict(tmp_path):
+    """Two starts a side measure the start-to-start noise with one degree of freedom; the
+    archive's earlier runs of the cell (same digest) add theirs, and the row says so."""
+    from cellbench.report.priors import archive_priors
+    from cellbench.stats import comparison
+
+    res, archive_root = tmp_path / "results", tmp_path / "archive"
+    files = [
+        _starts_bench(res, "untuned", [100.0, 103.0]),
+        _starts_bench(res, "tuned", [90.0, 92.0]),
+    ]
+    for n, shift in enumerate((0.0, 1.0, -1.0)):
+        run = archive_root / "rocm7.2" / f"2026-12-0{n + 1}T00-00-00Z"
+        _starts_bench(run, "untuned", [100.0 + shift, 102.0, 99.0])
+        _starts_bench(run, "tuned", [100.0 + shift, 101.0, 100.0])
+    # the current run archived already (the same files): left out
+    copy = archive_root / "rocm7.2" / "2026-12-09T00-00-00Z" / CELL / "serve"
+    for arm, path in zip(("untuned", "tuned"), files, strict=True):
+        (copy / arm).mkdir(parents=True)
+        (copy / arm / "bench.json").write_bytes(path.read_bytes())
+    priors = archive_priors(archive_root, res, [CELL])
+    # three earlier runs of three starts: 2 degrees of freedom each between starts
+    assert priors[CELL][((512, 512, 16), "mean_ttft_ms")]["d"].df_between == 3 * 2
+    serve, _, _ = frames.load_tables(files, res)
+    a, b = (serve[serve.arm == arm] for arm in ("untuned", "tuned"))
+    alone = next(r for r in comparison.compare_serve(a, b) if r["metric"] == "mean_ttft_ms")
+    pooled = next(
+        r
+        for r in comparison.compare_serve(a, b, priors=priors[CELL])
+        if r["metric"] == "mean_ttft_ms"
+    )
+    assert alone["df"] == 1 and alone["prior_df"] == 0
+    assert pooled["df"] == 1 + 6 and pooled["prior_df"] == 6
+    assert pooled["mdc_pct"] < alone["mdc_pct"]  # history narrows what the row can see
+    text = report.write_report(files, tmp_path / "report", results=res, archive_root=archive_root)
+    row = next(ln for ln in text.read_text().splitlines() if "| mean_ttft_ms" in ln)
+    assert "paired by start + history (6 df)" in row

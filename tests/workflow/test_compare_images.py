@@ -316,10 +316,11 @@ def test_compare_rule_runs_on_the_embedded_default(tmp_path):
     assert data["sides"]["host-cpu"]["image_digest"] == data["sides"]["host-cpu-b"]["image_digest"]
     assert data["same_environment"] is True and data["runtime"] == "local"
     a, b = "host-cpu", "host-cpu-b"
-    # serve.repeats 2, repeat_cap 3 (the embedded default's): 2 or 3 pairs, A B / B A / A B,
-    # as many as the point records, and why it stopped
-    (used,) = {p["repeats_used"] for p in data["points"]}
-    assert used in (2, 3) and all(p["repeat_cap"] == 3 for p in data["points"])
+    # serve.repeats 1, starts {min: 2, cap: 3} (the embedded default's): 2 or 3 rounds of
+    # server starts, A B / B A / A B, as many as the point records, and why it stopped
+    (used,) = {p["starts_used"] for p in data["points"]}
+    assert used in (2, 3) and all(p["starts_cap"] == 3 for p in data["points"])
+    assert [p["start"] for p in data["points"]] == [k for k in range(used) for _ in (a, b)]
     assert all(p["stop_reason"] in ("settled", "cap reached") for p in data["points"])
     assert [p["image"] for p in data["points"]] == [a, b, b, a, a, b][: 2 * used]
     assert [p["seq"] for p in data["points"]] == list(range(2 * used))

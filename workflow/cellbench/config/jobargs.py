@@ -206,9 +206,11 @@ def _load_job(config: dict, wildcards: Any) -> dict[str, Any]:
     )
     if config["runtime"] == "local":
         job["device"] = local_device(config)
-    if job.get("repeat_cap") is not None:
-        # The stopping rule settles a point at the report's floor, so the floor shapes how
-        # many pairs are measured; without a cap it shapes nothing here (and is not tracked).
+    span = job.pop("starts")
+    job["starts_min"], job["starts_cap"] = int(span["min"]), int(span["cap"])
+    if job["starts_cap"] > job["starts_min"]:
+        # The stopping rule settles a point at the report's margin, so the margin shapes how
+        # many starts are measured; without stopping it shapes nothing here (not tracked).
         job["min_change_pct"] = float(config["report"]["min_change_pct"])
     return job
 
@@ -223,8 +225,8 @@ def serve_job(config: dict, pins: Any, wildcards: Any, arm: str) -> dict[str, An
         **{field: config["gsm8k"][key] for key, field in GSM8K_FIELDS.items()},
         "image_digest": pins.digest(wildcards.image),
     }
-    if arm != "pair":  # one arm alone has no pairs to stop on: serve.repeats, fixed
-        job.pop("repeat_cap", None)
+    if arm != "pair":  # one arm alone has no pairs to stop on: serve.starts.min starts, fixed
+        job["starts_cap"] = job["starts_min"]
         job.pop("min_change_pct", None)
     env = cell_env(config, wildcards)
     if env:  # both arms' servers get them

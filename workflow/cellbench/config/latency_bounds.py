@@ -60,8 +60,9 @@ def plan_warnings(config: dict[str, Any]) -> list[str]:
     if not bounds:
         return []
     serve = config["serve"]
-    # with sequential repeats a point pools at most the cap's repeats: the best case
-    repeats = int(serve.get("repeat_cap") or serve["repeats"])
+    # a point pools its repeats over all its server starts, at most the cap's: the best case
+    span = serve.get("starts") or {"min": 1, "cap": 1}
+    repeats = int(serve["repeats"]) * int(span["cap"])
     loads = [(f"c{c}", c, serve["prompts_per_concurrency"] * c) for c in serve["concurrency"]]
     loads += [(f"{r:g} req/s", None, serve["request_rate_prompts"]) for r in serve["request_rates"]]
     out = []
@@ -78,6 +79,13 @@ def plan_warnings(config: dict[str, Any]) -> list[str]:
                 out.append(
                     f"report.latency_bounds at {g['isl']}-{g['osl']} {label} "
                     f"({', '.join(bounded)}), {prompts} prompts x {repeats} repeats pooled"
-                    f"{' (at the repeat cap)' if serve.get('repeat_cap') else ''}: {why}"
+                    f"{_starts_note(serve, span)}: {why}"
                 )
     return out
+
+
+def _starts_note(serve: dict, span: dict) -> str:
+    """How the pooled repeats come about when a point takes several server starts."""
+    if int(span["cap"]) <= 1:
+        return ""
+    return f" ({serve['repeats']} a start x {span['cap']} starts, the cap)"

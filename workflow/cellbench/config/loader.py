@@ -369,7 +369,7 @@ def _check_stage_settings(config: dict[str, Any]) -> None:
             "points only, and serve.request_rates is empty; add rates or drop burstiness"
         )
     check_latency_bounds(config)
-    _check_repeat_cap(serve)
+    _check_starts(serve)
     _check_plan_repeats(config["plan"])
     local_q, limit = gsm8k["local_questions"], gsm8k["limit"]
     _check_gsm8k_dataset(gsm8k)
@@ -389,25 +389,15 @@ def _check_stage_settings(config: dict[str, Any]) -> None:
         )
 
 
-def _check_repeat_cap(serve: dict[str, Any]) -> None:
-    """serve.repeat_cap: the most interleaved pairs a point may take, so at least the fewest
-    (serve.repeats, which must be 2 or more: one pair has no spread to test). With
-    serve.interleave_arms false there are no pairs: each arm's job runs serve.repeats
-    (``jobargs.serve_job`` leaves the cap out of one-arm jobs)."""
-    cap = serve.get("repeat_cap")
-    if cap is None:
-        return
-    if serve["repeats"] < 2:
+def _check_starts(serve: dict[str, Any]) -> None:
+    """serve.starts: the most server starts per side (cap) is at least the fewest (min). The
+    schema already refuses a count that is not a whole number of 1 or more."""
+    span = serve["starts"]
+    if span["cap"] < span["min"]:
         raise ConfigError(
-            f"config error: serve.repeats = {serve['repeats']} with serve.repeat_cap = {cap}: "
-            "the stopping rule needs at least 2 interleaved pairs before it looks; "
-            "set serve.repeats to 2 or more"
-        )
-    if cap < serve["repeats"]:
-        raise ConfigError(
-            f"config error: serve.repeat_cap = {cap}: below serve.repeats = {serve['repeats']}"
-            "; the cap is the most pairs a point may take and serve.repeats the fewest, so "
-            f"set repeat_cap >= {serve['repeats']}"
+            f"config error: serve.starts.cap = {span['cap']}: below serve.starts.min = "
+            f"{span['min']}; the cap is the most server starts a side may take and min the "
+            f"fewest, so set serve.starts.cap >= {span['min']}"
         )
 
 

@@ -7,7 +7,8 @@ Gates are set per model in the config (``models.NAME.gsm8k_gate``):
   e.g. 0.02 = two points) *when the drop is beyond noise*: the two arms answered the same
   questions, so the drop is judged by the report's own GSM8K comparison
   (``comparison.compare_gsm8k``: McNemar's mid-p on the questions paired by document, an
-  unpaired test only when they cannot be paired); a drop it calls noise never fails the gate.
+  unpaired test only when they cannot be paired); a drop it calls inconclusive never fails the
+  gate.
 
 ``evaluate`` writes one observation per cell, ``gate.json`` (pass or fail, with the numbers),
 which the report shows; ``check`` reads every cell's gate file at the end of the run and fails

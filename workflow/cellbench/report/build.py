@@ -47,6 +47,7 @@ from cellbench.report.frames import (
     select,
 )
 from cellbench.report.previous import previous_run_sections
+from cellbench.report.priors import archive_priors
 from cellbench.report.sections import (
     NO_TRITON_MOE_NOTE,
     cost_section,
@@ -149,8 +150,11 @@ def render(
     figures: dict[str, list[tuple[str, str]]] | None = None,
     run: list[str] | None = None,
     claims: pd.DataFrame | None = None,
+    priors: dict[str, dict] | None = None,
 ) -> str:
-    """report.md; ``previous``: sections comparing cells with their previous archived run
+    """report.md; ``priors``: per cell, earlier runs' noise components pooled into its
+    untuned-vs-tuned verdicts (``report.priors.archive_priors``); ``previous``: sections
+    comparing cells with their previous archived run
     (``previous.previous_run_sections``), placed after the cells' own sections; ``gates``: each
     cell's gate.json (``cellbench.gates.check``), shown under its GSM8K table; ``figures``: per
     cell,
@@ -201,6 +205,7 @@ def render(
                     gsm8k_side(gsm, cell=cell, arm="untuned"),
                     gsm8k_side(gsm, cell=cell, arm="tuned"),
                     min_change_pct=min_change_pct,
+                    priors=(priors or {}).get(cell),
                 )
         lines += figure_lines((figures or {}).get(cell, []))
     lines += previous or []
@@ -238,14 +243,19 @@ def run_lines(
         repeats = serve.groupby(["cell", "arm", "isl", "osl"])["repeat"].nunique()
         low, high = int(repeats.min()), int(repeats.max())
         span = str(low) if low == high else f"{low}-{high}"
+        starts_ = serve.assign(start=serve["start"].fillna(0) if "start" in serve else 0)
+        per_start = starts_.groupby(["cell", "arm", "isl", "osl"])["start"].nunique()
+        s_low, s_high = int(per_start.min()), int(per_start.max())
+        s_span = str(s_low) if s_low == s_high else f"{s_low}-{s_high}"
         lines.append(
             f"- Serving: ISL-OSL {', '.join(f'{i}-{o}' for i, o in grid)}; concurrency "
             f"{_values(serve, 'max_concurrency')}; {_values(serve, 'num_prompts')} prompts per "
-            f"point; {span} repeats per point and arm"
+            f"point; {s_span} server start{'s' if s_high > 1 else ''} and {span} repeats in all "
+            "per point and arm"
             + (
-                f" (sequential: repeats stop once a point's verdict is known, at most "
-                f"{_values(serve, 'repeat_cap')}; see *repeats used*)."
-                if "repeat_cap" in serve and serve["repeat_cap"].notna().any()
+                f" (sequential: starts stop once a point's answer is known, at most "
+                f"{_values(serve, 'starts_cap')}; see *stopped*)."
+                if "starts_cap" in serve and serve["starts_cap"].notna().any()
                 else "."
             )
         )
@@ -254,7 +264,12 @@ def run_lines(
             f"- Tuner: backend {_values(tune, 'backend')}, mode {_values(tune, 'mode')}, batch "
             f"sizes {_values(tune, 'batch_size')}, device {_values(tune, 'device_name')}."
         )
-    lines += [f"- Verdicts call a change below {min_change_pct:g}% within noise.", ""]
+    lines += [
+        f"- Equivalence margin {min_change_pct:g}%: a change inside it is not worth calling; "
+        "every verdict is better, worse, equivalent or inconclusive (with what it could have "
+        "seen).",
+        "",
+    ]
     return lines
 
 
@@ -332,8 +347,8 @@ def write_report(
     linked from report.md and kept. ``latency_bounds`` (``report.latency_bounds``): each
     point's percentile claims, from the arms' per-request files (``percentile_claims``).
     ``run_label``: the config whose plan estimate the cost section reads."""
-    if not min_change_pct >= 0:
-        raise ValueError(f"min_change_pct must be a number >= 0, got {min_change_pct}")
+    if not min_change_pct > 0:
+        raise ValueError(f"min_change_pct must be a number > 0, got {min_change_pct}")
     loaded = load_inputs(files, results)
     serve, gsm, tune = cell_frames(loaded)
     compare = comparison_frame(loaded)
@@ -353,7 +368,7 @@ def write_report(
         for name, df in tables:
             atomicio.write_text(staging / f"{name}.csv", df.to_csv(index=False))
         tidy.write_tidy(long_table, staging)
-        previous = None
+        previous, priors = None, None
         if archive_root is not None:
             cells = (
                 set(serve.get("cell", [])) | set(gsm.get("cell", [])) | set(tune.get("cell", []))
@@ -361,6 +376,7 @@ def write_report(
             previous = previous_run_sections(
                 archive_root, results, cells, min_change_pct=min_change_pct
             )
+            priors = archive_priors(archive_root, Path(results), cells)
         gates = {r.data["cell"]: r.data for r in loaded if r.kind == result_file.GATE}
 
         written = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S")
@@ -378,6 +394,7 @@ def write_report(
             figures,
             run_info,
             claims,
+            priors,
         )
         text += "\n".join(["", *cost_section(Path(results), sorted(all_cells), run_label)])
         atomicio.write_text(staging / "report.md", text)
@@ -436,7 +453,7 @@ def main(argv: list[str] | None = None) -> int:
         "--min-change-pct",
         type=float,
         default=stats.DEFAULT_MIN_CHANGE_PCT,
-        help="smallest serving change in %% called better or worse (report.min_change_pct)",
+        help="the equivalence margin in %% (report.min_change_pct)",
     )
     parser.add_argument(
         "--archive-root", help="compare each cell with its previous run archived here"
@@ -451,8 +468,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("files", nargs="+")
     args = parser.parse_args(argv)
-    if not args.min_change_pct >= 0:  # also refuses nan
-        parser.error(f"--min-change-pct must be a number >= 0, got {args.min_change_pct}")
+    if not args.min_change_pct > 0:  # also refuses nan
+        parser.error(f"--min-change-pct must be a number > 0, got {args.min_change_pct}")
     try:
         bounds = percentile_claims.parse_bounds(args.latency_bounds)
     except ValueError as exc:

@@ -4,8 +4,9 @@
 
 - ``latency``: TTFT, TPOT and E2E by ISL-OSL (and concurrency), the arms side by side; bar =
   median over the repeats, error bar = the repeats' min to max;
-- ``arm_change``: per metric and grid point, the tuned arm's change against the untuned arm
-  with its 95% interval and verdict (``comparison.compare_serve``, the report's own test);
+- ``arm_change``: per metric and grid point, the tuned arm's change of the geometric mean over
+  server starts against the untuned arm, with the verdict's interval and its colour (better,
+  worse, equivalent, inconclusive: ``comparison.compare_serve``, the report's own test);
 - ``tuner_speedup``: per batch size M, the tuner's pick against the baseline it timed beside
   it (speed-up = baseline time / pick time), and the pick's roofline fraction where recorded;
 - ``gsm8k``: strict-match and flexible-extract per arm with their standard errors, and the
@@ -64,7 +65,12 @@ METRIC_LABELS = {
     "output_throughput": "output tok/s",
 }
 ARM_COLORS = {"untuned": "#8c8c8c", "tuned": "#1f77b4"}
-VERDICT_COLORS = {"better": "#2ca02c", "worse": "#d62728", "within noise": "#7f7f7f"}
+VERDICT_COLORS = {
+    "better": "#2ca02c",
+    "worse": "#d62728",
+    "equivalent": "#1f77b4",
+    "inconclusive": "#7f7f7f",
+}
 
 
 def plot_dir(results_dir: str | Path, cell: str) -> Path:
@@ -196,7 +202,7 @@ def _change_panel(ax: plt.Axes, rows: list[dict], title: str) -> None:
     ax.axvline(0, color="black", linewidth=0.8)
     ax.set_yticks(ys, names, fontsize="small")
     ax.invert_yaxis()
-    ax.set_xlabel("change of the median, % (95% CI)")
+    ax.set_xlabel("change of the geometric mean over server starts, % (the verdict's interval)")
     ax.set_title(title, fontsize="medium")
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in VERDICT_COLORS.values()]
     ax.legend(handles, list(VERDICT_COLORS), fontsize="x-small", loc="best")
@@ -413,13 +419,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--archive-root", help="draw bump/ against the cell's previous run")
     parser.add_argument(
         "--min-change-pct", type=float, default=stats.DEFAULT_MIN_CHANGE_PCT,
-        help="smallest serving change in %% called better or worse (report.min_change_pct)",
+        help="the equivalence margin in %% (report.min_change_pct)",
     )  # fmt: skip
     args = parser.parse_args(argv)
     if len(args.cell.split("/")) != 3:
         parser.error(f"--cell must be IMAGE/MODEL/tpN-epM, got {args.cell!r}")
-    if not args.min_change_pct >= 0:
-        parser.error(f"--min-change-pct must be a number >= 0, got {args.min_change_pct}")
+    if not args.min_change_pct > 0:
+        parser.error(f"--min-change-pct must be a number > 0, got {args.min_change_pct}")
     out_dir = Path(args.out_dir) if args.out_dir else plot_dir(args.results, args.cell)
     try:
         written = draw_cell(

@@ -49,7 +49,8 @@ GSM8K_ROWS = (
 SPREAD_NOTE = (
     "Each figure is the median over the {n} repeats of its grid point, ± half their "
     "interquartile range; the Average row averages the medians. Where the count varies, "
-    "repeats stopped once the point's verdict was known (serve.repeat_cap)."
+    "server starts stopped once the point's answer was known (serve.starts). The verdicts "
+    "below compare geometric means over server starts, not these medians."
 )
 ONE_RUN_NOTE = "One repeat per grid point: each figure is that run's mean (no spread to show)."
 PLOTS_REL = PurePosixPath("..")  # from report/pr/MODEL.md to report/
@@ -294,19 +295,21 @@ def verdict_lines(serve: pd.DataFrame, cell: str, min_change_pct: float) -> list
     tuned = serve[(serve.cell == cell) & (serve.arm == "tuned")]
     if frames.arms_cannot_differ(serve, cell):
         table = comparison.render_repeats(untuned, tuned)
-        return ["#### Repeats per point", "", *table[2:]] if table else []
+        return ["#### Server starts per point", "", *table[2:]] if table else []
     rows = comparison.point_verdicts(
         untuned, tuned, min_change_pct=min_change_pct, labels=VERDICT_COLUMNS
     )
     if not rows:
         return []
-    header = ["ISL-OSL", *VERDICT_COLUMNS.values(), "repeats used", "invalid A/B"]
+    header = ["ISL-OSL", *VERDICT_COLUMNS.values(), "starts used", "invalid A/B"]
     return [
         "#### Verdicts, tuned against untuned",
         "",
-        f"Per grid point: the report's verdict (changes below {min_change_pct:g}% are within "
-        "noise), the interleaved pairs the point used and why it stopped, and repeats that "
-        "failed or were invalid (left out of the test, counted here).",
+        "Per grid point and metric: the verdict (better, worse, equivalent within "
+        f"+-{min_change_pct:g}%, or inconclusive with the smallest change it could have seen), "
+        "the change of the geometric mean over server starts with its interval, the starts "
+        "the point used and why it stopped, and repeats that failed or were invalid (left out "
+        "of the test, counted here).",
         "",
         _md_table(header, [[str(r.get(h, "")) for h in header] for r in rows]),
         "",

@@ -86,31 +86,31 @@ def _check_point(point: dict[str, Any], path: Path, rerun: str, field: str) -> N
             raise ResultError(path, f"{field}.{name}", str(value), "a finite number", rerun)
 
 
-STOP_FIELDS = ("repeat_cap", "repeats_used", "stop_reason")
+STOP_FIELDS = ("starts_cap", "starts_used", "stop_reason")
 
 
 def _check_stopping(points: list[dict[str, Any]], path: Path, rerun: str, where: str) -> None:
-    """Points measured with sequential repeats (``repeat_cap``; cellbench.serve.repeat_stop):
+    """Points measured with sequential starts (``starts_cap``; cellbench.serve.repeat_stop):
     all of a side's points carry the fields or none does, one cap for them all, and each grid
-    point's repeats agree on its pairs used and stop reason, which is the number of its
-    repeats here and at most the cap. Files without the fields (fixed repeats) pass."""
+    point's repeats agree on its starts used and stop reason, which is the number of its
+    server starts here and at most the cap. Files without the fields (fixed starts) pass."""
     from cellbench.serve.repeat_stop import point_key
 
-    have = [("repeat_cap" in p) for p in points]
+    have = [("starts_cap" in p) for p in points]
     if not any(have):
         return
     if not all(have):
         i = have.index(False)
-        raise ResultError(path, f"{where}[{i}].repeat_cap", None, "on every point or none", rerun)
-    caps = sorted({p["repeat_cap"] for p in points})
+        raise ResultError(path, f"{where}[{i}].starts_cap", None, "on every point or none", rerun)
+    caps = sorted({p["starts_cap"] for p in points})
     if len(caps) > 1:
-        raise ResultError(path, f"{where}[].repeat_cap", caps, "one cap for the whole job", rerun)
+        raise ResultError(path, f"{where}[].starts_cap", caps, "one cap for the whole job", rerun)
     groups: dict[tuple, list[int]] = {}
     for i, p in enumerate(points):
         missing = [k for k in STOP_FIELDS if k not in p]
         if missing:
             raise ResultError(
-                path, f"{where}[{i}]", f"(missing {missing})", "repeat_cap with its fields", rerun
+                path, f"{where}[{i}]", f"(missing {missing})", "starts_cap with its fields", rerun
             )
         groups.setdefault(point_key(p), []).append(i)
     for key, idx in groups.items():
@@ -118,20 +118,20 @@ def _check_stopping(points: list[dict[str, Any]], path: Path, rerun: str, where:
         if len(recorded) > 1:
             raise ResultError(
                 path,
-                f"{where}[{idx[0]}].repeats_used",
+                f"{where}[{idx[0]}].starts_used",
                 sorted(recorded),
-                f"one pairs-used count and stop reason for grid point {key}",
+                f"one starts-used count and stop reason for grid point {key}",
                 rerun,
             )
         ((cap, used, _),) = recorded
-        repeats = {points[i]["repeat"] for i in idx}
-        if used != len(repeats) or used > cap:
+        starts = {points[i].get("start", 0) for i in idx}
+        if used != len(starts) or used > cap:
             raise ResultError(
                 path,
-                f"{where}[{idx[0]}].repeats_used",
+                f"{where}[{idx[0]}].starts_used",
                 used,
-                f"the number of repeats of grid point {key} here ({len(repeats)}), at most the "
-                f"cap {cap}",
+                f"the number of server starts of grid point {key} here ({len(starts)}), at most "
+                f"the cap {cap}",
                 rerun,
             )
 

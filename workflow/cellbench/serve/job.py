@@ -129,11 +129,13 @@ class StageConfig:
     server_command: list[str] | None = None
     prompts_per_concurrency: int = 10
     warmups_per_concurrency: int = 2
+    # Repeats of the grid per server start (interleaved between the sides).
     repeats: int = 1
-    # Sequential repeats (cellbench.stats.sequential): None, every point gets ``repeats``
-    # pairs; else pairs are added past ``repeats`` only for points still open, up to this
-    # many, settled at the floor ``min_change_pct`` (the report's).
-    repeat_cap: int | None = None
+    # Server starts per side (rounds). Two-sided jobs with a cap above the minimum stop
+    # starting points whose answer is known (cellbench.stats.sequential), at the
+    # equivalence margin ``min_change_pct`` (the report's).
+    starts_min: int = 1
+    starts_cap: int = 1
     min_change_pct: float = stats.DEFAULT_MIN_CHANGE_PCT
     request_rate: float = math.inf
     # Request-rate points beside the concurrency points (load_shapes), their arrival shape,
@@ -245,13 +247,24 @@ class StageConfig:
         if self.runtime == "local" and any(s.server_command is None for s in self.sides()):
             if not Path(self.model).is_dir():
                 raise ValueError(f"--model {self.model!r}: local runtime needs a model directory")
-        if self.repeat_cap is not None and self.arm not in (PAIR, IMAGES):
+        for name in ("repeats", "starts_min", "starts_cap"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"--{name.replace('_', '-')}: a count of 1 or more, got {value!r}")
+        if self.starts_cap < self.starts_min:
             raise ValueError(
-                f"--repeat-cap {self.repeat_cap} with --arm {self.arm}: repeats stop on the "
-                "verdict of interleaved pairs, so it needs --arm pair or images"
+                f"--starts-cap {self.starts_cap} is below --starts-min {self.starts_min}: the cap "
+                "is the most server starts a side may take"
             )
         for name in ("min_plausible_tpot_ms", "min_plausible_itl_ms"):
             validity.finite_floor(getattr(self, name), f"--{name.replace('_', '-')}")
+        if self.starts_cap > self.starts_min and self.arm not in (PAIR, IMAGES):
+            raise ValueError(
+                f"--starts-cap {self.starts_cap} above --starts-min with --arm {self.arm}: starts "
+                "stop on the verdict of interleaved sides, so it needs --arm pair or images"
+            )
+        if not self.min_change_pct > 0:
+            raise ValueError(f"--min-change-pct must be > 0, got {self.min_change_pct}")
         if self.gsm8k:
             problem = dataset_problem(self.gsm8k_dataset)
             if problem:

@@ -1,6 +1,7 @@
 """The serve stage's measurement: the load grid run against one or two live servers (an arm, a
-pair of arms or two images), interleaved repeat by repeat, each point checked as it is taken,
-and GSM8K per server start.
+pair of arms or two images) in rounds of server starts (a fresh server per side each round,
+the sides' repeats interleaved within it), each point checked as it is taken, and GSM8K on
+the last round's servers.
 """
 
 from __future__ import annotations
@@ -68,8 +69,9 @@ def progress_line(point: dict[str, Any], side: str) -> str:
 
 
 def arm_order(arms: list[str], repeats: int) -> list[list[str]]:
-    """The order the sides (arms or images) run in, per repeat: A B, then B A, ... (ABBA), so
-    that neither always runs first after the other and slow drift weighs on both alike."""
+    """The order the sides (arms or images) run in, per repeat of a round: A B, then B A, ...
+    (ABBA), so that neither always runs first after the other and slow drift weighs on both
+    alike."""
     return [list(arms) if rep % 2 == 0 else list(reversed(arms)) for rep in range(repeats)]
 
 
@@ -86,6 +88,7 @@ class _SideRun:
     cache_at_start: dict[str, Any] | None  # None: the server was given no cache folder
     moe_config: dict[str, Any]  # what the server's log and environment showed (moe_evidence)
     points: list[dict[str, Any]] = field(default_factory=list)
+    start_ready_s: list[float] = field(default_factory=list)  # the later rounds' starts
     requests: list[dict[str, Any]] = field(default_factory=list)  # request_detail records
 
 
@@ -118,11 +121,98 @@ def _check_alive(runs: dict[str, _SideRun], during: str, suspect: str | None = N
             raise run.server.fail(f"{run.side.name} server exited {during}")
 
 
+def _spec(cfg: StageConfig, side: Side, port: int, gpus: tuple[int, ...]) -> ServerSpec:
+    docker = cfg.runtime == "docker"
+    return ServerSpec(
+        runtime=cfg.runtime,
+        model=cfg.model,
+        port=port,
+        log_path=side.log_path,
+        served_model_name=cfg.served_model_name,
+        ready_timeout_s=cfg.ready_timeout_s,
+        serve_args=list(cfg.serve_args),
+        command=side.server_command,
+        image_ref=side.image_ref,
+        tp=cfg.tp,
+        ep=cfg.ep,
+        gpu_vendor=cfg.gpu_vendor,
+        gpu_indices=list(gpus),
+        # Every runtime gets the tuned folder (VLLM_TUNED_CONFIG_FOLDER); the server's
+        # log then says whether it used it (moe_evidence).
+        tuned_config_dir=side.tuned_config_dir,
+        cache_dir=side.cache_dir if docker else None,
+        server=cfg.server,
+        device=cfg.device,
+        dtype=cfg.model_dtype,
+        python=cfg.vllm_python,
+        hf_cache=cfg.hf_cache,
+        env=cfg.env_of(side),
+        labels={
+            "cellbench.cell": side.cell_id,
+            "cellbench.arm": side.arm,
+            **({"cellbench.compare": cfg.cell_id} if cfg.arm == IMAGES else {}),
+        },
+    )
+
+
+def _first_start(
+    cfg: StageConfig, side: Side, spec: ServerSpec, side_stack: ExitStack, gpus: tuple[int, ...]
+) -> _SideRun:
+    """Start one side's first server and learn what every later start of it reuses: its
+    version, whether it takes ignore_eos, the MoE config it loaded, its tokenizer."""
+    docker = cfg.runtime == "docker"
+    # Observed right before this server starts (the other side's start may have filled a
+    # shared cache already: then this one is not cold, and says so).
+    cache_at_start = cache_contents(side.cache_dir) if docker else None
+    t0 = time.monotonic()
+    _log(f"starting {cfg.runtime} server for {side.cell_id} {side.arm} on port {spec.port}")
+    server = side_stack.enter_context(serve(spec))
+    ready_s = time.monotonic() - t0
+    _log(f"{side.name} server ready in {ready_s:.1f} s as model id {server.model_id!r}")
+    server.describe["version"] = observe_version(server.base_url)
+    if server.describe["version"]["version"]:
+        _log(f"{side.name} server says it is vLLM {server.describe['version']['version']}")
+    ignore_eos = cfg.ignore_eos and loadgen.probe_ignore_eos(server.base_url, server.model_id)
+    if cfg.ignore_eos and not ignore_eos:
+        _log(f"{side.name} server refuses ignore_eos: real output lengths are recorded")
+    # Before any number is taken: did this server load the config its arm needs?
+    moe_config = check_moe_config(cfg, side, server)
+    tok = random_prompts.load_tokenizer(cfg.model, server.base_url, server.model_id)
+    return _SideRun(side, server, ready_s, ignore_eos, tok, gpus, cache_at_start, moe_config)
+
+
+def _new_round(
+    runs: dict[str, _SideRun],
+    specs: dict[str, ServerSpec],
+    job_stack: ExitStack,
+    side_stacks: dict[str, ExitStack],
+    order: list[str],
+    round_: int,
+) -> None:
+    """Stop every side's server, then start each afresh in ``order``: a new round of
+    server starts (same spec, port and log, appended to; the job's last MoE-config check
+    reads the whole log, so what every start loaded is checked)."""
+    for name in order:
+        side_stacks[name].close()
+    for name in order:
+        # Entered into the job's stack, so a later failure stops the new server too.
+        side_stacks[name] = job_stack.enter_context(ExitStack())
+        t0 = time.monotonic()
+        runs[name].server = side_stacks[name].enter_context(serve(specs[name]))
+        runs[name].server.describe["version"] = observe_version(runs[name].server.base_url)
+        ready = time.monotonic() - t0
+        runs[name].start_ready_s.append(ready)
+        _log(f"{name} server started for round {round_} in {ready:.1f} s")
+    _check_alive(runs, f"after the starts of round {round_}")
+
+
 def _measure(cfg: StageConfig, sides: list[Side], point_tag: str | None = None) -> _Measured:
-    """Start one server per side, run the grid on them interleaved side by side (per repeat
-    A B, then B A, ...), run GSM8K on each if asked, stop them all. ``point_tag`` names a key
-    that each point gets, holding its side's name. The same path serves both arms of a cell
-    and two images of a cell; only the sides differ."""
+    """Run the grid in rounds: each round starts a fresh server per side (A B, then B A, ...
+    by round), measures the points still open ``cfg.repeats`` times interleaved side by side,
+    and is over; GSM8K runs on the last round's servers, which are then stopped. Two-sided
+    jobs with ``cfg.starts_cap`` above ``cfg.starts_min`` stop points whose answer is known
+    (``repeat_stop``). ``point_tag`` names a key that each point gets, holding its side's
+    name. The same path serves both arms of a cell and two images of a cell."""
     from cellbench.runtime.leases import gpu_lease
 
     names = [side.name for side in sides]
@@ -133,8 +223,8 @@ def _measure(cfg: StageConfig, sides: list[Side], point_tag: str | None = None) 
     # a time): its telemetry then includes the idle other side, and bench.json says so.
     per_side = cfg.gpus
     n_gpus = per_side * len(sides) if docker else cfg.gpus
-    stopping = cfg.repeat_cap is not None and len(sides) == 2
-    order = arm_order(names, cfg.repeat_cap if stopping else cfg.repeats)
+    stopping = len(sides) == 2 and cfg.starts_cap > cfg.starts_min
+    rounds = cfg.starts_cap if stopping else cfg.starts_min
     seq = 0
 
     with ExitStack() as stack:
@@ -154,8 +244,8 @@ def _measure(cfg: StageConfig, sides: list[Side], point_tag: str | None = None) 
             ports.append(stack.enter_context(gpu_lease(0, 0, cfg.lease_dir)).port)
         runs: dict[str, _SideRun] = {}
         specs: dict[str, ServerSpec] = {}
-        # One stack per side inside the job's: GSM8K's further instances stop and restart
-        # one side's server alone.
+        # One stack per side inside the job's: a new round (or GSM8K's further instances)
+        # stops and restarts one side's server alone.
         side_stacks: dict[str, ExitStack] = {}
         # Started one after the other, not at once: two first starts of one image would
         # otherwise fill the shared compile cache concurrently.
@@ -165,64 +255,12 @@ def _measure(cfg: StageConfig, sides: list[Side], point_tag: str | None = None) 
                 if docker
                 else lease.gpu_indices
             )
-            spec = ServerSpec(
-                runtime=cfg.runtime,
-                model=cfg.model,
-                port=ports[i],
-                log_path=side.log_path,
-                served_model_name=cfg.served_model_name,
-                ready_timeout_s=cfg.ready_timeout_s,
-                serve_args=list(cfg.serve_args),
-                command=side.server_command,
-                image_ref=side.image_ref,
-                tp=cfg.tp,
-                ep=cfg.ep,
-                gpu_vendor=cfg.gpu_vendor,
-                gpu_indices=list(gpus),
-                # Every runtime gets the tuned folder (VLLM_TUNED_CONFIG_FOLDER); the server's
-                # log then says whether it used it (moe_evidence).
-                tuned_config_dir=side.tuned_config_dir,
-                cache_dir=side.cache_dir if docker else None,
-                server=cfg.server,
-                device=cfg.device,
-                dtype=cfg.model_dtype,
-                python=cfg.vllm_python,
-                hf_cache=cfg.hf_cache,
-                env=cfg.env_of(side),
-                labels={
-                    "cellbench.cell": side.cell_id,
-                    "cellbench.arm": side.arm,
-                    **({"cellbench.compare": cfg.cell_id} if cfg.arm == IMAGES else {}),
-                },
-            )
-            # Observed right before this server starts (the other side's start may have
-            # filled a shared cache already: then this one is not cold, and says so).
-            cache_at_start = cache_contents(side.cache_dir) if docker else None
-            t0 = time.monotonic()
-            _log(f"starting {cfg.runtime} server for {side.cell_id} {side.arm} on port {ports[i]}")
-            specs[side.name] = spec
+            specs[side.name] = _spec(cfg, side, ports[i], tuple(gpus))
             side_stacks[side.name] = stack.enter_context(ExitStack())
-            server = side_stacks[side.name].enter_context(serve(spec))
-            ready_s = time.monotonic() - t0
-            _log(f"{side.name} server ready in {ready_s:.1f} s as model id {server.model_id!r}")
-            server.describe["version"] = observe_version(server.base_url)
-            if server.describe["version"]["version"]:
-                _log(f"{side.name} server says it is vLLM {server.describe['version']['version']}")
-            ignore_eos = cfg.ignore_eos and loadgen.probe_ignore_eos(
-                server.base_url, server.model_id
-            )
-            if cfg.ignore_eos and not ignore_eos:
-                _log(f"{side.name} server refuses ignore_eos: real output lengths are recorded")
-            # Before any number is taken: did this server load the config its arm needs?
-            moe_config = check_moe_config(cfg, side, server)
-            tok = random_prompts.load_tokenizer(cfg.model, server.base_url, server.model_id)
-            runs[side.name] = _SideRun(
-                side, server, ready_s, ignore_eos, tok, tuple(gpus), cache_at_start, moe_config
+            runs[side.name] = _first_start(
+                cfg, side, specs[side.name], side_stacks[side.name], tuple(gpus)
             )
         _check_alive(runs, "before the grid started")
-        if len(sides) > 1:
-            planned = "at most, " if stopping else ""
-            _log(f"order per repeat ({planned}ABBA): " + "; ".join(" ".join(o) for o in order))
         load_points = load_shapes.load_points(
             cfg.concurrency,
             cfg.request_rate,
@@ -239,61 +277,35 @@ def _measure(cfg: StageConfig, sides: list[Side], point_tag: str | None = None) 
             goodput_ms=load_shapes.parse_goodput(cfg.goodput, "--goodput"),
         )
         stop = _repeat_stop(cfg, load_points) if stopping else None
-        repeats_run = 0
-        for rep, rep_order in enumerate(order):
-            wanted = stop.wanted(rep) if stop is not None else None
+        order: list[list[str]] = []
+        for round_ in range(rounds):
+            wanted = stop.wanted(round_) if stop is not None else None
             if wanted is not None and not wanted:
                 break
-            repeats_run += 1
-            for name in rep_order:
-                run = runs[name]
-                for gp in cfg.grid:
-                    for lp in load_points:
-                        if wanted is not None and _key(gp, lp) not in wanted:
-                            continue  # this point's verdict is known: no more pairs for it
-                        conc = lp["max_concurrency"]
-                        ps = loadgen.PointSpec(
-                            isl=gp["isl"],
-                            osl=gp["osl"],
-                            max_concurrency=conc,
-                            num_prompts=lp["num_prompts"],
-                            num_warmups=lp["num_warmups"],
-                            request_rate=lp["request_rate"],
-                            burstiness=lp["burstiness"],
-                            # Fresh prompts per repeat (a prefix cache must not serve repeat 2),
-                            # the same ones for both sides (paired comparison).
-                            seed=cfg.seed + rep,
-                        )
-                        point_started = _now_ms()
-                        pt, detail = observed_point.run(
-                            run.server.base_url,
-                            run.server.model_id,
-                            run.tok,
-                            ps,
-                            load_shape=lp["load_shape"],
-                            ignore_eos=run.ignore_eos,
-                            backend="vllm" if cfg.runtime == "docker" else "openai",
-                            gpu_indices=run.gpu_indices,
-                            observe=observe,
-                        )
-                        if point_tag is not None:
-                            pt[point_tag] = name
-                        pt["repeat"] = rep
-                        # Job-wide order of the points of every side: the interleaving audit.
-                        pt["seq"] = seq
-                        pt["started_at"] = point_started
-                        seq += 1
-                        _check_alive(
-                            runs,
-                            f"mid-run at {name} isl={ps.isl} osl={ps.osl}",
-                            suspect=name if pt["failed"] else None,
-                        )
-                        _mark_validity(cfg, pt, detail, name)
-                        run.points.append(pt)
-                        run.requests.append(request_detail.record(pt, detail))
+            starts_order = names if round_ % 2 == 0 else list(reversed(names))
+            if round_:
+                _new_round(runs, specs, stack, side_stacks, starts_order, round_)
+            if len(sides) > 1:
+                _log(f"round {round_}: servers started {' '.join(starts_order)}")
+            for rep in range(cfg.repeats):
+                global_rep = round_ * cfg.repeats + rep
+                # ABBA over the job's repeats, across rounds too: with one repeat a start,
+                # round 0 measures A then B, round 1 B then A
+                rep_order = arm_order(names, global_rep + 1)[global_rep]
+                order.append(rep_order)
+                for name in rep_order:
+                    for gp in cfg.grid:
+                        for lp in load_points:
+                            if wanted is not None and _key(gp, lp) not in wanted:
+                                continue  # this point's answer is known: no more starts for it
+                            # seq: job-wide order of every side's points, the interleaving audit
+                            extra = {"start": round_, "seq": seq}
+                            if point_tag is not None:
+                                extra[point_tag] = name
+                            _measure_point(cfg, runs, name, gp, lp, global_rep, observe, extra)
+                            seq += 1
             if stop is not None:
-                _decide_repeat(stop, runs, names, rep)
-        order = order[:repeats_run]
+                _decide_round(stop, runs, names, round_)
         # Invalid repeats are kept and counted; a point left without enough valid ones to
         # answer ends the job here, before anything is written.
         validity.check_enough({n: r.points for n, r in runs.items()}, repeat_stop.point_key)
@@ -308,7 +320,7 @@ def _measure(cfg: StageConfig, sides: list[Side], point_tag: str | None = None) 
                 _gsm8k_sides(cfg, runs, k)
         for run in runs.values():
             # Again over the whole log: a process that started later (a TP rank, a restarted
-            # engine) may have loaded another file.
+            # engine, a later round) may have loaded another file.
             run.moe_config = check_moe_config(cfg, run.side, run.server, wait_s=0.0)
         server_info = {
             name: {
@@ -316,6 +328,7 @@ def _measure(cfg: StageConfig, sides: list[Side], point_tag: str | None = None) 
                 "model": cfg.model,
                 "model_id": run.server.model_id,
                 "ready_s": run.ready_s,
+                "starts_ready_s": [run.ready_s, *run.start_ready_s],
                 "command": [str(a) for a in run.server.describe["command"]],
                 "env": server_env(cfg, run),
                 # Asked of the running server (GET /version), not read from any other process.
@@ -345,6 +358,57 @@ def _mark_validity(
              f"{load_shapes.point_label(pt)} repeat {pt['repeat']}: {reason}")  # fmt: skip
 
 
+def _measure_point(
+    cfg: StageConfig,
+    runs: dict[str, _SideRun],
+    name: str,
+    gp: dict[str, int],
+    lp: dict[str, Any],
+    rep: int,
+    observe: observed_point.Observation,
+    extra: dict[str, Any],
+) -> dict[str, Any]:
+    """One grid point of one side's repeat ``rep`` (job-wide), checked and recorded with the
+    fields of ``extra`` (its start, its place in the job's order)."""
+    run = runs[name]
+    ps = loadgen.PointSpec(
+        isl=gp["isl"],
+        osl=gp["osl"],
+        max_concurrency=lp["max_concurrency"],
+        num_prompts=lp["num_prompts"],
+        num_warmups=lp["num_warmups"],
+        request_rate=lp["request_rate"],
+        burstiness=lp["burstiness"],
+        # Fresh prompts per repeat (a prefix cache must not serve repeat 2), the same ones
+        # for both sides (paired comparison).
+        seed=cfg.seed + rep,
+    )
+    point_started = _now_ms()
+    pt, detail = observed_point.run(
+        run.server.base_url,
+        run.server.model_id,
+        run.tok,
+        ps,
+        load_shape=lp["load_shape"],
+        ignore_eos=run.ignore_eos,
+        backend="vllm" if cfg.runtime == "docker" else "openai",
+        gpu_indices=run.gpu_indices,
+        observe=observe,
+    )
+    pt.update(extra)
+    pt["repeat"] = rep
+    pt["started_at"] = point_started
+    _check_alive(
+        runs,
+        f"mid-run at {name} isl={ps.isl} osl={ps.osl}",
+        suspect=name if pt["failed"] else None,
+    )
+    _mark_validity(cfg, pt, detail, name)
+    run.points.append(pt)
+    run.requests.append(request_detail.record(pt, detail))
+    return pt
+
+
 def _key(gp: dict[str, int], lp: dict[str, Any]) -> repeat_stop.PointKey:
     """A grid point's key (repeat_stop.point_key) before it is measured."""
     return repeat_stop.point_key({**gp, **lp})
@@ -354,31 +418,30 @@ def _repeat_stop(cfg: StageConfig, load_points: list[dict[str, Any]]) -> repeat_
     keys = [_key(gp, lp) for gp in cfg.grid for lp in load_points]
     return repeat_stop.RepeatStop(
         points=keys,
-        minimum=cfg.repeats,
-        cap=int(cfg.repeat_cap),
-        floor_pct=cfg.min_change_pct,
+        minimum=cfg.starts_min,
+        cap=cfg.starts_cap,
+        margin_pct=cfg.min_change_pct,
         max_failed_share=cfg.max_failed_share,
     )
 
 
-def _decide_repeat(
-    stop: repeat_stop.RepeatStop, runs: dict[str, _SideRun], names: list[str], rep: int
+def _decide_round(
+    stop: repeat_stop.RepeatStop, runs: dict[str, _SideRun], names: list[str], round_: int
 ) -> None:
-    """After repeat ``rep``: ask the stopping rule about each point measured in it."""
+    """After round ``round_``: ask the stopping rule about each point measured in it."""
     a, b = (runs[n].points for n in names)
-    measured = {repeat_stop.point_key(p) for p in a if p["repeat"] == rep}
+    measured = {repeat_stop.point_key(p) for p in a if p["start"] == round_}
     for key in sorted(measured):
         step = stop.record(
             key,
             [p for p in a if repeat_stop.point_key(p) == key],
             [p for p in b if repeat_stop.point_key(p) == key],
         )
-        if step["action"] == "stop" and rep + 1 >= stop.minimum:
+        if step["action"] == "stop" and round_ + 1 >= stop.minimum:
             isl, osl, label = key
-            # The reason the point's records will carry (a point whose metrics all settled
-            # at the cap's look is "settled", not "cap reached"), so log and files agree.
+            # The reason the point's records will carry, so log and files agree.
             reason = stop.outcome(key)["stop_reason"]
-            _log(f"{isl}-{osl} {label}: {reason} after {step['pairs']} valid pairs")
+            _log(f"{isl}-{osl} {label}: {reason} after {step['starts']} starts")
 
 
 def _shared_gpus(runs: dict[str, _SideRun], name: str) -> bool:

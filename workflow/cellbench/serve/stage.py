@@ -21,10 +21,13 @@ tuned config folder) serves the TUNED arm of its image's cell. It measures the l
 digests are equal (on the local runtime a digest hashes the server interpreter's package
 versions: ``cellbench.runtime.pins.local_digest``).
 
-With ``--repeat-cap N`` (``serve.repeat_cap``; pair and images jobs) ``--repeats`` is the
-fewest interleaved pairs: after them a point gets another pair only while the stopping rule
-(``cellbench.serve.repeat_stop``, at the floor ``--min-change-pct``) leaves its verdict open,
-at most N; each point records ``repeats_used`` and ``stop_reason``.
+The job runs in rounds of server starts (``--starts-min``, ``serve.starts.min``): each round
+starts a fresh server per side (A B, then B A by round), measures the grid ``--repeats``
+times per start, interleaved, and stops them; every point records its ``start``. With
+``--starts-cap N`` above the minimum (pair and images jobs) a point gets another round only
+while the group-sequential rule (``cellbench.serve.repeat_stop``, at the margin
+``--min-change-pct``) leaves its answer open, at most N; each point then records
+``starts_used`` and ``stop_reason``.
 
 Each arm's output folder gets:
 
@@ -70,7 +73,7 @@ refused::
         [--serve-args-json '[...]'] [--server-command-json '[...]'] \\
         --grid-json '[{"isl":512,"osl":512}]' --concurrency 1,4 \\
         [--prompts-per-concurrency 10] [--warmups-per-concurrency 2] [--repeats 1] \\
-        [--repeat-cap N --min-change-pct P] \\
+        [--starts-min 1] [--starts-cap N --min-change-pct P] \\
         [--request-rate inf] [--seed 0] [--ignore-eos|--no-ignore-eos] [--ready-timeout 600] \\
         [--max-failed-share 0.05] [--tuned-config-dir DIR] \\
         [--gsm8k-dataset openai/gsm8k|FILE.jsonl] [--gsm8k-api auto|chat|completions] \\

@@ -1,7 +1,10 @@
-"""Statistics every verdict uses: Welch over repeats with Holm per table (`core`), the one
-better/worse/within-noise comparison (`comparison`), noise models and repeat counts (`noise`,
-`calibration`), the sequential stopping rule (`sequential`) and MLPerf's early stopping for
+"""Statistics every verdict uses: serving comparisons with server starts as the unit of
+replication and variance components measured from the data (`starts`), the group-sequential
+rule that stops starts once the answer is known (`sequential`), the one comparison of two
+sides (`comparison`), GSM8K's paired tests (`core`), noise models fitted to real runs and
+error rates simulated on them (`noise`, `calibration`) and MLPerf's early stopping for
 percentile claims (`early_stopping`).
 
-Reads and writes no files: numbers in, verdicts out. Used by the gates, the report and the archive.
+Reads no files but the bench.json files a prior is built from (`starts.prior_from_benches`):
+numbers in, verdicts out. Used by the serve stage, the gates, the report and the archive.
 """

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 import pandas as pd
 
 from cellbench.stats import core as stats
-from cellbench.stats import sequential
+from cellbench.stats import sequential, starts
 
 # Each compared serving metric and whether a higher value is better.
 METRICS = {
@@ -35,20 +35,21 @@ GSM8K_METRICS = (
 GSM8K_FIELD = {label: field for label, _, field in GSM8K_METRICS}
 
 VERDICT_RULE = (
-    "Serving verdicts: per grid point and metric, the t-test of the log-ratios of the "
-    "interleaved pairs of repeats (test *paired*; Welch's t-test over the repeats where the "
-    "repeats do not pair up), with the spread between two server starts ({floor}%, which the "
-    "repeats of one run cannot see) added to its variance; Holm-adjusted within each table; "
-    "*better*/*worse* only when the adjusted p < {alpha} and the change is at least {floor}%; "
-    "otherwise *within noise*. The interval is the test's 95% interval of the change. Repeats "
-    "that failed or were invalid are left out of the test and counted in *invalid A/B*. "
-    "Points measured with sequential repeats (serve.repeat_cap; test *sequential*) take the "
-    "stopping rule's verdict on the same pairs, which keeps the table's false-change rate "
-    "under {alpha} however the repeats stopped: *stopped* says how each metric settled and "
-    "after how many pairs, *repeats used* the pairs the point took, of its cap, and why it "
-    "stopped. "
+    "Serving verdicts: per grid point and metric, the change is the ratio of the two sides' "
+    "geometric means (*geomean A*, *geomean B*; each the mean over its server starts of a "
+    "start's mean log value). Its variance is measured, not assumed: the spread between "
+    "server starts (paired by round where the sides were interleaved, each side on its own "
+    "where they were not), pooled with earlier runs' where given. Every row of a table is "
+    "tested at alpha / rows (Bonferroni; a row measured with sequential starts at its look's "
+    "O'Brien-Fleming level instead), its interval is the t interval at that level and *p adj* "
+    "is p scaled to it, so *p adj* < {alpha} exactly when the interval excludes no change. "
+    "*better*/*worse*: the interval excludes no change and is not inside +-{floor}%; "
+    "*equivalent*: the interval lies inside +-{floor}% (report.min_change_pct); "
+    "*inconclusive*: neither, and *could see* gives the smallest change the row would have "
+    "detected with 80% power at its level, noise and starts. Repeats that failed or were "
+    "invalid are left out and counted in *invalid A/B*. "
     "GSM8K verdicts: McNemar's mid-p on the questions paired by document (p < {alpha}), with a "
-    "95% paired bootstrap interval of the accuracy difference."
+    "95% paired bootstrap interval of the accuracy difference; *inconclusive* otherwise."
 )
 # A point with a larger failed share of its requests is an invalid repeat (the default of
 # serve.max_failed_share, past which the serve stage fails the job today).
@@ -90,12 +91,44 @@ def _split_valid(rows: pd.DataFrame, metric: str, max_failed_share: float):
     return rows[keep], [r for r in reasons if r is not None]
 
 
-def _pairable(va: pd.DataFrame, vb: pd.DataFrame) -> bool:
-    """Both sides' valid repeats carry the same repeat numbers, each once: pair k of A and B."""
-    if "repeat" not in va or "repeat" not in vb or len(va) < 2:
+def _starts_of(rows: pd.DataFrame) -> pd.Series:
+    """Each row's server start (rows measured before starts were recorded: one start)."""
+    if "start" not in rows:
+        return pd.Series(0, index=rows.index)
+    return rows["start"].fillna(0).astype(int)
+
+
+def interleaved(a: pd.DataFrame, b: pd.DataFrame) -> bool:
+    """Whether the two sides were measured in one job, interleaved: their points carry one
+    job-wide order (``seq``) that no two points share. A run against an archived run (each
+    numbered from 0) is not."""
+    if "seq" not in a or "seq" not in b or not len(a) or not len(b):
         return False
-    ra, rb = va["repeat"].tolist(), vb["repeat"].tolist()
-    return len(set(ra)) == len(ra) and sorted(ra) == sorted(rb)
+    seq_a, seq_b = set(a["seq"].dropna().astype(int)), set(b["seq"].dropna().astype(int))
+    return bool(seq_a) and bool(seq_b) and not seq_a & seq_b
+
+
+def _groups(rows: pd.DataFrame, metric: str, keep: set | None = None) -> list[list[float]]:
+    """Per start (in order) the metric's values in repeat order, restricted to ``keep``
+    (start, repeat) keys when given."""
+    out = []
+    starts_ = _starts_of(rows)
+    for k in sorted(set(starts_)):
+        part = rows[starts_ == k].sort_values("repeat") if "repeat" in rows else rows[starts_ == k]
+        if keep is not None:
+            part = part[[(k, int(r)) in keep for r in part["repeat"]]]
+        if len(part):
+            out.append([float(v) for v in part[metric]])
+    return out
+
+
+def _pair_keys(ok_a: pd.DataFrame, ok_b: pd.DataFrame) -> set:
+    """The (start, repeat) keys both sides' valid rows have."""
+    if "repeat" not in ok_a or "repeat" not in ok_b:
+        return set()
+    ka = set(zip(_starts_of(ok_a), ok_a["repeat"].astype(int), strict=True))
+    kb = set(zip(_starts_of(ok_b), ok_b["repeat"].astype(int), strict=True))
+    return ka & kb
 
 
 def compare_serve(
@@ -105,90 +138,86 @@ def compare_serve(
     min_change_pct: float = stats.DEFAULT_MIN_CHANGE_PCT,
     alpha: float = stats.ALPHA,
     max_failed_share: float = MAX_FAILED_SHARE,
+    paired: bool | None = None,
+    priors: Mapping[tuple, Mapping[str, starts.Components]] | None = None,
 ) -> list[dict]:
-    """Per grid point both sides have and per metric: ``stats.compare_metric`` over the
-    repeats (paired by ``repeat`` where both sides' valid repeats carry the same repeat
-    numbers, Welch otherwise; ``restart_pct`` = the floor), then ``stats.verdicts`` over the
-    whole list (one Holm family). Each row also carries ``isl``, ``osl``, ``max_concurrency``
-    (None when the frame has none), ``metric``, and ``invalid_a``/``invalid_b`` with
-    ``invalid_reasons``: the repeats left out of the test and why (``invalid_reason``); a
-    pair whose other side is invalid is left out too and counted in ``unpaired``. A point
-    with fewer than two usable repeats a side keeps a row with an "n/a" verdict, so nothing
-    measured disappears from the table.
+    """Per grid point both sides have and per metric: ``starts.compare`` over the sides'
+    valid repeats grouped by server start, then ``starts.verdicts`` over the whole list (one
+    Bonferroni family; ``min_change_pct`` is the equivalence margin). ``paired``: whether
+    the sides were interleaved (None: ``interleaved`` decides); paired rows keep the
+    (start, repeat) pairs whose both sides are valid and count the others in ``unpaired``.
+    ``priors``: earlier runs' components per (``starts.point_key``, metric), from
+    ``starts.prior_from_benches``. Each row carries ``isl``, ``osl``, ``max_concurrency``
+    (and ``load``), ``metric``, ``invalid_a``/``invalid_b`` with ``invalid_reasons``; a point
+    without a valid repeat on a side keeps an "n/a" row, so nothing measured disappears.
 
-    Points whose repeats were stopped by ``cellbench.stats.sequential`` (both sides' points carry
-    the same ``repeat_cap``) take their verdict from ``sequential.decide`` on the same pairs
-    with the same design (rows: this table's tested rows; the floor), as the serve stage
-    decided while measuring; re-testing them with the fixed-count rule would not keep the
-    error rate the stopping rule keeps. Their rows say ``test`` "sequential" and ``stopped``
-    (how and after how many pairs)."""
+    Points measured with sequential starts (both sides record ``starts_cap``) take the row
+    ``sequential.decide`` judged at the look where it settled, on the same starts with the
+    same design as the serve stage: ``stop_status``, ``starts_used`` and ``stop_reason``
+    say how, and the row's level is that look's."""
     if not len(a) or not len(b):
         return []
     keys = _keys(a)
     missing = [k for k in keys if k not in b]
     if missing:
         raise ValueError(f"compare_serve: side B lacks the grid columns {missing}")
-    rows, stopped = [], {}
-    for point, pa in a.groupby(keys, sort=True):
+    paired = interleaved(a, b) if paired is None else paired
+    points = list(a.groupby(keys, sort=True))
+    rows = []
+    for point, pa in points:
         pb = b
         for k, v in zip(keys, point, strict=True):
             pb = pb[pb[k] == v]
         if pb.empty:
             continue
         where = {k: v if k == "load" else int(v) for k, v in zip(keys, point, strict=True)}
-        for metric, higher in METRICS.items():
-            if metric not in pa or metric not in pb:
-                continue
-            ok_a, why_a = _split_valid(pa, metric, max_failed_share)
-            ok_b, why_b = _split_valid(pb, metric, max_failed_share)
-            counts = {
-                "invalid_a": len(why_a),
-                "invalid_b": len(why_b),
-                "invalid_reasons": sorted(set(why_a) | set(why_b)),
-                "unpaired": 0,
-            }
-            if "repeat" in ok_a and "repeat" in ok_b and len(ok_a) and len(ok_b):
-                common = set(ok_a["repeat"]) & set(ok_b["repeat"])
-                pa_, pb_ = ok_a[ok_a["repeat"].isin(common)], ok_b[ok_b["repeat"].isin(common)]
-                if _pairable(pa_, pb_) and (len(why_a) or len(why_b)):
-                    # an invalid repeat takes its partner out of the paired test with it
-                    counts["unpaired"] = len(ok_a) + len(ok_b) - len(pa_) - len(pb_)
-                    ok_a, ok_b = pa_, pb_
-            paired = _pairable(ok_a, ok_b)
-            if paired:
-                ok_a, ok_b = ok_a.sort_values("repeat"), ok_b.sort_values("repeat")
-            va, vb = ok_a[metric].tolist(), ok_b[metric].tolist()
-            base = {"max_concurrency": None, **where, "metric": metric, **counts}
-            if not va or not vb:
-                rows.append({**base, **_untested(len(va), len(vb), higher)})
-                continue
-            result = stats.compare_metric(
-                va, vb, higher_is_better=higher, paired=paired, restart_pct=min_change_pct
-            )
-            rows.append({**base, **result, **_recorded_stop(pa, pb)})
-            cap = _repeat_cap(pa, pb)
-            if paired and cap:
-                stopped.setdefault(tuple(where.items()), {"cap": cap, "pairs": {}, "invalid": 0})
-                entry = stopped[tuple(where.items())]
-                entry["pairs"][metric] = (va, vb)
-                entry["invalid"] = max(entry["invalid"], len(why_a), len(why_b))
-    rows = stats.verdicts(rows, min_change_pct=min_change_pct, alpha=alpha)
-    return _sequential_verdicts(rows, stopped, min_change_pct, alpha)
+        rows += _point_rows(pa, pb, where, paired, max_failed_share, priors)
+    _sequential_rows(rows, points_count=len({_where_key(r) for r in rows}), margin=min_change_pct,
+                     alpha=alpha)  # fmt: skip
+    return starts.verdicts(rows, margin_pct=min_change_pct, alpha=alpha)
 
 
-def _repeat_cap(pa: pd.DataFrame, pb: pd.DataFrame) -> int | None:
-    """The cap of a point measured with sequential stopping, when both sides record one."""
-    if "repeat_cap" not in pa or "repeat_cap" not in pb:
-        return None
-    caps = set(pa["repeat_cap"].dropna()) | set(pb["repeat_cap"].dropna())
-    return int(caps.pop()) if len(caps) == 1 else None
+def _where_key(row: Mapping) -> tuple:
+    return tuple((k, row.get(k)) for k in ("isl", "osl", "max_concurrency", "load"))
+
+
+def _point_rows(pa, pb, where, paired, max_failed_share, priors) -> list[dict]:
+    rows = []
+    first = pa.iloc[0].to_dict()
+    recorded = _recorded_stop(pa, pb)
+    for metric, higher in METRICS.items():
+        if metric not in pa or metric not in pb:
+            continue
+        ok_a, why_a = _split_valid(pa, metric, max_failed_share)
+        ok_b, why_b = _split_valid(pb, metric, max_failed_share)
+        base = {
+            "max_concurrency": None,
+            **where,
+            "metric": metric,
+            "invalid_a": len(why_a),
+            "invalid_b": len(why_b),
+            "invalid_reasons": sorted(set(why_a) | set(why_b)),
+            "unpaired": 0,
+            **recorded,
+        }
+        keep = _pair_keys(ok_a, ok_b) if paired else None
+        if keep is not None:
+            base["unpaired"] = len(ok_a) + len(ok_b) - 2 * len(keep)
+        ga, gb = _groups(ok_a, metric, keep), _groups(ok_b, metric, keep)
+        if not ga or not gb:
+            rows.append({**base, **_untested(sum(map(len, ga)), sum(map(len, gb)), higher)})
+            continue
+        prior = (priors or {}).get((starts.point_key(first), metric))
+        result = starts.compare(ga, gb, higher_is_better=higher, paired=paired, prior=prior)
+        rows.append({**base, **result, "_groups": (ga, gb) if paired else None})
+    return rows
 
 
 def _recorded_stop(pa: pd.DataFrame, pb: pd.DataFrame) -> dict:
-    """What the serve stage recorded for a point measured with sequential repeats: the pairs
-    it used (``repeats_used``, one value per side) and why it stopped; {} for fixed repeats."""
+    """What the serve stage recorded for a point measured with sequential starts: the cap,
+    the fewest, the starts it used and why it stopped; {} otherwise."""
     out = {}
-    for field in ("repeat_cap", "repeats_used", "stop_reason"):
+    for field in ("starts_min", "starts_cap", "starts_used", "stop_reason"):
         if field in pa and field in pb:
             found = set(pa[field].dropna()) | set(pb[field].dropna())
             if len(found) == 1:
@@ -197,35 +226,37 @@ def _recorded_stop(pa: pd.DataFrame, pb: pd.DataFrame) -> dict:
     return out
 
 
-def _sequential_verdicts(rows: list[dict], stopped: dict, floor: float, alpha: float) -> list:
-    tested = sum(1 for r in rows if not r["verdict"].startswith("n/a"))
-    for key, entry in stopped.items():
-        lengths = {len(a) for a, _ in entry["pairs"].values()}
-        if len(lengths) != 1 or lengths.pop() < 2:
-            continue  # metrics with different pairs: the fixed-count verdict stands
+def _sequential_rows(rows: list[dict], points_count: int, margin: float, alpha: float) -> None:
+    """Rows of points measured with sequential starts take the judged row of
+    ``sequential.decide`` on the same starts; the others are left to the table's level."""
+    for r in rows:
+        groups = r.pop("_groups", None)
+        if groups is None or "starts_cap" not in r or str(r.get("verdict", "")).startswith("n/a"):
+            continue
         design = sequential.Design(
-            rows=max(tested, 1), cap=max(entry["cap"], 2), floor_pct=floor, alpha=alpha
+            rows=max(points_count * len(METRICS), 1),
+            cap=max(r["starts_cap"], 2),
+            min_starts=max(min(r.get("starts_min", 2), r["starts_cap"]), 2),
+            margin_pct=margin,
+            alpha=alpha,
         )
-        step = sequential.decide(entry["pairs"], METRICS, design, invalid=entry["invalid"])
-        where = dict(key)
-        for r in rows:
-            if all(r.get(k) == v for k, v in where.items()) and r["metric"] in step["metrics"]:
-                m = step["metrics"][r["metric"]]
-                r["verdict"], r["test"] = m["verdict"], "sequential"
-                how = step["reason"] if step["reason"] == sequential.INVALID else m["status"]
-                # fewer pairs than the rule asked for (the job was cut short): say so
-                how = "unsettled" if how == sequential.CONTINUE else how
-                r["stopped"] = f"{how} ({m['pairs']} of {entry['cap']} pairs)"
-                r["stop_status"], r["stop_pairs"] = how, m["pairs"]
-    return rows
+        if len(groups[0]) < design.min_starts:
+            r["stop_status"] = "unsettled"
+            continue
+        state = sequential.decide_metric(*groups, r["higher_is_better"], design)
+        judged = state["row"]
+        status = "unsettled" if state["status"] == sequential.CONTINUE else state["status"]
+        keep = {k: r[k] for k in r if k not in judged}
+        r.clear()
+        r.update({**keep, **judged, "stop_status": status, "stop_starts": state["starts"]})
 
 
 def _untested(n_a: int, n_b: int, higher: bool) -> dict:
     nan = math.nan
     return {
-        "median_a": nan, "median_b": nan, "change_pct": nan, "mean_change_pct": nan,
-        "ci_low": nan, "ci_high": nan, "p": nan, "n_a": n_a, "n_b": n_b, "cv_a": nan,
-        "cv_b": nan, "higher_is_better": higher, "test": None,
+        "geomean_a": nan, "geomean_b": nan, "change_pct": nan, "ci_low": nan,
+        "ci_high": nan, "p": nan, "repeats_a": n_a, "repeats_b": n_b, "starts_a": 0,
+        "starts_b": 0, "higher_is_better": higher, "test": None, "df": 0,
         "verdict": "n/a (no valid repeat on a side)",
     }  # fmt: skip
 
@@ -281,6 +312,8 @@ def _f(x: float | None, digits: int = 2) -> str:
 
 def _pct(x: float | None, digits: int = 1) -> str:
     text = _f(x, digits)
+    if text != "n/a" and x > 1000:  # an interval's bound at a look with almost no data
+        return "over +1000%"
     return text if text == "n/a" else f"{'+' if x > 0 else ''}{text}%"
 
 
@@ -295,47 +328,67 @@ def _md(rows: list[dict]) -> list[str]:
     return pd.DataFrame(rows).to_markdown(index=False, disable_numparse=True).splitlines()
 
 
+def _interval(r: Mapping) -> str:
+    if math.isnan(r.get("ci_low", math.nan)):
+        return "n/a"
+    return f"[{_pct(r['ci_low'])}, {_pct(r['ci_high'])}]"
+
+
+def could_see(r: Mapping) -> str:
+    """The smallest change the row would have detected (80% power at its level)."""
+    mdc = r.get("mdc_pct", math.inf)
+    if mdc is None or math.isinf(mdc) or math.isnan(mdc):
+        return "n/a"
+    # past 1000% the figure says only that the row could see next to nothing
+    return f"{mdc:.1f}%" if mdc <= 1000 else "over 1000%"
+
+
+def verdict_text(r: Mapping) -> str:
+    """The verdict as a reader needs it: an inconclusive row says what it could have seen."""
+    if r["verdict"] == starts.INCONCLUSIVE:
+        see = could_see(r)
+        if see.startswith("over"):
+            return f"inconclusive (could have seen only changes {see})"
+        return f"inconclusive (could have seen changes of at least {see})"
+    return r["verdict"]
+
+
 def spread_line(rows: list[dict], min_change_pct: float) -> str:
-    """How many repeats a 5% and a 1% change need, from the spread measured in ``rows``:
-    for paired rows the median spread of a pair's log-ratio, with the floor as restart noise
-    (``stats.pairs_needed``), else the median over the table of each side's coefficient of
-    variation (``stats.repeats_needed``)."""
-    pair_cvs = [r["cv_pair"] for r in rows if r.get("test") == stats.PAIRED]
-    pair_cvs = [c for c in pair_cvs if not math.isnan(c)]
-    if pair_cvs:
-        return _pairs_line(float(pd.Series(pair_cvs).median()), min_change_pct)
-    cvs = [r[k] for r in rows for k in ("cv_a", "cv_b") if not math.isnan(r.get(k, math.nan))]
-    if not cvs:
-        return "Spread not measured: one run a side, so no change can be told from noise."
-    cv = float(pd.Series(cvs).median())
-    need = {c: stats.repeats_needed(cv, c) for c in (5.0, 1.0)}
-    text = (
-        f"With the spread measured here (median CV {cv:.2f}% of a repeat), a 5% change needs "
-        f"{need[5.0]} repeats a side to be seen (80% power, p < {stats.ALPHA}, before Holm), "
-        f"1% needs {need[1.0]}"
+    """The noise measured here: the median spread between server starts (of the paired
+    log-ratio, or of each side), the starts per side, and the median detectable change."""
+    spreads = []
+    for r in rows:
+        comps = r.get("components") or {}
+        for side in ("d",) if "d" in comps else ("a", "b"):
+            between = (comps.get(side) or {}).get("between")
+            if between is not None and not math.isnan(between):
+                spreads.append(100 * math.sqrt(between))
+    mdcs = [r["mdc_pct"] for r in rows if math.isfinite(r.get("mdc_pct", math.inf))]
+    if not mdcs:
+        return (
+            "Start-to-start noise not measured (one server start a side, no earlier runs): "
+            "no change can be told from noise."
+        )
+    median = float(pd.Series(mdcs).median())
+    text = "Median detectable change over the table: " + (
+        f"{median:.1f}%" if median <= 1000 else "over 1000%"
     )
-    if min_change_pct > 1.0:
-        text += f", but changes below the {min_change_pct:g}% floor are never called"
-    return text + "."
-
-
-def _pairs_line(cv: float, floor: float) -> str:
-    def need(change: float) -> str:
-        n = stats.pairs_needed(cv, change, floor)
-        return "no number of pairs in one run (restart noise)" if n is None else f"{n} pairs"
-
-    text = (
-        f"With the spread measured here (median spread of a pair's log-ratio {cv:.2f}%, and "
-        f"{floor:g}% between server starts), a 5% change needs {need(5.0)} to be seen (80% "
-        f"power, p < {stats.ALPHA}, before Holm), 10% needs {need(10.0)}, 30% needs {need(30.0)}"
-    )
-    return text + (f"; changes below the {floor:g}% floor are never called." if floor else ".")
+    if spreads:
+        text += (
+            f"; median spread between server starts {float(pd.Series(spreads).median()):.2f}% "
+            "(measured here)"
+        )
+    return text + f"; the equivalence margin is +-{min_change_pct:g}%."
 
 
 def render_serve(
-    serve_a: pd.DataFrame, serve_b: pd.DataFrame, *, min_change_pct: float
+    serve_a: pd.DataFrame,
+    serve_b: pd.DataFrame,
+    *,
+    min_change_pct: float,
+    priors: Mapping[tuple, Mapping[str, starts.Components]] | None = None,
 ) -> list[str]:
-    rows = compare_serve(serve_a, serve_b, min_change_pct=min_change_pct)
+    rows = compare_serve(serve_a, serve_b, min_change_pct=min_change_pct, priors=priors)
     if not rows:
         return ["(no common grid points)", ""]
     several = len({r.get("load", r["max_concurrency"]) for r in rows}) > 1
@@ -343,19 +396,18 @@ def render_serve(
         {
             "ISL-OSL": _point_label(r, several),
             "metric": r["metric"],
-            "median A": _f(r["median_a"]),
-            "median B": _f(r["median_b"]),
+            "geomean A": _f(r["geomean_a"]),
+            "geomean B": _f(r["geomean_b"]),
             "change %": _pct(r["change_pct"]),
-            "CI of change": (
-                "n/a" if math.isnan(r["ci_low"]) else f"[{_pct(r['ci_low'])}, {_pct(r['ci_high'])}]"
-            ),
-            "runs A/B": f"{r['n_a']}/{r['n_b']}",
-            "test": r.get("test") or "n/a",
-            "p (Holm)": _f(r["p_holm"], 3),
-            "invalid A/B": _invalid(r),
-            **({"stopped": r.get("stopped", "")} if any("stopped" in x for x in rows) else {}),
-            **({"repeats used": _used(r)} if any("repeats_used" in x for x in rows) else {}),
+            "interval": _interval(r),
+            "p adj": _f(r.get("p_adj"), 3),
             "verdict": r["verdict"],
+            "could see": could_see(r),
+            "starts A/B": f"{r.get('starts_a', 0)}/{r.get('starts_b', 0)}",
+            "repeats A/B": f"{r.get('repeats_a', 0)}/{r.get('repeats_b', 0)}",
+            "test": _test(r),
+            "invalid A/B": _invalid(r),
+            **({"stopped": _used(r)} if any("starts_cap" in x for x in rows) else {}),
         }
         for r in rows
     ]
@@ -366,21 +418,30 @@ def render_serve(
     return lines
 
 
-def _used(row: dict) -> str:
-    """The pairs a sequentially measured point used, of its cap, and why it stopped."""
-    if "repeats_used" not in row:
+def _test(row: Mapping) -> str:
+    """The row's test, and the earlier runs' degrees of freedom pooled into it, if any."""
+    test = row.get("test") or "n/a"
+    return f"{test} + history ({row['prior_df']} df)" if row.get("prior_df") else test
+
+
+def _used(row: Mapping) -> str:
+    """How a sequentially measured row settled, at which look, and the point's starts used
+    of its cap and why it stopped: "futile at 2; 2 of 3 starts: settled"."""
+    if "starts_used" not in row:
         return ""
-    of = f" of {row['repeat_cap']}" if "repeat_cap" in row else ""
-    return f"{row['repeats_used']}{of}: {row.get('stop_reason', 'n/a')}"
+    how = row.get("stop_status", "")
+    at = f" at {row['stop_starts']}" if "stop_starts" in row else ""
+    of = f" of {row['starts_cap']}" if "starts_cap" in row else ""
+    return f"{how}{at}; {row['starts_used']}{of} starts: {row.get('stop_reason', 'n/a')}"
 
 
 def point_verdicts(
     a: pd.DataFrame, b: pd.DataFrame, *, min_change_pct: float, labels: Mapping[str, str]
 ) -> list[dict]:
     """One row per grid point of ``compare_serve``: its ISL-OSL (and load), per metric of
-    ``labels`` (metric -> column title) the verdict with its change, the pairs it used and
-    why it stopped (sequential repeats; "fixed count" otherwise), and its invalid repeats
-    A/B. For tables that give a point one line (the PR file)."""
+    ``labels`` (metric -> column title) the verdict with its change and interval (or what it
+    could have seen), the starts used and why it stopped, and its invalid repeats A/B. For
+    tables that give a point one line (the PR file)."""
     rows = compare_serve(a, b, min_change_pct=min_change_pct)
     several = len({r.get("load", r["max_concurrency"]) for r in rows}) > 1
     out: dict[str, dict] = {}
@@ -388,21 +449,26 @@ def point_verdicts(
         label = _point_label(r, several)
         line = out.setdefault(label, {"ISL-OSL": label})
         if r["metric"] in labels:
-            change = "" if math.isnan(r["change_pct"]) else f" ({_pct(r['change_pct'])})"
-            how = ""
-            if "stop_status" in r:  # how the stopping rule settled it: "futile at 2"
-                how = f"; {r['stop_status'].split(':')[0]} at {r['stop_pairs']}"
-            line[labels[r["metric"]]] = f"{r['verdict']}{change}{how}"
-        line["repeats used"] = _used(r) or f"{max(r['n_a'], r['n_b'])}: fixed count"
+            if math.isnan(r["change_pct"]):
+                line[labels[r["metric"]]] = r["verdict"]
+            else:
+                shown = f"{_pct(r['change_pct'])} {_interval(r)}"
+                line[labels[r["metric"]]] = f"{verdict_text(r)}: {shown}"
+        starts_ = f"{r.get('starts_a', 0)}/{r.get('starts_b', 0)}"
+        line["starts used"] = (
+            f"{r['starts_used']} of {r['starts_cap']}: {r.get('stop_reason', 'n/a')}"
+            if "starts_used" in r
+            else f"{starts_}: fixed count"
+        )
         line["invalid A/B"] = _invalid(r)
     return list(out.values())
 
 
 def render_repeats(a: pd.DataFrame, b: pd.DataFrame) -> list[str]:
     """Where no verdict is drawn (arms that cannot differ): per grid point measured with
-    sequential repeats, the pairs it used, of its cap, why it stopped and its invalid
-    repeats, as the serve stage recorded them; [] for fixed repeats."""
-    if "repeat_cap" not in a or "repeat_cap" not in b or not len(a) or not len(b):
+    sequential starts, the starts it used, of its cap, why it stopped and its invalid
+    repeats, as the serve stage recorded them; [] otherwise."""
+    if "starts_cap" not in a or "starts_cap" not in b or not len(a) or not len(b):
         return []
     keys = _keys(a)
     table = []
@@ -411,7 +477,7 @@ def render_repeats(a: pd.DataFrame, b: pd.DataFrame) -> list[str]:
         for k, v in zip(keys, point, strict=True):
             pb = pb[pb[k] == v]
         stop = _recorded_stop(pa, pb)
-        if not stop:
+        if "starts_used" not in stop:
             continue
         where = {k: v if k == "load" else int(v) for k, v in zip(keys, point, strict=True)}
         invalid = [
@@ -420,13 +486,14 @@ def render_repeats(a: pd.DataFrame, b: pd.DataFrame) -> list[str]:
         table.append(
             {
                 "ISL-OSL": _point_label({"max_concurrency": None, **where}, True),
-                "repeats used": _used(stop),
+                "starts used": f"{stop['starts_used']} of {stop.get('starts_cap', '?')}: "
+                f"{stop.get('stop_reason', 'n/a')}",
                 "invalid repeats": max(invalid),
             }
         )
     if not table:
         return []
-    return ["Repeats per point (sequential, serve.repeat_cap):", "", *_md(table), ""]
+    return ["Server starts per point (sequential, serve.starts):", "", *_md(table), ""]
 
 
 def _invalid(row: dict) -> str:
@@ -505,20 +572,24 @@ def render(
     gsm_b: Mapping | None = None,
     note: str = "",
     min_change_pct: float = stats.DEFAULT_MIN_CHANGE_PCT,
+    priors: Mapping[tuple, Mapping[str, starts.Components]] | None = None,
 ) -> list[str]:
     """Markdown lines comparing side A with side B: ``title`` (a heading line as given when it
     starts with ``#``, else a level-4 heading), ``note`` (a paragraph, if any), the serving table
-    with its repeats-needed line (when both sides have serving rows) and the GSM8K table (when
-    both sides have a GSM8K result)."""
-    if min_change_pct < 0:
-        raise ValueError(f"min_change_pct must be >= 0, got {min_change_pct}")
+    with its noise line (when both sides have serving rows; ``priors``: earlier runs'
+    components, as ``compare_serve`` takes them) and the GSM8K table (when both sides have a
+    GSM8K result)."""
+    if not min_change_pct > 0:
+        raise ValueError(
+            f"min_change_pct (the equivalence margin) must be > 0, got {min_change_pct}"
+        )
     heading = title if title.startswith("#") else f"#### {title}"
     lines = [heading, ""]
     if note:
         lines += [note, ""]
     have_serve = serve_a is not None and serve_b is not None and len(serve_a) and len(serve_b)
     if have_serve:
-        lines += render_serve(serve_a, serve_b, min_change_pct=min_change_pct)
+        lines += render_serve(serve_a, serve_b, min_change_pct=min_change_pct, priors=priors)
     if gsm_a is not None and gsm_b is not None:
         lines += render_gsm8k(gsm_a, gsm_b)
     if not have_serve and (gsm_a is None or gsm_b is None):

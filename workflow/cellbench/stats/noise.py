@@ -10,8 +10,8 @@ A serving comparison measures two sides A and B at each grid point in interleave
 - ``shared``: what both sides of one pair have in common (the prompts of that repeat, the
   machine's state at that minute). It cancels in a paired difference, not in Welch's test.
 - ``start``: the offset of one server start, fixed for all repeats of that side in one run.
-  Within a run it looks exactly like a real change; only separate runs show it. This is what
-  the verdict floor (``report.min_change_pct``) has to absorb.
+  Within one start it looks exactly like a real change; only separate starts show it, which
+  is why a serve job measures several (``cellbench.stats.starts``).
 - ``drift``: a trend over the measurement order (log units per measurement slot).
 - ``own``: what is left, independent per measurement.
 
@@ -227,16 +227,6 @@ def fit(frame: pd.DataFrame, name: str, source: str = "") -> NoiseModel:
     )
 
 
-def floor_pct(models: Sequence[NoiseModel]) -> float:
-    """The verdict floor the models imply: the largest standard deviation of the difference
-    between two server starts (sqrt(2) x start) over their metrics, in %, rounded up to 0.1.
-    The largest, so the false-change rate holds on every model (a floor from the pooled model
-    alone, 7.1% on the H200 runs, let 8-13% of simulated A/A tables of the concurrency-16
-    model call a change at 10-20 pairs: its TTFT start spread is 7.05%)."""
-    top = max(float(np.max(m.start)) for m in models)
-    return math.ceil(round(1000 * math.sqrt(2) * top, 6)) / 10
-
-
 def restart_test(frame: pd.DataFrame) -> dict:
     """Per metric: is there a server-start part at all? The F ratio of the between-run
     variance of the (run, point) mean log-ratios to what the repeats alone would give it
@@ -334,6 +324,35 @@ def draw(
     a = level * np.exp(np.moveaxis(log_a, 3, 2))
     b = level * np.exp(np.moveaxis(log_b, 3, 2))
     return a, b
+
+
+def draw_starts(
+    model: NoiseModel,
+    rng: np.random.Generator,
+    *,
+    tables: int,
+    points: int,
+    starts: int,
+    repeats: int,
+    effect_pct: np.ndarray | float = 0.0,
+    kind: str = "normal",
+) -> tuple[np.ndarray, np.ndarray]:
+    """Synthetic tables measured in server starts: (a, b) of shape (tables, points, metrics,
+    starts, repeats). Each start is one ``draw`` of ``repeats`` interleaved pairs with its
+    own server-start offsets per side, as a round of a serve job starts both servers afresh."""
+    drawn = [
+        draw(
+            model,
+            rng,
+            tables=tables,
+            points=points,
+            pairs=repeats,
+            effect_pct=effect_pct,
+            kind=kind,
+        )  # fmt: skip
+        for _ in range(starts)
+    ]
+    return np.stack([x for x, _ in drawn], axis=-2), np.stack([y for _, y in drawn], axis=-2)
 
 
 def _nearest_pd(corr: np.ndarray) -> np.ndarray:

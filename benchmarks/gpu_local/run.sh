@@ -112,7 +112,7 @@ pack() {
                 tail -c 4194304 "$f" >"$logs/$f"
             done
         tar -czf "$out/logs.tar.gz" -C "$logs" . 2>/dev/null
-        [ -f results/report/report.md ] && cp results/report/report.md "$out/report.md"
+        [ -f results/report/h200-local/report.md ] && cp results/report/h200-local/report.md "$out/report.md"
     fi
     ls -la "$out"
 }

@@ -67,7 +67,7 @@ def test_bump_adds_one_run_and_a_section_per_rerun_cell(docker_client, registry,
         write_cell(res, cell, digest=images.pinned_digest(pins, cell.split("/")[0]))
     _snakemake(tmp_path, cfg, "--touch", "--forceall", "--cores", "1")
     # The gates, the report and both archives for real, then the jobs after them marked done.
-    targets = ["results/report/INDEX.json"]
+    targets = ["results/report/test-docker/INDEX.json"]
     targets += [f"results/archive/{label}/ARCHIVED.json" for label in ("rocm7.0", "rocm7.2")]
     _snakemake(
         tmp_path, cfg, "--cores", "1", "--forcerun", "gate", "report", "archive", "--", *targets
@@ -77,7 +77,7 @@ def test_bump_adds_one_run_and_a_section_per_rerun_cell(docker_client, registry,
     before = _runs(root)
     assert [len(v) for v in before.values()] == [1, 1]
     earlier = {label: tree_checksums(root / label / names[0]) for label, names in before.items()}
-    assert ": previous run" not in (res / "report/report.md").read_text()
+    assert ": previous run" not in (res / "report/test-docker/report.md").read_text()
 
     # The bump: the tag moves, and the lock follows it only through `cellbench images bump`.
     new = move_tag(docker_client, tags["rocm7.2"])
@@ -112,7 +112,7 @@ def test_bump_adds_one_run_and_a_section_per_rerun_cell(docker_client, registry,
     assert manifest["images"] == {"rocm7.2": new} and sorted(manifest["cells"]) == bumped
     assert archive.main(["verify", "--archive-root", str(root)]) == 0
 
-    text = (res / "report/report.md").read_text()
+    text = (res / "report/test-docker/report.md").read_text()
     headings = [line for line in text.splitlines() if ": previous run " in line]
     assert sorted(h.split(":")[0].removeprefix("## ") for h in headings) == bumped
     first_run = f"rocm7.2/{before['rocm7.2'][0]}"

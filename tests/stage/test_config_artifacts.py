@@ -136,7 +136,9 @@ def test_gathered_folder_is_a_vllm_tuned_config_folder(tuned, tmp_path, monkeypa
     )
     assert top == [name] == [summary["config_file"]]
     assert (device / name).read_bytes() == cell_file.read_bytes()
-    loaders.load_vllm_config(device / name)  # the project's own format check
+    # The project's own format check, on the cell's file whose checksum vouches for these
+    # bytes (the gathered folder holds vLLM's files only, no sidecar).
+    loaders.load_vllm_config(cell_file)
 
     monkeypatch.setenv(config_lookup.ENV_FOLDER, str(device))
     config_lookup.clear_cache()

@@ -17,6 +17,7 @@ import pytest
 import requests
 import yaml
 from cellbench.assets import build as assets
+from cellbench.common import atomicio
 from cellbench.gsm8k import evaluate as gsm8k
 from cellbench.results import loaders
 from cellbench.serve import stage as serve_stage
@@ -43,6 +44,7 @@ def test_parse_real_lm_eval_output(lm_eval_run):
 @pytest.mark.slow
 def test_summarize_cli_writes_valid_file(lm_eval_run, tmp_path, capsys):
     _, out, expected = lm_eval_run
+    atomicio.write_tree_checksum(out)  # as the serve job records lm-eval's folder
     dest = tmp_path / "gsm8k" / "untuned.json"
     rc = gsm8k.main(
         [

@@ -12,6 +12,7 @@ import json
 import shutil
 
 import pytest
+from cellbench.common import atomicio
 from cellbench.gsm8k import evaluate as gsm8k
 from support.gsm8k_run import N_QUESTIONS
 
@@ -48,6 +49,8 @@ def test_an_edited_lm_eval_aggregate_is_refused_naming_both_numbers(
     wrong = 0.875 if sum(expected) / N_QUESTIONS != 0.875 else 0.5
     data["results"][gsm8k.TASK]["exact_match,strict-match"] = wrong
     results_file.write_text(json.dumps(data))
+    # Recorded after the edit, as if lm-eval had written it so: the clash itself is refused.
+    atomicio.write_tree_checksum(copy)
     dest = tmp_path / "gsm8k" / "tuned.json"
     assert _summarize(copy, dest) == 1
     err = capsys.readouterr().err
@@ -59,9 +62,28 @@ def test_an_edited_lm_eval_aggregate_is_refused_naming_both_numbers(
     assert not dest.exists() and not dest.parent.exists()
 
 
+def test_an_lm_eval_folder_edited_after_the_serve_job_is_refused(tmp_path, capsys):
+    """lm-eval's folder is a result too: an edit after the serve job recorded it (or its
+    checksum deleted) is refused before anything is read, naming the file and the job."""
+    folder = tmp_path / "lm_eval"
+    (folder / "instance-1").mkdir(parents=True)
+    results = folder / "instance-1" / "results_2026-12-05T10-00-00.json"
+    results.write_text('{"results": {}}')
+    atomicio.write_tree_checksum(folder)
+    results.write_text('{"results": {"x": 1}}')
+    assert _summarize(folder, tmp_path / "out.json") == 1
+    err = capsys.readouterr().err
+    assert "instance-1/results_2026-12-05T10-00-00.json changed after it was written" in err
+    assert f"--forcerun {folder}" in err and not (tmp_path / "out.json").exists()
+    atomicio.tree_checksum_path(folder).unlink()
+    assert _summarize(folder, tmp_path / "out.json") == 1
+    assert "no checksum recorded (lm_eval.sha256 is missing)" in capsys.readouterr().err
+
+
 def test_unreadable_lm_eval_output_is_one_line(tmp_path, capsys):
     (tmp_path / "lm_eval").mkdir()
     (tmp_path / "lm_eval" / "results_2026-12-05T10-00-00.json").write_text("{not json")
+    atomicio.write_tree_checksum(tmp_path / "lm_eval")  # as the serve job records what it got
     assert _summarize(tmp_path / "lm_eval", tmp_path / "out.json") == 1
     err = capsys.readouterr().err
     assert err.startswith("cellbench gsm8k: error: ") and "Traceback" not in err

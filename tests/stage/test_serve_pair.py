@@ -125,6 +125,50 @@ def test_pair_alternates_the_arms_repeat_by_repeat(tmp_path, capsys):
         assert [p["seed"] for p in benches[arm]["points"]] == [0, 0, 1, 1, 2, 2]
 
 
+def _results_of(out: Path) -> dict[str, bytes]:
+    """Every file of both arms' results (not the servers' logs, which each run starts anew)."""
+    return {
+        str(p.relative_to(out)): p.read_bytes()
+        for p in sorted(out.rglob("*"))
+        if p.is_file() and p.name != "server.log"
+    }
+
+
+def test_a_failed_rerun_keeps_the_previous_results_whole(tmp_path, capsys):
+    """The job runs again over the results of an earlier run and fails half-way: each arm's
+    bench.json, per-request file and lm_eval/ (and their checksums) are the earlier ones, byte
+    for byte, and still load; a run that succeeds then replaces them whole."""
+    from cellbench.common import atomicio
+    from cellbench.results import loaders
+
+    # (the digest the rule would pass: the loaders refuse numbers of no known environment)
+    digest = "local:timed"
+    good = _pair_args(tmp_path, ["--ttft-ms", "1", "--itl-ms", "1"], repeats=2, image_digest=digest)
+    assert serve_stage.main(good) == 0
+    out = tmp_path / "serve"
+    before = _results_of(out)
+    assert {"untuned/lm_eval.sha256", "tuned/bench.json.sha256"} <= set(before)
+    failing = _pair_args(
+        tmp_path,
+        ["--ttft-ms", "1", "--itl-ms", "1", "--exit-after", "5"],
+        repeats=2,
+        max_failed_share=1.0,
+        image_digest=digest,
+    )
+    assert serve_stage.main(failing) == 1
+    assert "server exited mid-run" in capsys.readouterr().err
+    assert _results_of(out) == before
+    for arm in ARMS:
+        loaders.load_bench(out / arm / "bench.json")
+        loaders.load_requests(out / arm / "requests.jsonl.gz")
+        assert atomicio.tree_problem(out / arm / "lm_eval") is None
+    assert serve_stage.main(good) == 0
+    after = _results_of(out)
+    assert after.keys() == before.keys() and after != before
+    for arm in ARMS:
+        loaders.load_bench(out / arm / "bench.json")
+
+
 def test_either_server_dying_fails_the_pair_and_stops_both(tmp_path, capsys):
     # Per arm: 2 start-up completions (readiness, ignore_eos probe), then 1 warm-up + 2 measured
     # requests per repeat. After repeat 0 both servers have answered 5; the tuned arm goes first

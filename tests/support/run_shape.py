@@ -28,7 +28,13 @@ STAMP = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}[-:]\d{2}[-:]\d{2}(\.\d+)?")
 ARCHIVE_RUN = re.compile(r"^(archive/[^/]+)/[^/]+/")
 
 
+# Folders of one config's own (its run label's; the question set's count): their place moved
+# there on purpose so another config's run leaves them alone; the files in them did not change.
+PER_CONFIG = re.compile(r"^(report|plan|gates)/embedded-cpu/|^(assets/gsm8k)/n\d+/")
+
+
 def _name(rel: str) -> str:
+    rel = PER_CONFIG.sub(lambda m: f"{m.group(1) or m.group(2)}/", rel)
     return ARCHIVE_RUN.sub(r"\1/<run>/", STAMP.sub("<time>", rel))
 
 
@@ -95,7 +101,7 @@ def _seeded_values(res: Path) -> dict:
             and p.suffix in {".json", ".jsonl", ".safetensors"}
             and p.name != "meta.json"
         ):
-            vals[f"asset {p.relative_to(res / 'assets')}"] = _sha(p)
+            vals[f"asset {_name(str(p.relative_to(res))).removeprefix('assets/')}"] = _sha(p)
     for bench in sorted(res.glob("*/*/*/serve/*/bench.json")):
         cell = "/".join(bench.relative_to(res).parts[1:3]) + "/" + bench.parent.name
         doc = json.loads(bench.read_text())

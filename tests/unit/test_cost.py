@@ -26,6 +26,7 @@ from support import result_fixtures as fx
 
 ROOT = Path(__file__).resolve().parents[2]
 CELL = "host-cpu/tiny-qwen3-moe/tp1-ep1"
+LABEL = "embedded-cpu"  # config/local.yaml's run_label
 HEADER = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
 
 
@@ -131,21 +132,23 @@ def test_report_sets_the_estimate_against_each_jobs_wall(tmp_path):
     serve_tsv = write_tsv(tmp_path, CELL, "serve-pair.tsv", 250.0)
     later = serve_tsv.stat().st_mtime + 5
     os.utime(serve_tsv, (later, later))
-    text = "\n".join(sections.cost_section(tmp_path, [CELL]))
+    text = "\n".join(sections.cost_section(tmp_path, [CELL], LABEL))
     rows = {line.split(" | ")[1]: line.split(" | ") for line in text.splitlines()[6:] if line}
     assert rows["serve"][2:5] == ["200.0", "250.0", "1.25"]
     assert rows["tune"][4].startswith("not rerun")
     # No estimate written: no section (nothing invented).
-    (tmp_path / job_times.ESTIMATE_FILE).unlink()
-    assert sections.cost_section(tmp_path, [CELL]) == []
+    assert sections.cost_section(tmp_path, [CELL], "another-config") == []  # its own only
+    assert sections.cost_section(tmp_path, [CELL], None) == []
+    (tmp_path / job_times.estimate_file(LABEL)).unlink()
+    assert sections.cost_section(tmp_path, [CELL], LABEL) == []
 
 
 def test_a_damaged_estimate_or_benchmark_file_is_named(tmp_path):
-    path = tmp_path / job_times.ESTIMATE_FILE
+    path = tmp_path / job_times.estimate_file(LABEL)
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps({"kind": "something_else"}))
     with pytest.raises(job_times.JobTimeError, match="not a cellbench cost estimate"):
-        job_times.read_estimate(tmp_path)
+        job_times.read_estimate(tmp_path, LABEL)
     bad = tmp_path / "benchmarks" / CELL / "tune.tsv"
     bad.parent.mkdir(parents=True)
     bad.write_text("not\ta\nbenchmark\n")
@@ -157,7 +160,7 @@ def test_cellbench_plan_prints_writes_and_refuses_a_bad_config(tmp_path, capsys)
     rc = cli.main(["plan", "--results", str(tmp_path), "--write"])
     out = capsys.readouterr()
     assert rc == 0 and CELL in out.out and "GPU-hours" in out.out
-    assert job_times.read_estimate(tmp_path)["cells"][CELL]["serve"]["seconds"] > 0
+    assert job_times.read_estimate(tmp_path, LABEL)["cells"][CELL]["serve"]["seconds"] > 0
     bad = tmp_path / "bad.yaml"
     bad.write_text((ROOT / "config" / "local.yaml").read_text() + "\nplan: {tpot_ms: -1}\n")
     assert cli.main(["plan", "--configfile", str(bad)]) == 2

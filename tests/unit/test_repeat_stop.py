@@ -5,10 +5,10 @@ back, the config and job that switch it on, and the report's tables of it."""
 from __future__ import annotations
 
 import copy
-import json
 from pathlib import Path
 
 import pytest
+from cellbench.common import atomicio
 from cellbench.config import jobargs
 from cellbench.config import loader as cbconfig
 from cellbench.results import loaders
@@ -193,7 +193,7 @@ def _bench(tmp_path: Path, points: list[dict]) -> Path:
         "ignore_eos": False,
         "points": full,
     }
-    path.write_text(json.dumps(bench))
+    atomicio.write_json(path, bench, checksum=True)  # as the stage writes it
     return path
 
 

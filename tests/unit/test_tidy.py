@@ -5,14 +5,18 @@ equal."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
+from cellbench import cli
 from cellbench.archive import write as archive
 from cellbench.report import tidy
 from cellbench.results.result_file import ResultError
 from support import t21_cells as cells
 
+ROOT = Path(__file__).resolve().parents[2]
 KEYS = ["run", "image", "digest", "model", "tp", "ep", "arm", "config_source", "isl", "osl",
         "concurrency", "repeat", "metric", "value"]  # fmt: skip
 
@@ -131,8 +135,39 @@ def test_bad_input_is_refused_naming_the_file(results, tmp_path):
         tidy.tidy(tmp_path / "results" / "rocm7.2")
 
 
+def _config_of(tmp_path: Path, models: list[str]) -> str:
+    """The embedded default's config with its cells replaced: image rocm7.2, ``models``."""
+    config = yaml.safe_load((ROOT / "config/local.yaml").read_text())
+    image, model = cells.CELL.split("/")[:2]
+    config["images"] = {image: config["images"]["host-cpu"]}
+    config["models"] = {name: {"build": "tiny-qwen3-moe", "dtype": "fp16"} for name in models}
+    config["cells"] = [{"images": [image], "models": models, "tp": 1}]
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return str(path)
+
+
 def test_cli_writes_both_files(results, tmp_path, capsys):
-    assert tidy.main([str(results), "--out-dir", str(tmp_path / "t")]) == 0
+    config = _config_of(tmp_path, [cells.CELL.split("/")[1]])
+    out = str(tmp_path / "t")
+    assert cli.main(["tidy", str(results), "--configfile", config, "--out-dir", out]) == 0
     assert (tmp_path / "t" / "tidy.parquet").is_file() and (tmp_path / "t" / "tidy.csv").is_file()
-    assert tidy.main([str(tmp_path / "nowhere")]) == 1
+    assert cli.main(["tidy", str(tmp_path / "nowhere")]) == 1
     assert "not a folder" in capsys.readouterr().err
+
+
+def test_cli_refuses_live_results_without_a_cell_of_the_config(results, tmp_path, capsys):
+    """A cell of the config whose whole folder is gone: no one-cell table that looks whole."""
+    config = _config_of(tmp_path, ["tiny-a", "tiny-b"])
+    assert cli.main(["tidy", str(results), "--configfile", config]) == 1
+    err = capsys.readouterr().err
+    assert f"bad result file {results}/rocm7.2/tiny-b/tp1-ep1: (cell folder) = (absent)" in err
+    assert f"1 of 2 have none under {results}: rocm7.2/tiny-b/tp1-ep1" in err
+    assert f"--configfile {config}" in err and "snakemake all --cores 2" in err
+    with pytest.raises(ResultError, match="tiny-b/tp1-ep1"):
+        tidy.tidy(results, ["rocm7.2/tiny-b/tp1-ep1"])
+    assert cli.main(["tidy", str(results), "--configfile", str(tmp_path / "none.yaml")]) == 2
+    assert "none.yaml" in capsys.readouterr().err
+    # The module alone has no config to check live results against: it says so.
+    assert tidy.main([str(results)]) == 2
+    assert "run it as `cellbench tidy`" in capsys.readouterr().err

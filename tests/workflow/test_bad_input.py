@@ -70,14 +70,15 @@ def _prepare_cli_inputs(tmp: Path) -> None:
     run = tmp / "archive" / "embedded-cpu" / "20261205T000000Z-local"
     run.mkdir(parents=True, exist_ok=True)
     (run / "MANIFEST.json").write_text('{"label": "embedded-cpu", "cel')
-    # One whole cell of live results, for commands that read them.
+    # The embedded default's cells, whole, for commands that read live results.
     from support import result_fixtures as fx
 
-    cell = "host-cpu/tiny-qwen3-moe/tp1-ep1"
-    fx.write_tune(tmp / "results", cell)
-    for arm in ("untuned", "tuned"):
-        fx.write_bench(tmp / "results", cell, arm, [fx.point()])
-        fx.write_gsm8k(tmp / "results", cell, arm, [True, False])
+    for model in ("tiny-qwen3-moe", "tiny-qwen3-moe-16e"):
+        cell = f"host-cpu/{model}/tp1-ep1"
+        fx.write_tune(tmp / "results", cell)
+        for arm in ("untuned", "tuned"):
+            fx.write_bench(tmp / "results", cell, arm, [fx.point()])
+            fx.write_gsm8k(tmp / "results", cell, arm, [True, False])
     (tmp / "dense.json").write_text(
         json.dumps({"model_type": "llama", "hidden_size": 64, "intermediate_size": 128})
     )

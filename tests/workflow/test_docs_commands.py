@@ -32,6 +32,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from cellbench import config as cbconfig
 from cellbench.archive import write as archive_write
 from support import result_fixtures
@@ -199,6 +200,14 @@ def archive_place(tmp_path: Path) -> tuple[Path, list[str]]:
                 write_cell(results, cell, ttft=ttft, digest=digest)
             archive_write.build_run(LABEL, results, ARCHIVED_CELLS, {LABEL: digest}, "f00",
                                     archive_root=results / "archive")  # fmt: skip
+        # The config whose cells these are, where `cellbench` looks by default: `cellbench
+        # tidy` checks live results against its cells.
+        config = yaml.safe_load((ROOT / "config/local.yaml").read_text())
+        config["images"] = {LABEL: config["images"]["host-cpu"]}
+        config["models"] = {m: {"build": "tiny-qwen3-moe"} for m in ("tiny-a", "tiny-b")}
+        config["cells"] = [{"images": [LABEL], "models": ["tiny-a", "tiny-b"], "tp": 1}]
+        (place / "config").mkdir()
+        (place / "config/local.yaml").write_text(yaml.safe_dump(config))
     runs = sorted(p.name for p in (place / "results/archive" / LABEL).iterdir()
                   if p.is_dir() and not p.is_symlink() and not p.name.startswith("."))  # fmt: skip
     assert len(runs) == 2, runs

@@ -23,6 +23,8 @@ import psutil
 import pytest
 import yaml
 from cellbench.assets import build as assets
+from cellbench.common import atomicio
+from cellbench.results import loaders
 from cellbench.serve.measure import POINT_PROGRESS
 from filelock import FileLock, Timeout
 from support import result_fixtures as fx
@@ -44,7 +46,8 @@ def built_assets(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("assets")
     for kind in MODELS:
         assets.make_model(root / "models" / kind, kind, seed=0)
-    assets.make_gsm8k_set(root / "gsm8k", 40, seed=0)
+    # The set of config/local.yaml's 40 questions, where its gsm8k_set rule puts it.
+    assets.make_gsm8k_set(root / "gsm8k" / "n40", 40, seed=0)
     return root
 
 
@@ -159,6 +162,8 @@ def test_interrupt_mid_benchmark_stops_everything_and_leaves_nothing(
     for arm in ARMS:
         assert not (work / CELL / "serve" / arm / "bench.json").exists()
         assert not (work / CELL / "serve" / arm / "lm_eval").exists()
+        # No checksum without its file either (one once outlived its bench.json).
+        assert not list((work / CELL / "serve" / arm).glob("*.sha256"))
     # The next run simply runs the job again: no --rerun-incomplete needed.
     plan = _dry_run(work, target, "--allowed-rules", "serve_pair")
     assert "serve_pair" in plan and "incomplete" not in plan.lower(), plan[-3000:]
@@ -359,7 +364,7 @@ def test_a_job_that_refuses_its_input_keeps_its_previous_output(tmp_path):
     res = work / "results"
     for model in MODELS:
         _whole_cell(res, f"host-cpu/{model}/tp1-ep1")
-    plots_dir = work / "results/report/plots" / CELL.removeprefix("results/")
+    plots_dir = work / "results/report/embedded-cpu/plots" / CELL.removeprefix("results/")
     targets = [f"{CELL}/gate.json", str((plots_dir / "latency.png").relative_to(work))]
 
     def snakemake() -> subprocess.CompletedProcess:
@@ -401,3 +406,56 @@ def test_a_job_that_refuses_its_input_keeps_its_previous_output(tmp_path):
     # The jobs are still due: the next run plans them again (until the result is rebuilt).
     plan = _dry_run(work, *targets, "--allowed-rules", "plots", "gate")
     assert "plots" in plan and "gate" in plan, plan[-3000:]
+
+
+def _previous_results(res: Path, cell: str) -> dict[str, bytes]:
+    """Whole results of both arms, as an earlier serve job left them: bench.json and lm-eval's
+    folder, each with its checksum. Returns every file under the arms' folders by path."""
+    for arm in ARMS:
+        fx.write_bench(res, cell, arm, [fx.point(seq=0), fx.point(seq=1, repeat=1)])
+        lm_eval = res / cell / "serve" / arm / "lm_eval"
+        (lm_eval / "instance-1").mkdir(parents=True)
+        (lm_eval / "instance-1" / "results_2026-12-05T10-00-00.json").write_text("{}\n")
+        atomicio.write_tree_checksum(lm_eval)
+    return _files(res / cell / "serve")
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and p.name not in ("server.log", "lm_eval.log", ".snakemake_timestamp")
+    }
+
+
+@pytest.mark.slow
+def test_a_failed_serve_rerun_keeps_the_cells_previous_results(built_assets, tmp_path):
+    """Real Snakemake, a real serve_pair job that fails: the model it serves is rebuilt broken
+    after the cell's results were made, so the job runs again and cannot serve the model.
+    Before it ran, Snakemake deleted both arms' bench.json and lm_eval/ (a killed job left a
+    bench.json.sha256 with no bench.json). Now each arm's previous files are still there,
+    byte for byte with their checksums, and every reader accepts them."""
+    work = _workdir(tmp_path, built_assets, ["tiny-qwen3-moe"])
+    res = work / "results"
+    before = _previous_results(res, CELL.removeprefix("results/"))
+    targets = [f"{CELL}/serve/{arm}/bench.json" for arm in ARMS]
+    flags = ["--allowed-rules", "serve_pair", "--configfile", _small_config(tmp_path)]
+    touched = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--cores", "1", "--touch", *targets, *flags],
+        cwd=work, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert touched.returncode == 0, touched.stdout[-3000:] + touched.stderr[-3000:]
+    assert "Nothing to be done" in _dry_run(work, *targets, *flags)
+    model = res / "assets/models/tiny-qwen3-moe"
+    next(model.glob("*.safetensors")).write_bytes(b"not a safetensors file")
+    os.utime(model)  # the folder as a rebuild leaves it: newer than the cell's results
+    proc = _snakemake(work, *targets, *flags)
+    terminal, _ = proc.communicate(timeout=600)
+    assert proc.returncode != 0, terminal[-3000:]
+    assert "serve_stage: " in terminal and "failed" in terminal, terminal[-3000:]
+    assert _files(work / CELL / "serve") == before
+    for arm in ARMS:
+        loaders.load(work / CELL / "serve" / arm / "bench.json", res)
+        assert atomicio.tree_problem(work / CELL / "serve" / arm / "lm_eval") is None
+        assert not (work / CELL / "serve" / arm / "lm_eval.partial").exists()
+    assert _processes_in(work) == [] and _held_leases(work) == []

@@ -16,7 +16,7 @@ import yaml
 from support import result_fixtures as fx
 from support.workflow_runs import fresh_copy
 
-INDEX = "results/report/INDEX.json"
+INDEX = "results/report/embedded-cpu/INDEX.json"
 
 
 def _snakemake(work: Path, *args: str) -> subprocess.CompletedProcess:
@@ -47,7 +47,7 @@ def test_bounds_rerun_the_report_alone_and_reach_its_section(tmp_path):
             fx.write_requests(fx.write_bench(res, cell, arm, points), ttft_s=0.05)
             fx.write_gsm8k(res, cell, arm, [True, False, True, True])
     _snakemake(work, "--allowed-rules", "report", "gate", "plots")
-    assert "Latency bounds" not in (res / "report/report.md").read_text()
+    assert "Latency bounds" not in (res / "report/embedded-cpu/report.md").read_text()
     assert _planned(work) == {}  # finished: nothing to do
 
     config_path = work / "config/local.yaml"
@@ -57,10 +57,10 @@ def test_bounds_rerun_the_report_alone_and_reach_its_section(tmp_path):
     assert _planned(work) == {"report": 1}  # not the gates, not the plots
 
     _snakemake(work, "--allowed-rules", "report")
-    text = (res / "report/report.md").read_text()
+    text = (res / "report/embedded-cpu/report.md").read_text()
     section = text.split("#### Latency bounds: p99 at 99% confidence")[1].split("\n####")[0]
     # 2 repeats x 160 requests, every first token at 50 ms: none over, too few to tell
     row = "| 512-512 | c16 | Triton MoE Untuned | TTFT | 100 | 50.00 | 320 | 0 | cannot tell | 459"
     assert row in section, section
-    assert (res / "report/percentile_claims.csv").is_file()
+    assert (res / "report/embedded-cpu/percentile_claims.csv").is_file()
     assert _planned(work) == {}

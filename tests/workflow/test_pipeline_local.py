@@ -35,6 +35,8 @@ from support.workflow_runs import fresh_copy
 
 ROOT = Path(__file__).resolve().parents[2]
 CELLS = ["host-cpu/tiny-qwen3-moe/tp1-ep1", "host-cpu/tiny-qwen3-moe-16e/tp1-ep1"]
+# The embedded default's report folder (its run_label's), as paths under the work folder.
+REPORT = "results/report/embedded-cpu"
 
 
 def snakemake(
@@ -136,6 +138,8 @@ SEQUENTIAL = "sequential server starts (per point its start, starts used, why it
 OBSERVED = "issue 33 item 3: claim fields observed or named for what they are"
 TUNED_ANEW = "a tune says what it timed itself and which earlier log it resumed or set aside"
 INTENDED = {
+    r"^files: \+ (archive/[\w.-]+/<run>/)?host-cpu/[\w.-]+/tp1-ep1/serve/(un)?tuned/"
+    r"lm_eval\.sha256$": "lm-eval's output folder: a checksum of every file, as every result",
     r"^files: \+ plan/estimate\.json$": "issue 32 item 4: the plan's estimate, written at start",
     r"report\.md: \+ (## Cost: |\| Cell \| Job \| Estimate)": "issue 32 item 4: the Cost section",
     r"bench\.json: \+ \.points\[\]\.(start|starts_min|starts_cap|starts_used|stop_reason|"
@@ -203,7 +207,7 @@ def test_arms_were_interleaved(finished_run):
 @pytest.mark.slow
 def test_report_and_archive(finished_run):
     res = finished_run / "results"
-    text = (res / "report/report.md").read_text()
+    text = (res / "report/embedded-cpu/report.md").read_text()
     assert "Embedded default" in text
     for cell in CELLS:
         assert f"## {cell}" in text
@@ -239,10 +243,10 @@ def test_report_and_archive(finished_run):
         # Sequential starts in the log and the report: per point the starts used, of the
         # cap, and why; per row its verdict and what it could have seen.
         assert "starts stopped: " in (logs / "serve-pair.log").read_text()
-    report = (res / "report/report.md").read_text()
+    report = (res / "report/embedded-cpu/report.md").read_text()
     assert "| stopped" in report and " of 3 starts: " in report and "| could see" in report
     # One PR-ready file per model with seed 000's tables (last: skips without the seed).
-    pr_files = [res / "report/pr" / f"{cell.split('/')[1]}.md" for cell in CELLS]
+    pr_files = [res / "report/embedded-cpu/pr" / f"{cell.split('/')[1]}.md" for cell in CELLS]
     assert all(p.is_file() for p in pr_files)
     for path in pr_files:
         assert_seed_shapes(path.read_text(), sections=1)
@@ -261,7 +265,7 @@ def test_html_report_in_headless_chromium(finished_run, tmp_path):
     zipped = tmp_path / "report.zip"
     proc = snakemake(finished_run, "--report", str(zipped), timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    figures = [f"results/report/plots/{cell}/{name}.{fmt}" for cell in CELLS
+    figures = [f"{REPORT}/plots/{cell}/{name}.{fmt}" for cell in CELLS
                for name in ("latency", "arm_change", "tuner_speedup", "gsm8k")
                for fmt in ("png", "svg")]  # fmt: skip
     with zipfile.ZipFile(zipped) as archive_file:
@@ -281,16 +285,16 @@ def test_html_report_in_headless_chromium(finished_run, tmp_path):
         listed = {row["file"] for rows in by_stage.values() for row in rows}
         assert {f for f in figures if f"/{cell}/" in f} <= listed
         assert {r["file"] for r in by_stage["tune"]} == {
-            f"results/report/plots/{cell}/tuner_speedup.{fmt}" for fmt in ("png", "svg")
+            f"{REPORT}/plots/{cell}/tuner_speedup.{fmt}" for fmt in ("png", "svg")
         }
     tables = {row["file"]: row["href"] for rows in view["found"]["All cells"].values()
               for row in rows}  # fmt: skip
     for name in ("report.md", "serve.csv", "gsm8k.csv", "tune.csv", "tidy.csv", "tidy.parquet"):
-        assert f"results/report/{name}" in tables, (name, sorted(tables))
+        assert f"{REPORT}/{name}" in tables, (name, sorted(tables))
     # A table cell as the page holds it: serve.csv byte for byte, its first TTFT readable.
-    served = html_report_probe.data_uri_bytes(tables["results/report/serve.csv"])
+    served = html_report_probe.data_uri_bytes(tables[f"{REPORT}/serve.csv"])
     res = finished_run / "results"
-    assert served == (res / "report/serve.csv").read_bytes()
+    assert served == (res / "report/embedded-cpu/serve.csv").read_bytes()
     ttft = pd.read_csv(io.BytesIO(served)).mean_ttft_ms
     points = sum(len(json.loads(p.read_text())["points"])
                  for cell in CELLS for p in (res / cell).glob("serve/*/bench.json"))  # fmt: skip
@@ -300,10 +304,10 @@ def test_html_report_in_headless_chromium(finished_run, tmp_path):
     height, width = mpimg.imread(finished_run / shown["file"]).shape[:2]
     assert (shown["width"], shown["height"]) == (width, height), shown
     # report.md links every figure, and each link resolves.
-    text = (res / "report/report.md").read_text()
+    text = (res / "report/embedded-cpu/report.md").read_text()
     links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
-    assert {f"results/report/{rel}" for rel in links} >= {f for f in figures if f.endswith("png")}
-    assert all((res / "report" / rel).is_file() for rel in links)
+    assert {f"{REPORT}/{rel}" for rel in links} >= {f for f in figures if f.endswith("png")}
+    assert all((res / "report/embedded-cpu" / rel).is_file() for rel in links)
 
 
 @pytest.mark.slow
@@ -331,7 +335,9 @@ def test_same_cell_measured_twice_is_within_noise(finished_run, tmp_path):
         if n == 2:
             # Issue 32 item 4: the second rerun's estimate (written as it started) rests on the
             # first rerun's wall, a run with history; it must land within 30% of the actual.
-            planned = job_times.read_estimate(again / "results")["cells"][cell]["serve"]
+            planned = job_times.read_estimate(again / "results", "embedded-cpu")["cells"][cell][
+                "serve"
+            ]
             actual = job_times.cell_job_times(again / "results", cell)["serve"].seconds
             print(f"serve estimate {planned['seconds']:.1f} s, actual {actual:.1f} s")
             assert planned["basis"].startswith("history"), planned
@@ -489,7 +495,7 @@ def test_a_failed_gate_fails_the_run_and_keeps_everything(finished_run):
     line = next(x for x in terminal.splitlines() if "cellbench gates: FAILED" in x)
     for part in ("model tiny-qwen3-moe", "arm untuned", "strict_match =", "floor 0.9000"):
         assert part in line, (part, line)
-    assert "GSM8K gate failed" in (res / "report/report.md").read_text()
+    assert "GSM8K gate failed" in (res / "report/embedded-cpu/report.md").read_text()
     assert json.loads((res / CELLS[0] / "gate.json").read_text())["passed"] is False
     assert bench.read_bytes() == bench_before  # nothing measured again
     assert {p: p.read_bytes() for p in first_run.rglob("*") if p.is_file()} == first_files

@@ -97,10 +97,12 @@ def test_bench_in_another_cells_folder_is_refused(tmp_path):
     moved = res / "rocm7.0/qwen3-30b-a3b-fp8/tp2-ep2/serve/tuned/bench.json"
     moved.parent.mkdir(parents=True)
     shutil.copy(path, moved)
+    shutil.copy(atomicio.checksum_path(path), atomicio.checksum_path(moved))
     assert f'cell = "{CELL}": the cell of its folder ("rocm7.0/' in _refused(moved, res)
     wrong_arm = res / CELL / "serve/untuned/bench.json"
     wrong_arm.parent.mkdir(parents=True)
     shutil.copy(path, wrong_arm)
+    shutil.copy(atomicio.checksum_path(path), atomicio.checksum_path(wrong_arm))
     assert 'arm = "tuned": the arm of its folder ("untuned")' in _refused(wrong_arm, res)
 
 
@@ -148,9 +150,10 @@ def test_a_file_changed_after_it_was_written_is_refused_by_its_checksum(tmp_path
     _rewrite(path, lambda d: d["points"][0].update(mean_ttft_ms=1.0), checksum=False)
     message = _refused(path)
     assert "changed after it was written" in message and "bench.json.sha256" in message
-    # Without a sidecar the file is read, and marked as not vouched for.
+    # Deleting the sidecar does not switch the check off: the file is refused just the same.
     atomicio.checksum_path(path).unlink()
-    assert loaders.load(path).checksum == result_file.UNVERIFIED
+    message = _refused(path)
+    assert "(sha256) = (no checksum recorded)" in message and "bench.json.sha256" in message
 
 
 def test_missing_file_is_refused(tmp_path):
@@ -311,7 +314,7 @@ def test_report_rule_failure_keeps_the_old_report(tmp_path):
             # The gate and plots jobs run for real on the hand-made results.
             [sys.executable, "-m", "snakemake", "--cores", "1", "--allowed-rules", "report"]
             + list(rules or ("gate", "plots"))
-            + ["--", "results/report/INDEX.json"],
+            + ["--", "results/report/embedded-cpu/INDEX.json"],
             cwd=work,
             capture_output=True,
             text=True,
@@ -320,9 +323,9 @@ def test_report_rule_failure_keeps_the_old_report(tmp_path):
 
     first = snakemake()
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
-    before = (res / "report/report.md").read_text()
+    before = (res / "report/embedded-cpu/report.md").read_text()
     assert "## host-cpu/tiny-qwen3-moe-16e/tp1-ep1" in before
-    figure = res / "report/plots/host-cpu/tiny-qwen3-moe-16e/tp1-ep1/latency.png"
+    figure = res / "report/embedded-cpu/plots/host-cpu/tiny-qwen3-moe-16e/tp1-ep1/latency.png"
     drawn = figure.read_bytes()
     # A gate verdict that does not follow from its checks: read by the report alone (a bad
     # measurement would stop the cell's plots job first, before the report runs).
@@ -334,7 +337,7 @@ def test_report_rule_failure_keeps_the_old_report(tmp_path):
     assert second.returncode != 0
     assert f"bad result file {bad.relative_to(work)}: passed = " in terminal
     assert "the previous report was kept" in terminal
-    assert (res / "report/report.md").read_text() == before
+    assert (res / "report/embedded-cpu/report.md").read_text() == before
     assert figure.read_bytes() == drawn  # the figures it links are still there
     # Snakemake removed the stamp, so the next run redoes the report.
-    assert not (res / "report/INDEX.json").exists()
+    assert not (res / "report/embedded-cpu/INDEX.json").exists()

@@ -83,6 +83,15 @@ def _cells(argv: list[str]) -> int:
     return 0
 
 
+def _cell_ids(configfile: str | None) -> list[str]:
+    """The cells of a config file (the default one for None); ValueError names a bad one."""
+    try:
+        cfg = cbconfig.load(configfile or DEFAULT_CONFIGFILE)
+    except cbconfig.ConfigError as exc:
+        raise ValueError(str(exc)) from None
+    return [cell.cell_id for cell in cbconfig.cells(cfg)]
+
+
 def run_one_cell_command(configfile: str, cfg: dict, cell: cbconfig.Cell) -> str:
     """The Snakemake line that runs one cell. Targets come first: Snakemake reads every word
     after --configfile as one more config file, and after --resources as one more resource."""
@@ -109,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     command, rest = argv[0], argv[1:]
     if command == "cells":
         return _cells(rest)
+    if command == "tidy":  # live results are checked against a config's cells
+        return int(import_module(FORWARDED[command][0]).main(rest, config_cells=_cell_ids))
     if command in FORWARDED:
         return int(import_module(FORWARDED[command][0]).main(rest) or 0)
     print(

@@ -16,13 +16,15 @@ rule tiny_model:
         logged("python -m cellbench.assets model --kind {params.kind} --out {output}")
 
 
+# One folder per question count (results/assets/gsm8k/nN): configs asking for the same count
+# share it, and a config asking for another never rewrites the set a third one reads.
 rule gsm8k_set:
     output:
-        directory("results/assets/gsm8k"),
+        directory(GSM8K_SET),
     log:
-        "results/logs/assets/gsm8k.log",
+        f"results/logs/assets/gsm8k-n{config['gsm8k']['local_questions']}.log",
     benchmark:
-        "results/benchmarks/assets/gsm8k.tsv"
+        f"results/benchmarks/assets/gsm8k-n{config['gsm8k']['local_questions']}.tsv"
     conda:
         HOST_ENV
     params:

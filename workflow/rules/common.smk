@@ -17,6 +17,7 @@ from cellbench.config import loader as cbconfig  # noqa: E402
 from cellbench.config import jobargs  # noqa: E402
 from cellbench.config import strict_yaml  # noqa: E402
 from cellbench.config import ceiling  # noqa: E402
+from cellbench.gsm8k import evaluate as gsm8k_evaluate  # noqa: E402
 from cellbench.runtime import pins  # noqa: E402
 
 try:
@@ -82,6 +83,12 @@ wildcard_constraints:
     arm="|".join(ARMS),
 
 
+# Results that are not a cell's (report, plan, the generated question set) lie in folders of
+# their own per config, so that running one config never plans another's jobs again: the
+# report and the plan under the config's run_label, the question set under its count.
+RUN_LABEL = config["run_label"]
+REPORT_DIR = f"results/report/{RUN_LABEL}"
+GSM8K_SET = gsm8k_evaluate.GENERATED_DIR.format(n=config["gsm8k"]["local_questions"])
 CELL_DIR = "results/{image}/{model}/tp{tp}-ep{ep}"
 LOG_DIR = "results/logs/{image}/{model}/tp{tp}-ep{ep}"
 BENCH_DIR = "results/benchmarks/{image}/{model}/tp{tp}-ep{ep}"
@@ -99,7 +106,7 @@ def all_targets():
     """
     return (
         every_stage_result()
-        + ["results/report/INDEX.json"]
+        + [f"{REPORT_DIR}/INDEX.json"]
         + [f"results/archive/{label}/ARCHIVED.json" for label in archive_labels()]
         + [f"results/configs/{label}/INDEX.json" for label in archive_labels()]
         + compare_targets()
@@ -117,18 +124,16 @@ def every_stage_result():
         if config["models"][model].get("build"):
             out.append(local_model_dir(model))
     if config["gsm8k"]["local_questions"]:
-        out.append("results/assets/gsm8k")
+        out.append(GSM8K_SET)
     for c in CELLS:
         out += c.targets() + [f"{c.path}/tune/configs", f"{c.path}/gate.json"]
         out += [f"{c.path}/serve/{arm}/lm_eval" for arm in ARMS]
     out += cell_plot_files(CELLS)
     out += [os.path.join(PLOT_DIR.format(**c.__dict__), "bump") for c in CELLS]
-    out += [f"results/report/{name}" for name in REPORT_FILES]
-    out += [
-        f"results/report/pr/{model}.md" for model in sorted({c.model for c in CELLS})
-    ]
+    out += [f"{REPORT_DIR}/{name}" for name in REPORT_FILES]
+    out += [f"{REPORT_DIR}/pr/{model}.md" for model in sorted({c.model for c in CELLS})]
     if compare_targets():
-        out.append("results/report/compare.csv")
+        out.append(f"{REPORT_DIR}/compare.csv")
     return out
 
 
@@ -142,29 +147,44 @@ REPORT_FILES = (
 )
 
 
-class _Whole:
-    """A params value for a stage result found whole (or not there yet). Snakemake leaves
-    values of types it cannot serialise out of its params rerun trigger, so a run recorded
-    before this check existed, and every whole result, compares as unchanged."""
+def stage_result_paths():
+    """Every stage result of the config's cells a reader checks, and the lm-eval folders the
+    GSM8K results come from: what the refused-result check below looks at."""
+    out = []
+    for c in CELLS:
+        out.append(f"{c.path}/tune/summary.json")
+        for arm in ARMS:
+            out.append(f"{c.path}/serve/{arm}/bench.json")
+            out.append(f"{c.path}/serve/{arm}/lm_eval")
+            out.append(f"{c.path}/gsm8k/{arm}.json")
+        out.append(f"{c.path}/gate.json")
+    return out + compare_targets()
 
-    def __str__(self):
-        return ""
+
+_REFUSED = []  # filled once per plan by refused_results()
 
 
-def result_problem(*paths):
-    """A tracked params value of the job that writes ``paths``: nothing while each is whole or
-    absent, else the loader's one-line refusal. A string among the recorded params is a
-    change, so Snakemake plans the job again (and, through its newer outputs, every reader):
-    an unreadable, truncated or tampered result is rebuilt like a missing one."""
-    from cellbench.results import loaders as results_mod
+def refused_results(wildcards):
+    """An input function of every job that writes a stage result; it adds no input. The first
+    call of a plan finds each result that is present but refused (unreadable, truncated, edited,
+    its checksum gone), says so, and forces its job as `--forcerun PATH` would; its readers
+    follow through their newer input. A force leaves no trace in Snakemake's records, so once
+    the rebuilt result is whole the next plan is empty (a refusal carried as a params value is
+    recorded by the job that repairs it and plans that job a second time). It runs while the
+    DAG is built, before Snakemake decides which jobs need to run (`dag.forcefiles`, read
+    there; Snakemake is pinned). Only the main process looks: a cluster job's own Snakemake
+    runs that job alone."""
+    if not workflow.is_main_process or workflow.dag is None:
+        return []
+    if not _REFUSED:
+        from cellbench.results import refused
 
-    for path in paths:
-        if os.path.lexists(path):
-            try:
-                results_mod.load(path, "results")
-            except results_mod.ResultError as exc:
-                return f"result refused: {exc}"
-    return _Whole()
+        _REFUSED.append(refused.refused(stage_result_paths(), "results"))
+        for path, why in _REFUSED[0]:
+            logger.warning(f"result refused, its job is planned again: {why}")
+    # (every DAG this process builds, each once: the set ignores a path added again)
+    workflow.dag.forcefiles.update(path for path, _ in _REFUSED[0])
+    return []
 
 
 def compare_targets():
@@ -236,7 +256,7 @@ def serve_inputs(wildcards, arms):
         inputs["tuned"] = os.path.join(CELL_DIR.format(**wildcards), "tune", "configs")
     if config["gsm8k"]["local_questions"]:
         # gsm8k.dataset is a file inside this folder (the config check makes sure).
-        inputs["gsm8k"] = "results/assets/gsm8k"
+        inputs["gsm8k"] = GSM8K_SET
     elif config["gsm8k"]["dataset"].endswith(".jsonl"):
         # A local question file: editing it reruns GSM8K like any other input.
         inputs["gsm8k"] = config["gsm8k"]["dataset"]
@@ -307,7 +327,7 @@ def logged(command):
 # to it and would be labelled text.
 mimetypes.add_type("application/vnd.apache.parquet", ".parquet")
 
-PLOT_DIR = "results/report/plots/{image}/{model}/tp{tp}-ep{ep}"
+PLOT_DIR = f"{REPORT_DIR}/plots/{{image}}/{{model}}/tp{{tp}}-ep{{ep}}"
 CELL_CATEGORY = "{image}/{model}/tp{tp}-ep{ep}"
 # Figure -> the stage whose results it shows (the subcategory in Snakemake's report).
 PLOT_STAGES = {

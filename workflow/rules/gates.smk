@@ -2,13 +2,15 @@
 # gate.json, pass or fail, which the report shows; `check_gates` runs last and fails the run,
 # naming model, arm, metric, value and gate, unless gates.on_failure is continue. Neither
 # touches the cells' results, the report or the archive.
-GATES_SUMMARY = "results/gates/SUMMARY.json"
+# One per config (its run_label): another config's check never replaces this one's record.
+GATES_SUMMARY = f"results/gates/{RUN_LABEL}/SUMMARY.json"
 
 
 rule gate:
     input:
         untuned=f"{CELL_DIR}/gsm8k/untuned.json",
         tuned=f"{CELL_DIR}/gsm8k/tuned.json",
+        refused=refused_results,
     output:
         # update(): a refused input keeps the previous verdict (Snakemake restores it).
         update(f"{CELL_DIR}/gate.json"),
@@ -24,9 +26,6 @@ rule gate:
             model_entry(wildcards).get("gsm8k_gate"), sort_keys=True
         ),
         cell=lambda wildcards: CELL_DIR.format(**wildcards).removeprefix("results/"),
-        check=lambda wildcards: result_problem(
-            f"{CELL_DIR.format(**wildcards)}/gate.json"
-        ),
     shell:
         logged(
             "python -m cellbench.gates evaluate --cell {params.cell} --model {wildcards.model} "

@@ -24,7 +24,7 @@ onstart:
     from cellbench.runtime import interrupts
 
     interrupts.install()
-    # The cost of what is about to run, on the terminal and in results/plan/estimate.json for
+    # The cost of what is about to run, on the terminal and in results/plan/RUN_LABEL/estimate.json for
     # the report's estimate-against-actual table. An estimate that fails stops nothing.
     from cellbench.config import ceiling, cost
 

@@ -48,21 +48,21 @@ rule report:
         # Linked from report.md (not read by the report code).
         plots=cell_plot_files(CELLS),
     output:
-        index="results/report/INDEX.json",
-        markdown=report_table("results/report/report.md", "report_md"),
-        serve=report_table("results/report/serve.csv", "serve_csv"),
-        gsm8k=report_table("results/report/gsm8k.csv", "gsm8k_csv"),
-        tune=report_table("results/report/tune.csv", "tune_csv"),
-        tidy_csv=report_table("results/report/tidy.csv", "tidy"),
-        tidy_parquet=report_table("results/report/tidy.parquet", "tidy"),
+        index=f"{REPORT_DIR}/INDEX.json",
+        markdown=report_table(f"{REPORT_DIR}/report.md", "report_md"),
+        serve=report_table(f"{REPORT_DIR}/serve.csv", "serve_csv"),
+        gsm8k=report_table(f"{REPORT_DIR}/gsm8k.csv", "gsm8k_csv"),
+        tune=report_table(f"{REPORT_DIR}/tune.csv", "tune_csv"),
+        tidy_csv=report_table(f"{REPORT_DIR}/tidy.csv", "tidy"),
+        tidy_parquet=report_table(f"{REPORT_DIR}/tidy.parquet", "tidy"),
         compare=(
-            [report_table("results/report/compare.csv", "compare_csv")]
+            [report_table(f"{REPORT_DIR}/compare.csv", "compare_csv")]
             if compare_targets()
             else []
         ),
         # One PR-ready Markdown file per model (cellbench.report.pr_markdown).
         pr=[
-            report_table(f"results/report/pr/{model}.md", "pr_markdown")
+            report_table(f"{REPORT_DIR}/pr/{model}.md", "pr_markdown")
             for model in sorted({c.model for c in CELLS})
         ],
     log:
@@ -78,9 +78,12 @@ rule report:
         # output: a declared output that a finished run lacks would keep Snakemake from
         # comparing these params at all (tests/workflow/test_latency_bounds_rerun.py).
         settings=jobargs.report_settings(config),
+        out_dir=lambda wildcards, output: str(Path(output.index).parent),
+        run_label=RUN_LABEL,
     shell:
         logged(
             "python -m cellbench.report --results results --runtime {params.runtime} "
+            "--run-label {params.run_label} "
             "{params.settings} --archive-root results/archive "
-            "--out-dir results/report {input.cells} {input.gates} {input.compare}"
+            "--out-dir {params.out_dir} {input.cells} {input.gates} {input.compare}"
         )

@@ -3,6 +3,10 @@
 # serve.interleave_arms (default): one `serve_pair` job per cell runs both servers at once and
 # alternates the arms repeat by repeat. Otherwise one `serve` job per arm. Both write the same
 # per-arm files, so the gsm8k, report and archive rules read either.
+# Their outputs are update(): Snakemake neither deletes a cell's previous results before the
+# job runs nor leaves them deleted when it fails (it restores them); the job itself swaps the
+# new ones in only once they are whole (cellbench.serve.stage), so a failed or interrupted
+# rerun never costs the last good results.
 
 
 # The stage's job (cellbench.config.jobargs.serve_job) as canonical JSON: params.settings is
@@ -18,11 +22,12 @@ if config["serve"]["interleave_arms"]:
     rule serve_pair:
         input:
             unpack(lambda wildcards: serve_inputs(wildcards, ARMS)),
+            refused=refused_results,
         output:
-            untuned_bench=f"{CELL_DIR}/serve/untuned/bench.json",
-            untuned_lm_eval=directory(f"{CELL_DIR}/serve/untuned/lm_eval"),
-            tuned_bench=f"{CELL_DIR}/serve/tuned/bench.json",
-            tuned_lm_eval=directory(f"{CELL_DIR}/serve/tuned/lm_eval"),
+            untuned_bench=update(f"{CELL_DIR}/serve/untuned/bench.json"),
+            untuned_lm_eval=update(directory(f"{CELL_DIR}/serve/untuned/lm_eval")),
+            tuned_bench=update(f"{CELL_DIR}/serve/tuned/bench.json"),
+            tuned_lm_eval=update(directory(f"{CELL_DIR}/serve/tuned/lm_eval")),
         log:
             f"{LOG_DIR}/serve-pair.log",
         benchmark:
@@ -35,13 +40,6 @@ if config["serve"]["interleave_arms"]:
             gpu=lambda wildcards: 2 * gpus_for(wildcards),
         params:
             settings=lambda wildcards: serve_settings(wildcards, "pair"),
-            # Either arm's bench.json found unreadable or tampered reruns the pair.
-            check=lambda wildcards: result_problem(
-                *[
-                    f"{CELL_DIR.format(**wildcards)}/serve/{arm}/bench.json"
-                    for arm in ARMS
-                ]
-            ),
             host=serve_host_args,
             out=lambda wildcards: os.path.join(CELL_DIR.format(**wildcards), "serve"),
         shell:
@@ -52,9 +50,10 @@ else:
     rule serve:
         input:
             unpack(lambda wildcards: serve_inputs(wildcards, [wildcards.arm])),
+            refused=refused_results,
         output:
-            bench=f"{CELL_DIR}/serve/{{arm}}/bench.json",
-            lm_eval=directory(f"{CELL_DIR}/serve/{{arm}}/lm_eval"),
+            bench=update(f"{CELL_DIR}/serve/{{arm}}/bench.json"),
+            lm_eval=update(directory(f"{CELL_DIR}/serve/{{arm}}/lm_eval")),
         log:
             f"{LOG_DIR}/serve-{{arm}}.log",
         benchmark:
@@ -66,9 +65,6 @@ else:
             gpu=gpus_for,
         params:
             settings=lambda wildcards: serve_settings(wildcards, wildcards.arm),
-            check=lambda wildcards: result_problem(
-                f"{CELL_DIR.format(**wildcards)}/serve/{wildcards.arm}/bench.json"
-            ),
             host=serve_host_args,
             out=lambda wildcards, output: str(Path(output.bench).parent),
         shell:

@@ -4,6 +4,7 @@
 rule tune:
     input:
         unpack(model_inputs),
+        refused=refused_results,
     output:
         summary=f"{CELL_DIR}/tune/summary.json",
         configs=directory(f"{CELL_DIR}/tune/configs"),
@@ -20,10 +21,6 @@ rule tune:
         # Tracked (a rerun trigger): the stage's job (cellbench.config.jobargs.tune_job) as
         # canonical JSON: the model's shape, the tune settings, pinned digest, GPUs, variables.
         settings=tune_settings,
-        # A summary or tuned file found unreadable, truncated or tampered reruns this job.
-        check=lambda wildcards: result_problem(
-            f"{CELL_DIR.format(**wildcards)}/tune/summary.json"
-        ),
         # Untracked host details: interpreter, leases, mounts, the host's GPU count.
         python=lambda wildcards, input: in_cell_python(wildcards),
         steps=step_host_args,

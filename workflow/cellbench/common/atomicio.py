@@ -103,6 +103,55 @@ def write_json(path: str | Path, obj: Any, *, checksum: bool = False) -> None:
     write_text(path, text, checksum=checksum)
 
 
+def tree_checksum_path(folder: str | Path) -> Path:
+    """The sidecar of a whole folder of results (lm-eval's output): ``FOLDER.sha256`` beside
+    it, one ``sha256  relative/path`` line per file (what ``sha256sum -c`` reads from inside
+    the folder)."""
+    folder = Path(folder)
+    return folder.with_name(folder.name + ".sha256")
+
+
+def _tree_digests(folder: Path) -> dict[str, str]:
+    """Every file's sha256 but dot names: Snakemake's ``.snakemake_timestamp`` in a folder
+    output, temporary files of writes under way (as the archive's copies leave them out)."""
+    return {
+        str(p.relative_to(folder)): sha256_file(p)
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+        and not p.is_symlink()
+        and not any(part.startswith(".") for part in p.relative_to(folder).parts)
+    }
+
+
+def write_tree_checksum(folder: str | Path) -> None:
+    """Record the sha256 of every file under ``folder`` in its sidecar (written atomically)."""
+    lines = [f"{digest}  {name}\n" for name, digest in _tree_digests(Path(folder)).items()]
+    write_text(tree_checksum_path(folder), "".join(lines))
+
+
+def tree_problem(folder: str | Path) -> str | None:
+    """Why ``folder`` no longer holds what its writer recorded (a missing sidecar, a file
+    changed, gone or added), or None when every file matches."""
+    folder, side = Path(folder), tree_checksum_path(folder)
+    try:
+        text = side.read_text()
+    except FileNotFoundError:
+        return f"no checksum recorded ({side.name} is missing)"
+    recorded = {}
+    for line in text.splitlines():
+        digest, _, name = line.partition("  ")
+        recorded[name] = digest
+    found = _tree_digests(folder)
+    for name in sorted(set(recorded) | set(found)):
+        if name not in found:
+            return f"{name} is gone since {side.name} was recorded"
+        if name not in recorded:
+            return f"{name} is not in {side.name} (added after it was recorded)"
+        if found[name] != recorded[name]:
+            return f"{name} changed after it was written (sha256 recorded in {side.name})"
+    return None
+
+
 def publish_tree(root: str | Path) -> None:
     """Give every folder and file under ``root`` (and ``root``) the mode a plain ``mkdir`` or
     ``open()`` would under the current umask: writers that go through temporary files (e.g.

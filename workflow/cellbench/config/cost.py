@@ -27,8 +27,8 @@ server starts and repeats per start needed for ``report.target_detectable_pct`` 
 GPU-hours (``cellbench.config.detect_plan``), naming each point that cannot reach it within
 the caps (its own ``warnings``).
 
-The workflow's start writes the estimate (``results/plan/estimate.json``); the report sets it
-against the jobs' measured walls.
+The workflow's start writes the estimate (``results/plan/{run_label}/estimate.json``); the
+report sets it against the jobs' measured walls.
 """
 
 from __future__ import annotations
@@ -354,6 +354,7 @@ def estimate(
     detect = detect_plan.plan(config, results, root)
     return {
         "kind": job_times.ESTIMATE_KIND,
+        "run_label": config["run_label"],
         "written": datetime.now(UTC).isoformat(timespec="seconds"),
         "cells": cells,
         "totals": totals,
@@ -366,7 +367,8 @@ def estimate(
 
 
 def write(est: dict[str, Any], results: Path | str = "results") -> Path:
-    path = Path(results) / job_times.ESTIMATE_FILE
+    """Write ``est`` where the report of its config's run label reads it."""
+    path = Path(results) / job_times.estimate_file(est["run_label"])
     path.parent.mkdir(parents=True, exist_ok=True)
     atomicio.write_json(path, est)
     return path
@@ -416,7 +418,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--write",
         action="store_true",
-        help=f"also write the estimate to RESULTS/{job_times.ESTIMATE_FILE} for the report",
+        help="also write the estimate to RESULTS/plan/RUN_LABEL/estimate.json for the report",
     )
     parser.add_argument("--json", action="store_true", help="print the estimate as JSON")
     args = parser.parse_args(argv)

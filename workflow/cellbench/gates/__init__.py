@@ -2,5 +2,5 @@
 run-wide verdict.
 
 Reads results/{cell}/gsm8k/{arm}.json through the loaders; writes results/{cell}/gate.json
-(gate.schema.json) and results/gates/SUMMARY.json.
+(gate.schema.json) and results/gates/{run_label}/SUMMARY.json.
 """

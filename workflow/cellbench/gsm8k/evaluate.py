@@ -43,15 +43,30 @@ from pathlib import Path
 from typing import Any
 
 from cellbench.common import paths
-from cellbench.common.atomicio import write_json
+from cellbench.common.atomicio import tree_problem, write_json
 
 TASK = "gsm8k_cellbench"
 # Task names of outputs written before the project's own task (still parsed).
 OLD_TASKS = ("gsm8k_local", "gsm8k")
 TASK_FILE = paths.DATA_DIR / "gsm8k_task.yaml"
 HUB_DATASET = "openai/gsm8k"
-# The file the embedded default's gsm8k_set rule writes (gsm8k.local_questions > 0).
-GENERATED_DATASET = "results/assets/gsm8k/gsm8k_test.jsonl"
+# The files the embedded default's gsm8k_set rule writes (gsm8k.local_questions > 0), one
+# folder per question count: a set depends on its count alone (a fixed seed), so configs that
+# ask for the same count share its files and a config asking for another never rewrites them.
+GENERATED_DIR = "results/assets/gsm8k/n{n}"
+_GENERATED_RE = re.compile(r"^results/assets/gsm8k/(?:n\d+/)?gsm8k_test\.jsonl$")
+
+
+def generated_dataset(local_questions: int) -> str:
+    """The gsm8k.dataset value naming the set of ``local_questions`` questions."""
+    return f"{GENERATED_DIR.format(n=local_questions)}/gsm8k_test.jsonl"
+
+
+def is_generated_dataset(dataset: str) -> bool:
+    """Whether ``dataset`` names a set the gsm8k_set rule writes (of any count)."""
+    return bool(_GENERATED_RE.match(dataset))
+
+
 APIS = ("auto", "chat", "completions")
 LM_EVAL_MODELS = {"chat": "local-chat-completions", "completions": "local-completions"}
 ENDPOINTS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
@@ -556,6 +571,16 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--arm", required=True, choices=["untuned", "tuned"])
     s.add_argument("--out", required=True, type=Path)
     a = p.parse_args(argv)
+    # The serve job recorded every file of the folder; one edited since is not lm-eval's.
+    problem = a.lm_eval_dir.is_dir() and tree_problem(a.lm_eval_dir)
+    if problem:
+        print(
+            f"cellbench gsm8k: error: {a.lm_eval_dir}: {problem}; rerun the serve job that "
+            f"wrote it: snakemake --cores 2 --forcerun {a.lm_eval_dir} (with your "
+            "--configfile, if any)",
+            file=sys.stderr,
+        )
+        return 1
     try:
         summary = parse_results(a.lm_eval_dir, cell=a.cell_id, arm=a.arm)
         validate(summary)

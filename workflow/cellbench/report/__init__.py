@@ -8,6 +8,6 @@ against each other) < `pr_markdown` (one PR file per model, linking the plots) <
 
 Reads results/ through cellbench.results (each arm's requests.jsonl.gz beside its bench.json
 where report.latency_bounds is set; and results/archive/ through
-cellbench.results.archived for the previous run); writes results/report/ (swapped in whole;
-INDEX.json last) and results/report/plots/{cell}/.
+cellbench.results.archived for the previous run); writes results/report/RUN_LABEL/ (swapped in
+whole; INDEX.json last) and results/report/RUN_LABEL/plots/{cell}/.
 """

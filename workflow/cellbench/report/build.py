@@ -335,6 +335,7 @@ def write_report(
     run: str = tidy.LIVE_RUN,
     digests: dict[str, str] | None = None,
     latency_bounds: dict | None = None,
+    run_label: str | None = None,
 ) -> Path:
     """Check every input, build the tables and report.md in a temporary folder beside
     ``out_dir``, and put it in ``out_dir``'s place only once whole, with ``INDEX.json`` (the
@@ -347,7 +348,8 @@ def write_report(
     LABEL/RUN) and take a cell's digest from ``digests`` (image -> digest) when its serve
     results do not record one. Plots already under ``out_dir/plots`` (the plots jobs') are
     linked from report.md and kept. ``latency_bounds`` (``report.latency_bounds``): each
-    point's percentile claims, from the arms' per-request files (``percentile_claims``)."""
+    point's percentile claims, from the arms' per-request files (``percentile_claims``).
+    ``run_label``: the config whose plan estimate the cost section reads."""
     if not min_change_pct > 0:
         raise ValueError(f"min_change_pct must be a number > 0, got {min_change_pct}")
     loaded = load_inputs(files, results)
@@ -397,7 +399,7 @@ def write_report(
             claims,
             priors,
         )
-        text += "\n".join(["", *cost_section(Path(results), sorted(all_cells))])
+        text += "\n".join(["", *cost_section(Path(results), sorted(all_cells), run_label)])
         atomicio.write_text(staging / "report.md", text)
 
         # One PR-ready file per model, its plot links checked against out_dir's plots.
@@ -464,6 +466,9 @@ def main(argv: list[str] | None = None) -> int:
         default="null",
         help="report.latency_bounds as JSON: check each point's percentile claims",
     )
+    parser.add_argument(
+        "--run-label", help="the config's run_label: its plan estimate is set against the walls"
+    )
     parser.add_argument("files", nargs="+")
     args = parser.parse_args(argv)
     if not args.min_change_pct > 0:  # also refuses nan
@@ -484,6 +489,7 @@ def main(argv: list[str] | None = None) -> int:
             args.min_change_pct,
             archive_root=args.archive_root,
             latency_bounds=bounds,
+            run_label=args.run_label,
         )
     except ResultError as exc:
         print(f"cellbench report: error: {exc}", file=sys.stderr)

@@ -407,10 +407,11 @@ NO_TRITON_MOE_NOTE = (
 )
 
 
-def cost_section(results: Path, cells: list[str]) -> list[str]:
-    """The plan's estimate (written when the run started) against each job's measured wall, per
-    cell and job kind; nothing when the run wrote no estimate."""
-    est = job_times.read_estimate(results)
+def cost_section(results: Path, cells: list[str], run_label: str | None) -> list[str]:
+    """The plan's estimate (written when the run of ``run_label`` started) against each job's
+    measured wall, per cell and job kind; nothing when the run wrote no estimate (or no label
+    is given: an archived run's own report)."""
+    est = None if run_label is None else job_times.read_estimate(results, run_label)
     if est is None:
         return []
     lines = [

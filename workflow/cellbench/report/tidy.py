@@ -16,8 +16,10 @@ rows leave both empty.
 config the arm's server logged (bench.json ``moe_config.source``: tuned, default, shipped, ...);
 for the tuner, ``tuned`` for the pick and the baseline's own source for the baseline timing.
 
-    python -m cellbench.report.tidy PATH [--out-dir DIR]
-        PATH: a results folder (live) or an archived run folder (holding MANIFEST.json)
+    python -m cellbench.report.tidy PATH [--configfile FILE] [--out-dir DIR]
+        PATH: a results folder (live) or an archived run folder (holding MANIFEST.json);
+        FILE: for live results, the config whose cells must all be there (default
+        config/local.yaml); an archived run's manifest lists its own
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import json
 import math
 import re
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 import pandas as pd
@@ -273,15 +275,32 @@ def stage_files(root: Path, cells: Iterable[str], whole: bool = True) -> list[Pa
     return [root / cell / rel for cell in cells for rel in whole_sets.CELL_STAGE_FILES]
 
 
-def tidy(path: str | Path) -> pd.DataFrame:
+def tidy(
+    path: str | Path, expected: Iterable[str] = (), source: str = "the config"
+) -> pd.DataFrame:
     """The tidy table of a results folder (run ``live``) or of an archived run folder (run
-    ``LABEL/RUN`` from its MANIFEST.json). Raises ``ResultError`` for a bad file and
-    ``FileNotFoundError`` for a folder with no cell."""
+    ``LABEL/RUN`` from its MANIFEST.json). Raises ``ResultError`` for a bad file or a cell
+    missing and ``FileNotFoundError`` for a folder with no cell.
+
+    An archived run's cells are its manifest's. A live folder's are those found in it and the
+    ``expected`` cells (the config's, named by ``source``): a cell whose whole folder is gone
+    would otherwise leave a smaller table that looks whole."""
     root = Path(path)
     if not root.is_dir():
         raise FileNotFoundError(f"{root}: not a folder (expected results/ or an archived run)")
     manifest = _manifest(root)
     cells = cells_in(root)
+    if manifest is None:
+        absent = sorted(set(expected) - set(cells))
+        if absent:
+            raise ResultError(
+                root / absent[0],
+                "(cell folder)",
+                "(absent)",
+                f"the results of every cell of {source} ({len(absent)} of {len(set(expected))} "
+                f"have none under {root}: {', '.join(absent)})",
+                whole_sets.LIVE_REBUILD,
+            )
     if not cells:
         raise FileNotFoundError(
             f"{root}: no cell found (expected IMAGE/MODEL/tpN-epM/tune/summary.json under it, "
@@ -309,7 +328,12 @@ def write_tidy(frame: pd.DataFrame, out_dir: str | Path) -> list[Path]:
     return [out_dir / name for name in TIDY_NAMES]
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(
+    argv: list[str] | None = None, config_cells: Callable[[str | None], list[str]] | None = None
+) -> int:
+    """``cellbench tidy``. ``config_cells`` (the ``cellbench`` command's) gives a config
+    file's cells, the default config's for None, or raises ValueError naming what is wrong;
+    without it live results cannot be checked, and are refused."""
     parser = argparse.ArgumentParser(
         prog="cellbench tidy",
         description=__doc__,
@@ -317,11 +341,28 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("path", help="results/ or an archived run folder")
     parser.add_argument(
+        "--configfile",
+        help="live results: the config whose every cell must be there (default: the one the "
+        "default profile reads, config/local.yaml); an archived run's manifest names its own",
+    )
+    parser.add_argument(
         "--out-dir", help="write tidy.parquet and tidy.csv here (default: print a summary)"
     )
     args = parser.parse_args(argv)
+    root = Path(args.path)
+    expected: list[str] = []
+    if root.is_dir() and not (root / "MANIFEST.json").exists():  # live results
+        if config_cells is None:
+            print("cellbench tidy: error: live results are checked against a config's cells: "
+                  "run it as `cellbench tidy`", file=sys.stderr)  # fmt: skip
+            return 2
+        try:
+            expected = config_cells(args.configfile)
+        except ValueError as exc:
+            print(f"cellbench tidy: {exc}", file=sys.stderr)
+            return 2
     try:
-        frame = tidy(args.path)
+        frame = tidy(args.path, expected, f"--configfile {args.configfile or 'config/local.yaml'}")
     except (ResultError, FileNotFoundError) as exc:
         print(f"cellbench tidy: error: {exc}", file=sys.stderr)
         return 1

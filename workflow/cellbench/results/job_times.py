@@ -2,10 +2,11 @@
 
 Every rule has a ``benchmark:`` file (``results/benchmarks/<cell>/<job>.tsv``, Snakemake's own
 wall clock of the job in column ``s``). The plan-time estimate (``cellbench plan --write``,
-which the workflow's start runs) is ``results/plan/estimate.json``. Both are read here: the
-plan reads the last run's times as history, the report sets estimate against actual. An archived
-run keeps its cells' files of ``KIND_FILES`` at the same place under its folder
-(``benchmarks/<cell>/``), so the plan can read them there when ``results/`` has none.
+which the workflow's start runs) is ``results/plan/{run_label}/estimate.json``, one per config.
+Both are read here: the plan reads the last run's times as history, the report sets estimate
+against actual. An archived run keeps its cells' files of ``KIND_FILES`` at the same place
+under its folder (``benchmarks/<cell>/``), so the plan can read them there when ``results/``
+has none.
 """
 
 from __future__ import annotations
@@ -15,7 +16,13 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-ESTIMATE_FILE = Path("plan") / "estimate.json"
+
+def estimate_file(run_label: str) -> Path:
+    """Where a config's estimate lies under the results folder: one folder per run label, so
+    one config's run never replaces the estimate another's report reads."""
+    return Path("plan") / run_label / "estimate.json"
+
+
 BENCHMARKS = "benchmarks"  # the benchmark files' folder under a results folder or archived run
 ESTIMATE_KIND = "cost_estimate"
 # A job kind and the benchmark files of its jobs in one cell (serve: the interleaved pair, or
@@ -76,9 +83,9 @@ def cell_job_times(results: Path, cell: str) -> dict[str, JobTime]:
     return out
 
 
-def read_estimate(results: Path) -> dict | None:
-    """The plan's estimate file, checked; None when there is none."""
-    path = Path(results) / ESTIMATE_FILE
+def read_estimate(results: Path, run_label: str) -> dict | None:
+    """The plan's estimate file of a run label, checked; None when there is none."""
+    path = Path(results) / estimate_file(run_label)
     if not path.is_file():
         return None
     try:

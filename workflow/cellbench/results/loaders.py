@@ -6,8 +6,8 @@ the job to rerun. Checked, in order:
 
 1. the file can be read and is whole JSON (a truncated file is refused, not a traceback);
 2. the checksum recorded when the stage wrote it (``NAME.sha256`` beside it, written by
-   ``atomicio.write_*(..., checksum=True)``) still matches. A file without a sidecar (written
-   before checksums were recorded, or by hand) is read but marked ``unverified``;
+   ``atomicio.write_*(..., checksum=True)``) still matches. A file without its sidecar
+   (deleted, or written by hand) is refused like a changed one;
 3. its JSON schema (``workflow/schemas/``);
 4. what a schema cannot say: ``completed + failed`` equal to the prompts sent, percentiles in
    order, a GSM8K score equal to the mean of its per-sample results, the tuned configs in
@@ -181,7 +181,12 @@ def load_requests(path: Path | str) -> list[dict[str, Any]]:
         raise ResultError(path, "(file)", str(exc), "the file must be readable", rerun) from None
     recorded = atomicio.recorded_checksum(path)
     digest = hashlib.sha256(raw).hexdigest()
-    if recorded is not None and recorded != digest:
+    if recorded is None:
+        raise ResultError(
+            path, "(sha256)", "(no checksum recorded)",
+            f"the checksum its stage recorded in {atomicio.checksum_path(path).name}", rerun,
+        )  # fmt: skip
+    if recorded != digest:
         raise ResultError(
             path, "(sha256)", digest, f"changed after it was written (recorded {recorded})", rerun
         )

@@ -30,7 +30,9 @@ TUNE, VLLM_CONFIG, BENCH, GSM8K, COMPARISON, GATE = (
     "gate",
 )
 KINDS = (TUNE, VLLM_CONFIG, BENCH, GSM8K, COMPARISON, GATE)
-VERIFIED, UNVERIFIED = "verified", "unverified (no checksum recorded)"
+# Every result a loader accepts was vouched for by the checksum its stage recorded; the
+# index entries still say so, for readers of earlier reports.
+VERIFIED = "verified"
 
 
 class ResultError(Exception):
@@ -149,7 +151,9 @@ def _check_schema(
 
 
 def _read(path: Path, kind: str) -> tuple[Any, str, str]:
-    """The parsed JSON, its sha256, and whether a recorded checksum vouched for it."""
+    """The parsed JSON, its sha256, and ``VERIFIED``: a file whose recorded checksum is gone
+    is refused like one that no longer matches it (deleting the sidecar must not switch the
+    check off)."""
     rerun = rerun_hint(path, kind)
     try:
         raw = path.read_bytes()
@@ -183,9 +187,18 @@ def _read(path: Path, kind: str) -> tuple[Any, str, str]:
         raise ResultError(
             path, "(whole file)", f"({len(raw)} bytes)", f"UTF-8 JSON expected ({exc})", rerun
         ) from None
+    if recorded is None:
+        raise ResultError(
+            path,
+            "(sha256)",
+            "(no checksum recorded)",
+            f"the checksum its stage recorded in {atomicio.checksum_path(path).name}: a "
+            "result without it cannot be told from one edited by hand",
+            rerun,
+        )
     if not isinstance(data, dict):
         raise ResultError(path, "(top level)", type(data).__name__, "a JSON object", rerun)
-    return data, digest, VERIFIED if recorded is not None else UNVERIFIED
+    return data, digest, VERIFIED
 
 
 def _place(path: Path, results: Path | None, depth: int) -> list[str] | None:

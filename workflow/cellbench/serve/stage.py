@@ -35,12 +35,13 @@ Each arm's output folder gets:
   job-wide sequence number ``seq`` and ``started_at``) and provenance; validated against
   ``workflow/schemas/bench.schema.json``, written atomically and last;
 * ``server.log``   the server's output;
-* ``lm_eval/``     lm-eval's own output (built as ``lm_eval.partial`` and renamed at the end),
-  and ``lm_eval.log``.
+* ``lm_eval/``     lm-eval's own output (built as ``lm_eval.partial`` and swapped in at the
+  end), the sha256 of each of its files in ``lm_eval.sha256``, and ``lm_eval.log``.
 
 A server (either one, for a pair) that exits during start-up or mid-run, never becomes ready, or
 fails more than ``--max-failed-share`` of a point's requests fails the job (exit status 1) with
-the tail of its log in the message; every server is stopped and no ``bench.json`` is written.
+the tail of its log in the message; every server is stopped and no ``bench.json`` is written:
+the arm's previous results, if any, stay as they were, whole, until a run of the job succeeds.
 
 ``cold`` is observed, per server, just before it starts: in the docker runtime the server's
 per-image cache folder (``--cache-dir``, default ``<lease-dir>/../.cache/<image digest>``,
@@ -99,12 +100,12 @@ and waited for; each run goes to ``lm_eval/instance-K/`` and each start appends 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
+from cellbench.common import atomicio
 from cellbench.common.atomicio import write_json
 from cellbench.runtime import interrupts
 from cellbench.serve import (
@@ -196,7 +197,10 @@ def observe_server_packages(cfg: StageConfig, side: Side, command: list[str]) ->
 
 
 def _prepare(cfg: StageConfig, sides: list[Side]) -> None:
-    """Clear what an earlier run of this job left: it must not survive a failure of this one."""
+    """Clear what an interrupted run of this job left half-made. An arm's previous results
+    (bench.json, its per-request file, lm_eval/, each with its checksum) stay whole and
+    readable until this run's are: ``_publish`` replaces them at the end, and a failure before
+    that leaves them as they were (the rules mark them update(), so Snakemake keeps them too)."""
     cfg.out_dir.mkdir(parents=True, exist_ok=True)
     if cfg.arm == IMAGES:
         (cfg.out_dir / "bench.json").unlink(missing_ok=True)
@@ -204,13 +208,51 @@ def _prepare(cfg: StageConfig, sides: list[Side]) -> None:
         out = side.log_path.parent
         out.mkdir(parents=True, exist_ok=True)
         if cfg.arm != IMAGES:
-            (out / "bench.json").unlink(missing_ok=True)
-            for name in _request_files():
-                (out / name).unlink(missing_ok=True)
-            for d in (out / "lm_eval", out / "lm_eval.partial"):
-                shutil.rmtree(d, ignore_errors=True)
+            shutil.rmtree(out / "lm_eval.partial", ignore_errors=True)
+            _drop_orphan_sidecars(out)
         side.log_path.write_bytes(b"")
         side.cache_dir.mkdir(parents=True, exist_ok=True)
+
+
+def _drop_orphan_sidecars(out: Path) -> None:
+    """A checksum whose file is gone describes nothing (an earlier version of this stage, or
+    a hand, removed the file): it must not be mistaken for part of a result."""
+    for name in ("bench.json", request_detail.file_name()):
+        if not (out / name).exists():
+            atomicio.checksum_path(out / name).unlink(missing_ok=True)
+    if not (out / "lm_eval").exists():
+        atomicio.tree_checksum_path(out / "lm_eval").unlink(missing_ok=True)
+
+
+def _withdraw(out: Path) -> None:
+    """Take an arm's previous results out of use before its new ones are moved in: without
+    its checksums a mix of old and new (a kill half-way through ``_publish``) is refused by
+    every reader and rebuilt, never read as one result."""
+    for name in ("bench.json", request_detail.file_name()):
+        atomicio.checksum_path(out / name).unlink(missing_ok=True)
+    atomicio.tree_checksum_path(out / "lm_eval").unlink(missing_ok=True)
+
+
+def _publish(cfg: StageConfig, m: Any, benches: dict[str, dict[str, Any]]) -> None:
+    """Move each arm's new results over its previous ones, bench.json last: its presence with
+    its checksum means the whole job succeeded."""
+    for arm in cfg.arms:
+        out = cfg.arm_dir(arm)
+        _withdraw(out)
+        if cfg.gsm8k:
+            atomicio.replace_dir(out / "lm_eval.partial", out / "lm_eval")
+        else:
+            shutil.rmtree(out / "lm_eval", ignore_errors=True)
+            (out / "lm_eval").mkdir()  # declared by the rule; empty: GSM8K switched off
+        atomicio.write_tree_checksum(out / "lm_eval")
+    for arm in cfg.arms:
+        request_detail.write(cfg.arm_dir(arm) / request_detail.file_name(), m.runs[arm].requests)
+    for arm in cfg.arms:
+        path = cfg.arm_dir(arm) / "bench.json"
+        try:
+            write_json(path, benches[arm], checksum=True)
+        except OSError as e:  # e.g. a full disk: say which file could not be written
+            raise OSError(e.errno, f"cannot write {path}: {e.strerror}") from e
 
 
 def run_stage(cfg: StageConfig) -> dict[str, dict[str, Any]]:
@@ -281,29 +323,14 @@ def run_stage(cfg: StageConfig) -> dict[str, dict[str, Any]]:
         _validate_bench(bench)
         benches[arm] = bench
     try:
-        for arm in cfg.arms:
-            out = cfg.arm_dir(arm)
-            if cfg.gsm8k:
-                os.replace(out / "lm_eval.partial", out / "lm_eval")
-            else:
-                (out / "lm_eval").mkdir()  # declared by the rule; empty: GSM8K switched off
-        for arm in cfg.arms:
-            request_detail.write(
-                cfg.arm_dir(arm) / request_detail.file_name(), m.runs[arm].requests
-            )
-        for arm in cfg.arms:
-            # Last: a bench.json's presence means the whole job succeeded.
-            path = cfg.arm_dir(arm) / "bench.json"
-            try:
-                write_json(path, benches[arm], checksum=True)
-            except OSError as e:  # e.g. a full disk: say which file could not be written
-                raise OSError(e.errno, f"cannot write {path}: {e.strerror}") from e
+        _publish(cfg, m, benches)
     except BaseException:
         # A full disk or an interrupt here must not leave one arm looking complete.
         for arm in cfg.arms:
             for name in ("bench.json", "bench.json.sha256", *_request_files()):
                 (cfg.arm_dir(arm) / name).unlink(missing_ok=True)
             shutil.rmtree(cfg.arm_dir(arm) / "lm_eval", ignore_errors=True)
+            atomicio.tree_checksum_path(cfg.arm_dir(arm) / "lm_eval").unlink(missing_ok=True)
         raise
     return benches
 

@@ -285,7 +285,7 @@ def test_every_step_ran_in_a_pinned_vllm_container(rehearsal):
         assert list(
             (workdir / "results" / CELL / "serve" / arm / "lm_eval").rglob("results_*.json")
         )
-    report = (workdir / "results/report/rehearsal-cpu-vllm-docker/report.md").read_text()
+    report = (workdir / "results/report/rocm-none-cpu-rehearsal/report.md").read_text()
     assert "cannot differ" in report
     # The first report names the vLLM its servers said they were, and heads the arms' columns
     # by what ran: vLLM's CPU backend, whose MoE is not Triton's.
@@ -300,7 +300,7 @@ def test_every_step_ran_in_a_pinned_vllm_container(rehearsal):
     assert "warning: report.latency_bounds at 32-16 c2" in (workdir / "first-run.log").read_text()
     claims = report.split("#### Latency bounds: p99 at 99% confidence")[1].split("\n####")[0]
     assert claims.strip() and "| yes |" not in claims, claims
-    assert (workdir / "results/report/rehearsal-cpu-vllm-docker/percentile_claims.csv").is_file()
+    assert (workdir / "results/report/rocm-none-cpu-rehearsal/percentile_claims.csv").is_file()
     # Sequential repeats: the report lists each point's pairs used and why it stopped.
     assert "Repeats per point" in report and " of 3: " in report
     manifests = list((workdir / "results" / "archive").glob("*/*/MANIFEST.json"))
@@ -344,7 +344,7 @@ def test_a_nightly_bump_replans_that_image_and_names_both_versions(rehearsal):
     assert summary["counts"]["timed"] > 0 and timed_before > 0, summary["counts"]
     assert summary["log"]["set_aside_records"] > 0, summary["log"]
     assert rehearsal["digest"] in summary["log"]["set_aside_because"], summary["log"]
-    report = (workdir / "results/report/rehearsal-cpu-vllm-docker/report.md").read_text()
+    report = (workdir / "results/report/rocm-none-cpu-rehearsal/report.md").read_text()
     section = report[report.index(f"## {CELL}: previous run") :]
     assert f"vLLM {OLD} (previous)" in section and f"vLLM {NEW} (now)" in section, section[:800]
     assert "Image bump" in section

@@ -283,7 +283,7 @@ def _ceiling_probes() -> list[Probe]:
             "ceiling-repeats-2-63",
             "snakemake",
             "`snakemake -n` with `serve.repeats: 9223372036854775808` (2^63)",
-            "e+20 GPU-hours (plan.max_gpu_hours = 1000)",
+            "e+21 GPU-hours (plan.max_gpu_hours = 1000)",
             edit=_set("serve", "repeats", 2**63),
         ),
         Probe(

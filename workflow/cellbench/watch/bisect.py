@@ -75,8 +75,8 @@ def _parser() -> argparse.ArgumentParser:
         default=[],
         help=f"metric the verdict reads (repeatable; default: {', '.join(verdict.METRICS)})",
     )
-    p.add_argument("--repeats", type=int, help="interleaved pairs per point (default: "
-                   "serve.repeat_cap, else serve.repeats; at least 2)")  # fmt: skip
+    p.add_argument("--repeats", type=int, help="interleaved pairs per point and start "
+                   "(default: serve.repeats; pairs x starts at least 2)")  # fmt: skip
     p.add_argument("--starts", type=int, help="rounds per step, each with fresh servers "
                    "(default: serve.starts.min where the config has it, else 1)")  # fmt: skip
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
@@ -149,7 +149,7 @@ def setup(args: argparse.Namespace) -> dict[str, Any]:
     for m in metrics:
         if m not in verdict.METRICS:
             raise BisectError(f"--metric {m}: expected one of {', '.join(verdict.METRICS)}")
-    repeats = args.repeats or int(cfg["serve"].get("repeat_cap") or cfg["serve"]["repeats"])
+    repeats = args.repeats or int(cfg["serve"]["repeats"])
     starts = args.starts or int((cfg["serve"].get("starts") or {}).get("min", 1))
     if starts < 1 or repeats * starts < 2:
         raise BisectError(f"--repeats {repeats} x --starts {starts}: a verdict needs at least "
@@ -233,7 +233,8 @@ def plan(cfg: dict, setting: dict, cell: cbconfig.Cell) -> dict:
     steps = n - 1 if setting["exhaustive"] else search.max_steps(n)
     serve = cost.estimate_cell(cfg, cell, Path("results"))["serve"]
     every = len(cfg["serve"]["grid"]) * len(cfg["serve"]["concurrency"])
-    cap = int(cfg["serve"].get("repeat_cap") or cfg["serve"]["repeats"])
+    # the plan's serve estimate prices serve.repeats in every round up to the starts cap
+    cap = int(cfg["serve"]["repeats"]) * int(cfg["serve"]["starts"]["cap"])
     share = len(setting["points"]) / every * setting["repeats"] * setting["starts"] / cap
     step_s = serve["seconds"] * share
     gpus = 2 * cell.tp if int(cfg["gpus"]) else 0

@@ -348,4 +348,6 @@ def test_every_documented_command_runs_in_real_or_dry_run_form(tmp_path):
             if argv[1:2] == ["tune"]:  # the tuner wrote its summary for the tiny shape
                 assert (tmp_path / "tune-out" / "summary.json").is_file(), out
             ran += 1
-    assert ran >= 50 and skipped >= 3 and help_only <= 12, (ran, help_only, skipped)
+    # help-only: the images commands and docs/watch.md's watch and bisect forms (they ask the
+    # registry and serve images; their real runs are tests/integration's watch and bisect tests)
+    assert ran >= 50 and skipped >= 3 and help_only <= 20, (ran, help_only, skipped)

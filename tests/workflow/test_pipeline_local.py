@@ -137,6 +137,7 @@ BEFORE_REDESIGN = ROOT / "tests" / "data" / "before_redesign" / "shape.json"
 SEQUENTIAL = "sequential server starts (per point its start, starts used, why it stopped)"
 OBSERVED = "issue 33 item 3: claim fields observed or named for what they are"
 TUNED_ANEW = "a tune says what it timed itself and which earlier log it resumed or set aside"
+COUNTED = "percentiles with the requests behind them; p90/p99 only where MLPerf's count is met"
 INTENDED = {
     r"^files: \+ (archive/[\w.-]+/<run>/)?host-cpu/[\w.-]+/tp1-ep1/serve/(un)?tuned/"
     r"lm_eval\.sha256$": "lm-eval's output folder: a checksum of every file, as every result",
@@ -165,6 +166,12 @@ INTENDED = {
     r"report\.md: [-+] \| M \| .*\| (time_us|search_us) \|": TUNED_ANEW
     + " (the search's time named so, beside what the gain compares, and which config was kept)",
     r"serve\.csv: \+ server_version$": "the version each arm's server gave (GET /version)",
+    r"bench\.json: \+ \.points\[\]\.((ttft|tpot|itl|e2el)_requests:int|"
+    r"p90_(ttft|tpot|itl|e2el)_ms:float)$": COUNTED,
+    r"serve\.csv: \+ ((ttft|tpot|itl|e2el)_requests|p90_(ttft|tpot|itl|e2el)_ms|"
+    r"percentile_note)$": COUNTED,
+    r"tidy\.csv: \+ (note|requests)$": COUNTED,
+    r"^files: - gates/SUMMARY\.json$": "the run's gate summary lives under its run label",
 }
 
 

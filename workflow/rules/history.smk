@@ -13,6 +13,8 @@ rule history:
         page="results/history/{label}/index.html",
     log:
         "results/logs/history-{label}.log",
+    benchmark:
+        "results/benchmarks/history-{label}.tsv"
     conda:
         HOST_ENV
     params:

@@ -8,8 +8,10 @@ import re
 import pytest
 import yaml
 from cellbench.config import images_command
+from cellbench.config import loader as cbconfig
 from cellbench.runtime import images
 from cellbench.runtime.images import ImageError, ImageRef
+from support.archive_cells import write_cell
 from support.docker_env import (  # noqa: F401
     PYTHON,
     REPO_ROOT,
@@ -246,10 +248,23 @@ def test_bump_reruns_exactly_that_images_jobs(docker_client, registry, tmp_path)
     full = _planned(tmp_path, cfg)
     assert any("/rocm7.0/" in out for _, out in full) and any("/rocm7.2/" in o for _, o in full)
 
-    # Stand-ins for a finished run: every output present, then `--touch` records each job's
-    # metadata (params included: the pinned digest) as if it had run.
+    # A finished run: every output present, the stage results whole (an empty stand-in is no
+    # result: its reader refuses it and its job is planned again), the gates, report and
+    # archives made for real, then `--touch` records each job's metadata (params included:
+    # the pinned digest) as if it had run.
     stand_ins(tmp_path, cfg)
+    pins = images.load_lock(lock)
+    for cell in {c.cell_id for c in cbconfig.cells(cbconfig.load(cfg))}:
+        write_cell(
+            tmp_path / "results", cell, digest=images.pinned_digest(pins, cell.split("/")[0])
+        )
     _snakemake(tmp_path, cfg, "--touch", "--forceall", "--cores", "1")
+    targets = ["results/report/test-docker/INDEX.json"]
+    targets += [f"results/archive/{label}/ARCHIVED.json" for label in ("rocm7.0", "rocm7.2")]
+    _snakemake(
+        tmp_path, cfg, "--cores", "1", "--forcerun", "gate", "report", "archive", "--", *targets
+    )
+    _snakemake(tmp_path, cfg, "--touch", "--cores", "1")
     assert _planned(tmp_path, cfg) == set()
 
     old = images.pinned_digest(images.load_lock(lock), "rocm7.2")

@@ -205,8 +205,8 @@ def assert_verdicts_agree_with_their_values(text: str) -> int:
     return len(rows)
 
 
-def planned_jobs(workdir: Path) -> dict[str, int]:
-    r = snakemake(workdir, "rehearsal-plan", "all", "-n", timeout=300)
+def planned_jobs(workdir: Path, *args: str) -> dict[str, int]:
+    r = snakemake(workdir, "rehearsal-plan", "all", "-n", *args, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     jobs = {}
     for line in (r.stdout + r.stderr).splitlines():
@@ -302,7 +302,7 @@ def test_every_step_ran_in_a_pinned_vllm_container(rehearsal):
     assert claims.strip() and "| yes |" not in claims, claims
     assert (workdir / "results/report/rocm-none-cpu-rehearsal/percentile_claims.csv").is_file()
     # Sequential repeats: the report lists each point's pairs used and why it stopped.
-    assert "Repeats per point" in report and " of 3: " in report
+    assert "Server starts per point" in report and " of 3: " in report
     manifests = list((workdir / "results" / "archive").glob("*/*/MANIFEST.json"))
     assert manifests, "nothing archived"
     assert {m.parent.parent.name for m in manifests} == {"rocm-none-cpu-rehearsal"}, manifests
@@ -376,8 +376,20 @@ def _serve_target() -> str:
     return f"results/{CELL}/serve/tuned/bench.json"
 
 
+def _serve_results(workdir: Path) -> dict[str, bytes]:
+    """Every file of both arms' results (bench.json, lm-eval's folder, their checksums) by
+    path: a failed rerun must leave them as the last good run wrote them."""
+    serve = workdir / "results" / CELL / "serve"
+    return {
+        str(p.relative_to(serve)): p.read_bytes()
+        for p in sorted(serve.rglob("*"))
+        if p.is_file() and p.name not in ("server.log", "lm_eval.log", ".snakemake_timestamp")
+    }
+
+
 def test_a_server_that_cannot_start_fails_fast_with_vllms_words(rehearsal, tmp_path):
     workdir = _copy_run(rehearsal, tmp_path)
+    before = _serve_results(workdir)
     cfg = yaml.safe_load((workdir / "cfg.yaml").read_text())
     cfg["models"]["tiny-qwen3-moe"]["serve_args"] = ["--enforce-eager", "--no-such-option-xyz"]
     (workdir / "cfg.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
@@ -390,7 +402,8 @@ def test_a_server_that_cannot_start_fails_fast_with_vllms_words(rehearsal, tmp_p
     # vLLM's own parser names the option, on the terminal, not only in a log.
     assert "no-such-option-xyz" in out and "unrecognized arguments" in out, out[-3000:]
     assert took < 300, f"a server that cannot start took {took:.0f} s to fail"
-    assert not (workdir / _serve_target()).exists()
+    # The failed rerun cost nothing: the last good results are still there, byte for byte.
+    assert _serve_results(workdir) == before
     assert labelled(rehearsal["client"], "cellbench.run", run_id) == []
 
 
@@ -426,6 +439,7 @@ def test_a_server_container_killed_mid_benchmark_fails_the_job_and_only_it_rerun
 ):
     client = rehearsal["client"]
     workdir = _copy_run(rehearsal, tmp_path)
+    before = _serve_results(workdir)
     run_id = f"kill-{uuid.uuid4().hex[:10]}"
     proc = _start(workdir, run_id, "--forcerun", "serve_pair", _serve_target())
     try:
@@ -445,11 +459,15 @@ def test_a_server_container_killed_mid_benchmark_fails_the_job_and_only_it_rerun
     out = (workdir / "snakemake.out").read_text()
     assert rc != 0, out[-3000:]
     assert "server exited" in out or "tuned" in out, out[-3000:]
-    serve = workdir / "results" / CELL / "serve"
-    assert not list(serve.glob("*/bench.json")), "a killed job left a complete-looking result"
+    # Nothing half-written looks complete: the killed job's partial results were not swapped
+    # in, and the last good ones are still there, byte for byte.
+    assert _serve_results(workdir) == before, "a killed job replaced the previous results"
     assert labelled(client, "cellbench.run", run_id) == []
-    jobs = planned_jobs(workdir)
-    assert "serve_pair" in jobs and "tune" not in jobs, jobs
+    # The kept results are whole and current: nothing is due; asked again, the same rerun
+    # redoes that job alone (and what reads it), never the tune.
+    assert planned_jobs(workdir) == {}
+    jobs = planned_jobs(workdir, "--forcerun", "serve_pair")
+    assert jobs.get("serve_pair") == 1 and "tune" not in jobs, jobs
 
 
 def test_ctrl_c_of_the_whole_run_leaves_no_container_port_or_lease(rehearsal, tmp_path):

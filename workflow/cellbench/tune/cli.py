@@ -23,14 +23,14 @@ import sys
 import time
 from typing import Any
 
-from cellbench.tune.device_run import _run_all
+from cellbench.tune.device_run import run_all
 from cellbench.tune.outputs import (
     CSV_NAME,
     LOG_NAME,
     SUMMARY_NAME,
-    _csv_rows,
-    _human,
     apply_keep,
+    csv_rows,
+    human_summary,
 )
 from cellbench.tune.plan import Plan, UsageError, job_from_argv, make_plan
 
@@ -82,7 +82,7 @@ def run(plan: Plan) -> dict[str, Any]:
     versions = {"tuner": _tuner_version(), "triton": triton.__version__,
                 "torch": torch.__version__, "vllm": _installed_version("vllm")}  # fmt: skip
     log_state = claim_log(plan.out / LOG_NAME, log_identity(plan, versions))
-    res = _run_all(plan)
+    res = run_all(plan)
     entries = res["entries"]
     kept_baseline = apply_keep(entries, plan.keep)
     config_file = plan.config_file
@@ -107,7 +107,7 @@ def run(plan: Plan) -> dict[str, Any]:
     cu = None
     if plan.on_gpu:
         cu = torch.cuda.get_device_properties(0).multi_processor_count
-    write_tuned_csv(plan.out / CSV_NAME, _csv_rows(plan, entries, cu))
+    write_tuned_csv(plan.out / CSV_NAME, csv_rows(plan, entries, cu))
     st = res["stats"]  # cpu_s: each device process's own CPU time plus its compile workers'
     summary = {
         "shape": plan.shape.to_dict(),
@@ -170,7 +170,7 @@ def run(plan: Plan) -> dict[str, Any]:
             "only and say nothing about GPU speed"
         )
     atomic_write_json(plan.out / SUMMARY_NAME, summary, checksum=True)
-    print(_human(summary), flush=True)
+    print(human_summary(summary), flush=True)
     return summary
 
 

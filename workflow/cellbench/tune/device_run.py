@@ -134,7 +134,7 @@ def _run_device(plan: Plan, batch_sizes: list[int], device_index: int) -> dict[s
     from cellbench.tune import roofline, spaces
     from cellbench.tune.artifacts import TuningLog
     from cellbench.tune.backends import make_backend
-    from cellbench.tune.search import Tuner
+    from cellbench.tune.search import build_tuner
 
     t_wall = time.perf_counter()
     c_self = time.process_time()
@@ -166,7 +166,7 @@ def _run_device(plan: Plan, batch_sizes: list[int], device_index: int) -> dict[s
         limits = spaces.HardwareLimits.detect()
         log = TuningLog(plan.out / LOG_NAME)
         setup_s = time.perf_counter() - t_wall
-        tuner = Tuner(
+        tuner = build_tuner(
             backend,
             space,
             n=plan.shape.intermediate_size,
@@ -256,20 +256,20 @@ def _device_worker(plan: Plan, ms: list[int], idx: int, result_path: str) -> Non
     atomic_write_json(result_path, res)
 
 
-def _split(ms: list[int], parts: int) -> list[list[int]]:
+def split_batch_sizes(ms: list[int], parts: int) -> list[list[int]]:
     """Contiguous chunks (warm starts stay within a chunk), balanced by count."""
     parts = max(1, min(parts, len(ms)))
     size = math.ceil(len(ms) / parts)
     return [ms[i : i + size] for i in range(0, len(ms), size)]
 
 
-def _run_all(plan: Plan) -> dict[str, Any]:
+def run_all(plan: Plan) -> dict[str, Any]:
     import torch
 
     ngpu = torch.cuda.device_count() if plan.on_gpu else 0
     if ngpu <= 1 or len(plan.batch_sizes) == 1:
         return _run_device(plan, plan.batch_sizes, 0)
-    chunks = _split(plan.batch_sizes, ngpu)
+    chunks = split_batch_sizes(plan.batch_sizes, ngpu)
     ctx = mp.get_context("spawn")
     procs = []
     for i, ms in enumerate(chunks):

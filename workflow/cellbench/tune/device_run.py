@@ -2,7 +2,7 @@
 
 In-container module: stdlib + torch + triton (+ vllm for --backend vllm).
 
-Split from cli.py (issue 31 item 4): the search's options for the plan, the candidate space,
+Split from cli.py: the search's options for the plan, the candidate space,
 one device's run (compile workers, the search, each pick's GEMM timings, roofline and baseline)
 and, with several GPUs, one spawned process per GPU over contiguous chunks of batch sizes.
 """
@@ -58,7 +58,8 @@ def _options(plan: Plan):
     )
 
 
-def _space(plan: Plan):
+def candidate_space(plan: Plan):
+    """The candidate configs for the plan's platform, with the space's name."""
     from cellbench.tune import spaces
 
     if plan.platform == "cpu":
@@ -241,7 +242,7 @@ def _run_device(plan: Plan, batch_sizes: list[int], device_index: int) -> dict[s
             plan.backend, plan.shape, plan.act_dtype, device, seed=plan.seed,
             vllm_source=plan.vllm_source,
         )  # fmt: skip
-        space_name, space = _space(plan)
+        space_name, space = candidate_space(plan)
         limits = spaces.HardwareLimits.detect()
         log = TuningLog(plan.out / LOG_NAME)
         setup_s = time.perf_counter() - t_wall

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The device call for benchmarks/builtin_vs_vllm_kernel_speed.py (issue 23, item 3), on one H200:
+# The device call for benchmarks/builtin_vs_vllm_kernel_speed.py, on one H200:
 #
 #   command:   BUDGET_S=240 bash benchmarks/builtin_vs_vllm_kernel_speed.sh
 #   carry:     [".vllm-src/vllm-0.34.0"]   (made here by workflow/scripts/vllm-kernel-src.sh)
@@ -12,20 +12,15 @@
 # h200, ...: benchmarks/gpu_label.py), passed on as --gpu. `--smoke` runs it on the CPU
 # interpreter.
 set -uo pipefail
-cd "$(dirname "$0")/.."
-OUT="${OUT:-benchmarks/results/tmp}"
-mkdir -p "$OUT"
-SRC="${CELLBENCH_VLLM_SOURCE:-.vllm-src/vllm-0.34.0}"
-if [[ ! -f "$SRC/SOURCE.json" ]]; then
-  echo "no vLLM sources at $SRC: run workflow/scripts/vllm-kernel-src.sh and carry them" >&2
-  exit 2
-fi
+source "$(dirname "$0")/lib.sh"
+bench_root
+bench_out
+bench_need_vllm_source || exit 2
 BUDGET_S="${BUDGET_S:-240}"
-GPU="${GPU:-$(python3 benchmarks/gpu_label.py)}"
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv \
-  >"$OUT/nvidia-smi-builtin-vs-vllm.csv" 2>&1 || true
-export PYTHONPATH="$PWD/workflow${PYTHONPATH:+:$PYTHONPATH}"
-timeout -s INT -k 10 "$((BUDGET_S + 40))" python3 benchmarks/builtin_vs_vllm_kernel_speed.py \
-  --out "$OUT" --budget-s "$BUDGET_S" --vllm-source "$SRC" --gpu "$GPU" "$@" 2>&1 |
-  tee "$OUT/builtin_vs_vllm_${GPU}.log"
-exit "${PIPESTATUS[0]}"
+bench_gpu
+bench_smi "$OUT/nvidia-smi-builtin-vs-vllm.csv"
+bench_pythonpath
+bench_timed "$((BUDGET_S + 40))" "$OUT/builtin_vs_vllm_${GPU}.log" \
+  python3 benchmarks/builtin_vs_vllm_kernel_speed.py \
+  --out "$OUT" --budget-s "$BUDGET_S" --vllm-source "$SRC" --gpu "$GPU" "$@"
+exit $?

@@ -9,12 +9,13 @@
 # machine: the figure is meant for the README. KEEP_RESULTS=DIR keeps a copy of the run's
 # results/ there (the shape test's snapshot is made from one).
 set -euo pipefail
-repo=$(cd "$(dirname "$0")/.." && pwd)
+source "$(dirname "$0")/lib.sh"
+repo=$(bench_root && pwd)
 work=$(mktemp -d /tmp/cellbench-time.XXXXXX)
 keep() { if [ -n "${KEEP_RESULTS:-}" ]; then rm -rf "$KEEP_RESULTS"; cp -a "$work/results" "$KEEP_RESULTS"; fi; }
 trap 'keep; rm -rf "$work"' EXIT
 (cd "$repo" && git ls-files -z | xargs -0 cp --parents -t "$work")
-# the copy has no .git: stamp it, so its archive records the commit that ran (issue 33)
+# the copy has no .git: stamp it, so its archive records the commit that ran
 "$repo/.venv/bin/python" -m cellbench.common.gitstate stamp "$work" --repo "$repo" >/dev/null
 report() {
     echo "# embedded default, snakemake all --cores 2, $(date -u +%Y-%m-%dT%H:%M:%SZ)"

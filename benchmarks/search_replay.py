@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import gzip
 import json
 import random
@@ -47,7 +48,9 @@ from cellbench.tune import (  # noqa: E402
 )
 from cellbench.tune.artifacts import TuningLog  # noqa: E402
 from cellbench.tune.backends import BuiltinBackend, VllmBackend  # noqa: E402
-from cellbench.tune.search import TuneOptions, Tuner  # noqa: E402
+from cellbench.tune.candidates import CandidateSteps  # noqa: E402
+from cellbench.tune.final_pick import FinalPick  # noqa: E402
+from cellbench.tune.search import TuneOptions, build_tuner  # noqa: E402
 from cellbench.tune.shapes import MoEShape  # noqa: E402
 from cellbench.tune.timing import Timing  # noqa: E402
 
@@ -108,45 +111,52 @@ class VllmReplayBackend(ReplayBackend):
 REPLAY_BACKENDS = {"builtin": ReplayBackend, "vllm": VllmReplayBackend}
 
 
-class ReplayTuner(Tuner):
-    """`Tuner` whose timings are drawn from recorded samples (see the module docstring)."""
+class ReplayCandidates(CandidateSteps):
+    """Candidate steps whose timings are drawn from recorded samples (see the module
+    docstring)."""
 
-    def __init__(self, *args: Any, recorded: dict[tuple[int, str], list[float]], **kw: Any):
-        super().__init__(*args, **kw)
+    def __init__(self, ctx: Any, space: Any, *, recorded: dict[tuple[int, str], list[float]]):
+        super().__init__(ctx, space)
         self.recorded = recorded
-        self.rng = random.Random(self.opt.seed)
+        self.rng = random.Random(ctx.opt.seed)
 
-    def _draw(self, m: int, cfg: dict[str, int], n: int) -> Timing | None:
-        samples = self.recorded.get((m, self.backend.kernel_identity(m, cfg)))
+    def draw(self, m: int, cfg: dict[str, int], n: int) -> Timing | None:
+        samples = self.recorded.get((m, self.ctx.backend.kernel_identity(m, cfg)))
         if not samples:
             return None
         draw = [self.rng.choice(samples) for _ in range(n)]
         return Timing(statistics.median(draw), draw, REPLAY_METHOD)
 
-    def _check(self, m, cfg, key, problems, ref):
-        self._note_compiled(m, key)
-        if self._draw(m, cfg, 1) is None:
-            self._fail(m, cfg, key, "check", "not timed by the recorded exhaustive run")
+    def check(self, m, cfg, key, problems, ref):
+        self.ctx.ledger.note(m, key)
+        if self.draw(m, cfg, 1) is None:
+            self.fail(m, cfg, key, "check", "not timed by the recorded exhaustive run")
             return False, None
         return True, 0.0
 
-    def _time(self, m, cfg, key, stage, problems, repeats, abandon_above_us):
-        self._note_compiled(m, key)
-        t = self._draw(m, cfg, repeats)
+    def time(self, m, cfg, key, stage, problems, repeats, abandon_above_us):
+        self.ctx.ledger.note(m, key)
+        t = self.draw(m, cfg, repeats)
         if t is None:
-            self._fail(m, cfg, key, stage, "not timed by the recorded exhaustive run")
+            self.fail(m, cfg, key, stage, "not timed by the recorded exhaustive run")
             return None
         if abandon_above_us is not None and t.samples_us[0] > abandon_above_us:
             t = Timing(t.samples_us[0], t.samples_us[:1], REPLAY_METHOD, abandoned=True)
-        self._record_timed(m, key, cfg, stage, t)
+        self.record_timed(m, key, cfg, stage, t)
         return t
 
-    def _side_by_side(self, m, configs, problems, repeats, stage):
+
+class ReplayFinal(FinalPick):
+    """The final pick, its side-by-side timings drawn from the recorded samples too."""
+
+    steps: ReplayCandidates
+
+    def side_by_side(self, m, configs, problems, repeats, stage):
         out = []
         for key, cfg in configs:
-            t = self._draw(m, cfg, repeats)
+            t = self.steps.draw(m, cfg, repeats)
             assert t is not None, f"{stage} config {key} at M={m} has no recorded samples"
-            self._record_timed(m, key, cfg, stage, t)
+            self.steps.record_timed(m, key, cfg, stage, t)
             out.append((key, cfg, t))
         return out
 
@@ -189,7 +199,7 @@ def replay(
     table = {int(k): v for k, v in json.loads(table_file.read_text()).items() if k.isdigit()}
     opts = TuneOptions(mode="default", seed=seed, on_gpu=True, seed_table=table, **options)
     with tempfile.TemporaryDirectory() as tmp:
-        tuner = ReplayTuner(
+        tuner = build_tuner(
             REPLAY_BACKENDS[backend](shape),
             spaces.cuda_space(shape.block_shape),
             n=shape.intermediate_size,
@@ -198,15 +208,16 @@ def replay(
             limits=H200,
             options=opts,
             log=TuningLog(Path(tmp) / "log.jsonl"),
-            recorded=recorded,
             progress=lambda s: None,
+            candidate_steps=functools.partial(ReplayCandidates, recorded=recorded),
+            final_pick=ReplayFinal,
         )
         out = {}
         for m in ms:
             n0 = tuner.stats.timed
             e = tuner.tune_one(m)
             out[m] = {
-                "ident": tuner.backend.kernel_identity(m, e.config),
+                "ident": tuner.ctx.backend.kernel_identity(m, e.config),
                 "name": spaces.describe(e.config),
                 "timed": tuner.stats.timed - n0,
                 "new": e.new_compiles,

@@ -10,21 +10,16 @@
 # of BUDGET_S and a hard stop 30 s later (SIGINT; what each finished step wrote stays). In
 # $OUT: runs_TAG.json, retime_TAG.json, logs_TAG.tar.gz, console_TAG.log, nvidia-smi_TAG.csv.
 set -uo pipefail
-cd "$(dirname "$0")/.."
-OUT="${OUT:-benchmarks/results/tmp}"
-mkdir -p "$OUT"
+source "$(dirname "$0")/lib.sh"
+bench_root
+bench_out
 TAG="${1:?usage: tuner_any_list.sh TAG STEP...}"
 shift
-SRC="${CELLBENCH_VLLM_SOURCE:-.vllm-src/vllm-0.34.0}"
-if [[ ! -f "$SRC/SOURCE.json" ]]; then
-  echo "no vLLM sources at $SRC: run workflow/scripts/vllm-kernel-src.sh and carry them" >&2
-  exit 2
-fi
+bench_need_vllm_source || exit 2
 BUDGET_S="${BUDGET_S:-560}"
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv \
-  >"$OUT/nvidia-smi_$TAG.csv" 2>&1 || true
-export PYTHONPATH="$PWD/workflow${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-timeout -s INT -k 10 "$((BUDGET_S + 30))" python3 benchmarks/tuner_any_list.py run \
-  --out "$OUT" --tag "$TAG" --budget-s "$BUDGET_S" --vllm-source "$SRC" "$@" 2>&1 |
-  tee "$OUT/console_$TAG.log"
-exit "${PIPESTATUS[0]}"
+bench_smi "$OUT/nvidia-smi_$TAG.csv"
+bench_pythonpath
+export PYTHONUNBUFFERED=1
+bench_timed "$((BUDGET_S + 30))" "$OUT/console_$TAG.log" python3 benchmarks/tuner_any_list.py run \
+  --out "$OUT" --tag "$TAG" --budget-s "$BUDGET_S" --vllm-source "$SRC" "$@"
+exit $?

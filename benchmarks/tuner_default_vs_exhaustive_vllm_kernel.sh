@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The device call for benchmarks/tuner_default_vs_exhaustive_vllm_kernel.py (issue 23), on one H200:
+# The device call for benchmarks/tuner_default_vs_exhaustive_vllm_kernel.py, on one H200:
 #
 #   command:   BUDGET_S=270 bash benchmarks/tuner_default_vs_exhaustive_vllm_kernel.sh
 #   carry:     [".vllm-src/vllm-0.34.0"]   (made here by workflow/scripts/vllm-kernel-src.sh)
@@ -12,21 +12,16 @@
 # $OUT: the .txt/.json per dtype, the tuning logs, the console log, nvidia-smi's view of the
 # GPU. `python3 benchmarks/tuner_default_vs_exhaustive_vllm_kernel.py --count-only` plans it on the CPU.
 set -uo pipefail
-cd "$(dirname "$0")/.."
-OUT="${OUT:-benchmarks/results/tmp}"
-mkdir -p "$OUT"
-SRC="${CELLBENCH_VLLM_SOURCE:-.vllm-src/vllm-0.34.0}"
-if [[ ! -f "$SRC/SOURCE.json" ]]; then
-  echo "no vLLM sources at $SRC: run workflow/scripts/vllm-kernel-src.sh and carry them" >&2
-  exit 2
-fi
+source "$(dirname "$0")/lib.sh"
+bench_root
+bench_out
+bench_need_vllm_source || exit 2
 BUDGET_S="${BUDGET_S:-270}"
 # The GPU in the output names (default: this device's, h100, h200, ...), passed on as --gpu.
-GPU="${GPU:-$(python3 benchmarks/gpu_label.py)}"
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv \
-  >"$OUT/nvidia-smi.csv" 2>&1 || true
-export PYTHONPATH="$PWD/workflow${PYTHONPATH:+:$PYTHONPATH}"
-timeout -s INT -k 10 "$((BUDGET_S + 50))" python3 benchmarks/tuner_default_vs_exhaustive_vllm_kernel.py \
-  --out "$OUT" --budget-s "$BUDGET_S" --vllm-source "$SRC" --gpu "$GPU" "$@" 2>&1 |
-  tee "$OUT/tuner_vllm_kernel_${GPU}.log"
-exit "${PIPESTATUS[0]}"
+bench_gpu
+bench_smi "$OUT/nvidia-smi.csv"
+bench_pythonpath
+bench_timed "$((BUDGET_S + 50))" "$OUT/tuner_vllm_kernel_${GPU}.log" \
+  python3 benchmarks/tuner_default_vs_exhaustive_vllm_kernel.py \
+  --out "$OUT" --budget-s "$BUDGET_S" --vllm-source "$SRC" --gpu "$GPU" "$@"
+exit $?

@@ -20,14 +20,15 @@
 # GPU names the outputs (default: this device's name, h100 or h200: benchmarks/gpu_label.py);
 # both scripts get it as --gpu.
 set -uo pipefail
-cd "$(dirname "$0")/.."
-OUT="${OUT:-benchmarks/results/tmp}"
-mkdir -p "$OUT"
+source "$(dirname "$0")/lib.sh"
+bench_root
+bench_out
 RUN=/tmp/vllm-ops-gpu-runs
 rm -rf "$RUN" && mkdir -p "$RUN"
-SRC="${CELLBENCH_VLLM_SOURCE:-.vllm-src/vllm-0.34.0}"
+bench_vllm_source
 OPS_PACK="${OPS_PACK:-.vllm-src/vllm-0.34.0-ops}"
-export PYTHONPATH="$PWD/workflow${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+bench_pythonpath
+export PYTHONUNBUFFERED=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 start=$(date +%s)
 say() { printf '[vllm_ops_gpu_runs +%ss] %s\n' "$(($(date +%s) - start))" "$*" | tee -a "$RUN/console.log"; }
@@ -52,15 +53,15 @@ fi
   python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'
 } >"$RUN/device.txt" 2>&1
 cat "$RUN/device.txt" | tee -a "$RUN/console.log"
-GPU="${GPU:-$(python3 benchmarks/gpu_label.py)}"
+bench_gpu
 say "outputs named for GPU $GPU"
 
 if [[ -f "$OPS_PACK/SOURCE.json" ]]; then
   python3 benchmarks/vllm_ops_pack.py --dest "$OPS_PACK" --unpack /tmp/vllm-ops 2>&1 |
     tee -a "$RUN/console.log"
-  timeout -s INT -k 10 120 python3 benchmarks/vllm_ops_check.py /tmp/vllm-ops \
-    --out "$RUN/vllm_ops_check.json" 2>&1 | tee -a "$RUN/console.log"
-  rc=${PIPESTATUS[0]}
+  bench_timed -a 120 "$RUN/console.log" \
+    python3 benchmarks/vllm_ops_check.py /tmp/vllm-ops --out "$RUN/vllm_ops_check.json"
+  rc=$?
   say "vllm_ops_check exit $rc (0: every part vLLM's; 1: some the project's)"
   if [[ $rc == 0 || $rc == 1 ]]; then
     export CELLBENCH_VLLM_OPS=/tmp/vllm-ops
@@ -76,10 +77,10 @@ for step in "$@"; do
       b="${SBS_BUDGET_S:-180}"
       say "step sbs (budget $b s)"
       mkdir -p "$RUN/sbs"
-      timeout -s INT -k 10 "$((b + 40))" python3 benchmarks/builtin_vs_vllm_kernel_speed.py \
-        --out "$RUN/sbs" --budget-s "$b" --vllm-source "$SRC" --gpu "$GPU" 2>&1 |
-        tee -a "$RUN/console.log"
-      s=${PIPESTATUS[0]}
+      bench_timed -a "$((b + 40))" "$RUN/console.log" \
+        python3 benchmarks/builtin_vs_vllm_kernel_speed.py \
+        --out "$RUN/sbs" --budget-s "$b" --vllm-source "$SRC" --gpu "$GPU"
+      s=$?
       ;;
     tuner:*)
       IFS=: read -r _ dtype ms <<<"$step"
@@ -87,11 +88,11 @@ for step in "$@"; do
       d="$RUN/tuner_${dtype}_${ms//,/-}"
       say "step tuner $dtype M=$ms (budget $b s)"
       mkdir -p "$d"
-      timeout -s INT -k 10 "$((b + 40))" python3 benchmarks/tuner_default_vs_exhaustive_vllm_kernel.py \
+      bench_timed -a "$((b + 40))" "$RUN/console.log" \
+        python3 benchmarks/tuner_default_vs_exhaustive_vllm_kernel.py \
         --out "$d" --budget-s "$b" --default-budget-s 150 --dtypes "$dtype" \
-        --batch-sizes "$ms" --exhaustive-ms "$ms" --vllm-source "$SRC" --gpu "$GPU" 2>&1 |
-        tee -a "$RUN/console.log"
-      s=${PIPESTATUS[0]}
+        --batch-sizes "$ms" --exhaustive-ms "$ms" --vllm-source "$SRC" --gpu "$GPU"
+      s=$?
       ;;
     *)
       say "unknown step '$step' (expected sbs or tuner:DTYPE:MS)"

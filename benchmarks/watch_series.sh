@@ -6,7 +6,8 @@
 # POINT and METRIC (environment) choose what the bisect and the walk compare (default: every
 # point of the config's grid and the four serving metrics).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+source "$(dirname "$0")/lib.sh"
+bench_root
 CFG=config/rehearsal-series.yaml
 REPO=127.0.0.1:5000/vllm-cpu-series
 OUT="${1:-benchmarks/results/watch_series_$(date -u +%F)}"

@@ -231,7 +231,7 @@ def test_error_classes_from_engine_messages():
         "Get https://r:5000/v2/: dial tcp 10.9.9.9:5000: connection refused": "unreachable",
     }
     for message, expected in cases.items():
-        assert expected in str(images._classify("x:y", message))
+        assert expected in str(images.classify_pull_error("x:y", message))
 
 
 # --- the workflow after a bump -------------------------------------------------------------

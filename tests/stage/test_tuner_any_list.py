@@ -16,7 +16,7 @@ import pytest
 from cellbench.tune import artifacts, spaces
 from cellbench.tune.default_search import is_far
 from cellbench.tune.plan import AITER16, VLLM_DEFAULT
-from cellbench.tune.search import TuneOptions, Tuner
+from cellbench.tune.search import TuneOptions, Tuner, build_tuner
 
 ROOT = Path(__file__).resolve().parents[2]
 H100 = spaces.HardwareLimits(232_448, "cuda", "3.6.0")
@@ -58,8 +58,9 @@ def _table() -> dict[int, dict[str, int]]:
 def _tuner(tmp_path: Path, **opts) -> Tuner:
     space = spaces.cuda_space((128, 128))
     options = TuneOptions(on_gpu=False, seed_table=_table(), **opts)
-    return Tuner(None, space, n=768, k=2048, operand_bytes=1, limits=H100, options=options,
-                 log=artifacts.TuningLog(tmp_path / "log.jsonl"))  # fmt: skip
+    log = artifacts.TuningLog(tmp_path / "log.jsonl")
+    return build_tuner(None, space, n=768, k=2048, operand_bytes=1, limits=H100,
+                       options=options, log=log)  # fmt: skip
 
 
 def test_a_far_size_gets_the_first_budget_and_the_prior_as_seeds(tmp_path: Path) -> None:
@@ -69,28 +70,29 @@ def test_a_far_size_gets_the_first_budget_and_the_prior_as_seeds(tmp_path: Path)
     (near) the old warm start holds: the later budget, M=3072's four finalists and the
     table's nearest entry."""
     first, later = TuneOptions().compile_budget  # type: ignore[misc]
-    t = _tuner(tmp_path)
-    by_key = {spaces.config_key(c): c for c in t.space}
+    tuner = _tuner(tmp_path)
+    t, ledger = tuner.search, tuner.ctx.ledger
+    by_key = {spaces.config_key(c): c for c in tuner.steps.space}
     small = [k for k, c in by_key.items() if c["BLOCK_SIZE_M"] == 16][:6]
     t.prev_of = {16: 1, 4096: 16}
     for k in small:  # M=16's configs are compiled: free to re-time where m is near
-        t._note_compiled(16, k)
-    assert t._spec(16) == t._spec(4096)
-    assert t._compile_budget(16) == first  # first of its specialisation
-    assert t._compile_budget(4096) == first  # far from 16
+        ledger.note(16, k)
+    assert ledger.spec(16) == ledger.spec(4096)
+    assert t.compile_budget(16) == first  # first of its specialisation
+    assert t.compile_budget(4096) == first  # far from 16
     table = _table()
     # the table's entries within a doubling of 4096: vLLM ships one config for all three
     prior = [spaces.config_key(table[4096])]
     assert {spaces.config_key(table[k]) for k in (2048, 3072)} == set(prior)
-    assert t._prior_keys(4096) == prior
-    assert t._prior_keys(32768) == prior  # nearest entry 3 doublings off: 2048-4096 count
+    assert t.prior_keys(4096) == prior
+    assert t.prior_keys(32768) == prior  # nearest entry 3 doublings off: 2048-4096 count
     # M=48 far: its own entry, then 64 (0.42 doublings off), 32 (0.58), 24 and 96 (1.0)
     t.prev_of[48] = 8
     near48 = [spaces.config_key(table[k]) for k in (48, 64, 32, 24, 96)]
-    assert t._prior_keys(48) == list(dict.fromkeys(near48))[: TuneOptions().prior_seeds]
-    seeds = [k for k, _ in t._seed_configs(4096, by_key, small)]
+    assert t.prior_keys(48) == list(dict.fromkeys(near48))[: TuneOptions().prior_seeds]
+    seeds = [k for k, _ in t.seed_configs(4096, by_key, small)]
     assert seeds == [small[0]] + [k for k in prior if k != small[0]]
-    chosen, _ = t._round0(4096, list(by_key.items()), small, small)
+    chosen, _ = t.round0(4096, list(by_key.items()), small, small)
     keys = [k for k, _ in chosen]
     assert not set(small[1:]) & set(keys)  # nothing of M=16's ranking re-timed at 4096
     # the screen starts at the tiles of 4096's size class (BM near its 256 rows per expert)
@@ -98,9 +100,9 @@ def test_a_far_size_gets_the_first_budget_and_the_prior_as_seeds(tmp_path: Path)
 
     t.prev_of[3072] = 2048
     t.prev_of[4096] = 3072
-    t._note_compiled(3072, small[0])
-    assert t._compile_budget(4096) == later
-    seeds = [k for k, _ in t._seed_configs(4096, by_key, small)]
+    ledger.note(3072, small[0])
+    assert t.compile_budget(4096) == later
+    seeds = [k for k, _ in t.seed_configs(4096, by_key, small)]
     assert seeds == small[:4] + [spaces.config_key(table[4096])]
 
 
@@ -168,19 +170,21 @@ def test_workers_that_run_kernels_run_them_at_a_stand_in_size(tmp_path: Path) ->
 
     be = search_replay.VllmReplayBackend(search_replay.SHAPES["fp8"])
     opts = TuneOptions(on_gpu=False)
-    t = Tuner(be, spaces.cuda_space((128, 128)), n=768, k=2048, operand_bytes=1, limits=H100,
-              options=opts, log=artifacts.TuningLog(tmp_path / "l"))  # fmt: skip
-    stand = {m: t._stand_in_m(m) for m in (1, 2, 3, 4, 6, 8, 1024, 4096, 32768)}
+    log = artifacts.TuningLog(tmp_path / "l")
+    tuner = build_tuner(be, spaces.cuda_space((128, 128)), n=768, k=2048, operand_bytes=1,
+                        limits=H100, options=opts, log=log)  # fmt: skip
+    t = tuner.ctx.ledger
+    stand = {m: t.stand_in_m(m) for m in (1, 2, 3, 4, 6, 8, 1024, 4096, 32768)}
     assert stand == {1: 1, 2: 2, 3: 1, 4: 2, 6: 6, 8: 6, 1024: 6, 4096: 6, 32768: 6}
-    assert all(t._spec(s) == t._spec(m) for m, s in stand.items())
+    assert all(t.spec(s) == t.spec(m) for m, s in stand.items())
     shape = MoEShape(num_experts=8, intermediate_size=32, hidden_size=64, topk=2)
     pool = CompilePool(1, "builtin", shape.to_dict(), "fp32", -1)
     try:
         assert not pool.compile_only and pool._args(64, {})[0] == 64
-        tiny = Tuner(None, spaces.tiny_space(), n=32, k=64, operand_bytes=4, limits=H100,
-                     options=TuneOptions(on_gpu=False), log=artifacts.TuningLog(tmp_path / "m"),
-                     compile_pool=pool)  # fmt: skip
-        assert pool.warm_m == tiny._stand_in_m
-        assert pool._args(64, {})[0] == tiny._stand_in_m(64) < 64
+        tiny = build_tuner(None, spaces.tiny_space(), n=32, k=64, operand_bytes=4, limits=H100,
+                           options=TuneOptions(on_gpu=False),
+                           log=artifacts.TuningLog(tmp_path / "m"), compile_pool=pool)  # fmt: skip
+        assert pool.warm_m == tiny.ctx.ledger.stand_in_m
+        assert pool._args(64, {})[0] == tiny.ctx.ledger.stand_in_m(64) < 64
     finally:
         pool.close()

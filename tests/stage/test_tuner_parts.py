@@ -179,42 +179,43 @@ def test_tuning_log_skips_torn_line(tmp_path: Path) -> None:
 
 
 def test_batch_sizes_split_over_gpus() -> None:
-    from cellbench.tune.device_run import _split
+    from cellbench.tune.device_run import split_batch_sizes
     from cellbench.tune.plan import VLLM_DEFAULT
 
-    parts = _split(VLLM_DEFAULT, 4)
+    parts = split_batch_sizes(VLLM_DEFAULT, 4)
     assert [m for p in parts for m in p] == VLLM_DEFAULT  # contiguous, nothing lost
     assert len(parts) == 4 and max(map(len, parts)) - min(map(len, parts)) <= 3
-    assert _split([1, 2], 8) == [[1], [2]]  # never more workers than batch sizes
+    assert split_batch_sizes([1, 2], 8) == [[1], [2]]  # never more workers than batch sizes
 
 
 def test_tie_goes_to_the_seed_tables_config(tmp_path: Path) -> None:
     """Finalists within the measured spread tie; the seed table's (vLLM-shipped) config wins
     the tie even when another tied config needs less shared memory; outside the spread the
     faster config wins; a tie without the table's config goes to the lowest median."""
-    from cellbench.tune.search import TuneOptions, Tuner
+    from cellbench.tune.search import TuneOptions, build_tuner
     from cellbench.tune.timing import Timing
 
     shipped = _cfg(128, 256, 64, w=8, g=16, s=4)
     cheaper = _cfg(128, 256, 64, w=8, g=1, s=3)
     opts = TuneOptions(on_gpu=False, seed_table={4096: shipped})
-    t = Tuner(None, [shipped, cheaper], n=768, k=2048, operand_bytes=2, limits=H200,
-              options=opts, log=artifacts.TuningLog(tmp_path / "log.jsonl"))  # fmt: skip
+    log = artifacts.TuningLog(tmp_path / "log.jsonl")
+    t = build_tuner(None, [shipped, cheaper], n=768, k=2048, operand_bytes=2, limits=H200,
+                    options=opts, log=log).final  # fmt: skip
     k_s, k_c = spaces.config_key(shipped), spaces.config_key(cheaper)
     noisy = [100.0, 98.0, 102.0, 99.0, 101.0]  # spread 1%
     tied = [
         (k_c, cheaper, Timing(100.0, noisy)),
         (k_s, shipped, Timing(100.5, [x + 0.5 for x in noisy])),
     ]
-    e = t._pick(4096, tied, 2)
+    e = t.pick(4096, tied, 2)
     assert e.config == shipped and e.ties == [spaces.describe(cheaper)]
     apart = [(k_c, cheaper, Timing(90.0, [90.0] * 5)), (k_s, shipped, Timing(100.0, [100.0] * 5))]
-    assert t._pick(4096, apart, 2).config == cheaper
+    assert t.pick(4096, apart, 2).config == cheaper
     # without the table's config in the tie, the lowest median wins, not the cheaper config
     wider = _cfg(128, 256, 128, w=8, g=1, s=3)
     k_w = spaces.config_key(wider)
     no_table = [(k_c, cheaper, Timing(100.4, noisy)), (k_w, wider, Timing(100.0, noisy))]
-    e = t._pick(4096, no_table, 2)
+    e = t.pick(4096, no_table, 2)
     assert e.config == wider and e.ties == [spaces.describe(cheaper)]
 
 
@@ -225,7 +226,8 @@ def test_a_tie_with_the_shipped_config_is_timed_again(tmp_path: Path, retimed_fa
     way it falls; no second timing where the shipped config is ahead or out of the tie.
     Test double: the re-timing returns set samples (which of two near-equal configs a GPU
     finds faster cannot be caused here); the rule and the pick are the tuner's own."""
-    from cellbench.tune.search import TuneOptions, Tuner
+    from cellbench.tune.final_pick import FinalPick
+    from cellbench.tune.search import TuneOptions, build_tuner
     from cellbench.tune.timing import Timing
 
     shipped = _cfg(128, 256, 64, w=8, g=16, s=4)
@@ -234,30 +236,31 @@ def test_a_tie_with_the_shipped_config_is_timed_again(tmp_path: Path, retimed_fa
     faster = k_o if retimed_faster == "other" else k_s
     asked: list[tuple[list[str], int, str]] = []
 
-    class SetRetiming(Tuner):
-        def _side_by_side(self, m, configs, problems, repeats, stage):
+    class SetRetiming(FinalPick):
+        def side_by_side(self, m, configs, problems, repeats, stage):
             asked.append(([k for k, _ in configs], repeats, stage))
             return [(k, c, Timing(99.0 if k == faster else 101.0, [99.0 if k == faster else
                                                                    101.0] * repeats))
                     for k, c in configs]  # fmt: skip
 
     opts = TuneOptions(on_gpu=False, seed_table={4096: shipped}, repeats=5)
-    t = SetRetiming(None, [shipped, other], n=768, k=2048, operand_bytes=2, limits=H200,
-                    options=opts, log=artifacts.TuningLog(tmp_path / "log.jsonl"))  # fmt: skip
+    t = build_tuner(None, [shipped, other], n=768, k=2048, operand_bytes=2, limits=H200,
+                    options=opts, log=artifacts.TuningLog(tmp_path / "log.jsonl"),
+                    final_pick=SetRetiming).final  # fmt: skip
     noisy = [100.0, 98.0, 102.0, 99.0, 101.0]  # spread 1%
     tied = [(k_o, other, Timing(100.0, noisy)),
             (k_s, shipped, Timing(100.5, [x + 0.5 for x in noisy]))]  # fmt: skip
-    final, settled = t._settle_tie(4096, tied, [])
+    final, settled = t.settle_tie(4096, tied, [])
     assert settled and asked == [([k_o, k_s], 10, "tiebreak")]
-    e = t._pick(4096, final, 2, settled)
+    e = t.pick(4096, final, 2, settled)
     assert spaces.config_key(e.config) == faster
     assert len(e.samples_us) == 15  # the final's 5 and the re-timing's 10
     # shipped ahead, or the other config faster beyond the noise: nothing timed again
     asked.clear()
     ahead = [(k_o, other, Timing(100.5, noisy)), (k_s, shipped, Timing(100.0, noisy))]
     apart = [(k_o, other, Timing(90.0, [90.0] * 5)), (k_s, shipped, Timing(100.0, [100.0] * 5))]
-    assert t._settle_tie(4096, ahead, [])[1] is False
-    assert t._settle_tie(4096, apart, [])[1] is False
+    assert t.settle_tie(4096, ahead, [])[1] is False
+    assert t.settle_tie(4096, apart, [])[1] is False
     assert asked == []
 
 
@@ -417,7 +420,7 @@ def test_default_mode_queues_the_next_batch_sizes_round0(
         )
     from cellbench.tune.backends import make_backend
     from cellbench.tune.compilepool import CompilePool
-    from cellbench.tune.search import TuneOptions, Tuner
+    from cellbench.tune.search import TuneOptions, build_tuner
     from cellbench.tune.shapes import MoEShape
 
     policy = importlib.import_module("cellbench.tune.kernels.launch_policy")
@@ -431,9 +434,9 @@ def test_default_mode_queues_the_next_batch_sizes_round0(
     limits = spaces.HardwareLimits(None, "cpu", "interpreter")
     pool = CompilePool(2, "builtin", shape.to_dict(), "fp32", -1)
     try:
-        tuner = Tuner(backend, spaces.tiny_space(), n=32, k=64, operand_bytes=4, limits=limits,
-                      options=opts, log=log, compile_pool=pool)  # fmt: skip
-        tuner.next_m = {first_m: 64}
+        tuner = build_tuner(backend, spaces.tiny_space(), n=32, k=64, operand_bytes=4,
+                            limits=limits, options=opts, log=log, compile_pool=pool)  # fmt: skip
+        tuner.search.next_m = {first_m: 64}
         tuner.tune_one(first_m)
         assert backend.kernel_path(backend.make_problem(first_m, 0)) == (
             "decode" if first_m == 1 else "grouped"
@@ -452,15 +455,15 @@ def test_local_search_moves_nearest_first_with_coupled_tile_and_warps(tmp_path: 
     BLOCK_SIZE_N doubled together with the warps. Replayed on the H200's fp8 exhaustive log
     (benchmarks/search_replay.py), that joint move is what reaches the M=4096 winner
     (N256, 8 warps) from the shipped N128, 4 warps, where N256 with 4 warps is slow."""
-    from cellbench.tune.search import TuneOptions, Tuner
+    from cellbench.tune.search import TuneOptions, build_tuner
 
     space = spaces.cuda_space((128, 128))
     by_key = {spaces.config_key(c): c for c in space}
     log = artifacts.TuningLog(tmp_path / "l.jsonl")
-    t = Tuner(None, space, n=768, k=2048, operand_bytes=1, limits=H200,
-              options=TuneOptions(on_gpu=False), log=log)  # fmt: skip
+    t = build_tuner(None, space, n=768, k=2048, operand_bytes=1, limits=H200,
+                    options=TuneOptions(on_gpu=False), log=log)  # fmt: skip
     start = _cfg(64, 128, 128, w=4, g=16, s=4)
-    moves = [c for _, c in t._neighbours(start, by_key)]
+    moves = [c for _, c in t.search.neighbours(start, by_key)]
     changed = [{k: v for k, v in c.items() if start[k] != v} for c in moves]
     assert changed[:2] == [{"num_stages": 5}, {"num_warps": 8}]  # first steps of each kind
     assert {"BLOCK_SIZE_N": 256, "num_warps": 8} in changed

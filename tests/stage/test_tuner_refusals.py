@@ -151,7 +151,7 @@ def test_every_candidate_failed_names_the_commonest_failure(
     base = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 32, "GROUP_SIZE_M": 1,
             "num_warps": 4, "num_stages": 2}  # fmt: skip
     bad = [{**base, "BLOCK_SIZE_N": n} for n in (24, 40, 48)] + [{**base, "BLOCK_SIZE_K": 24}]
-    monkeypatch.setattr(device_run, "_space", lambda plan: ("tiny", bad))
+    monkeypatch.setattr(device_run, "candidate_space", lambda plan: ("tiny", bad))
     out = tmp_path / "out"
     rc = run_tuner(tune_job(tiny_cfg, batch_sizes=[16]), out)
     err = capsys.readouterr().err

@@ -31,14 +31,23 @@ def results(tmp_path):
     return res
 
 
+@pytest.fixture(scope="module")
+def drawn(tmp_path_factory):
+    """One cell's results and the figures draw_cell wrote for it (what it returned), made
+    once for the tests that only read them: drawing is most of tests/unit's time."""
+    res = tmp_path_factory.mktemp("plots") / "results"
+    cells.write_cell(res)
+    return res, plots.draw_cell(res, cells.CELL, plots.plot_dir(res, cells.CELL))
+
+
 def svg_text(path) -> str:
     """The text elements of an SVG (matplotlib writes them as <text> with svg.fonttype none)."""
     return " ".join(re.findall(r"<text[^>]*>([^<]*)</text>", path.read_text()))
 
 
-def test_every_figure_is_a_real_image_of_its_size(results):
+def test_every_figure_is_a_real_image_of_its_size(drawn):
+    results, written = drawn
     out = plots.plot_dir(results, cells.CELL)
-    written = plots.draw_cell(results, cells.CELL, out)
     assert sorted(p.name for p in written) == sorted(
         f"{name}.{fmt}" for name in plots.ALWAYS for fmt in plots.FORMATS
     )
@@ -52,9 +61,9 @@ def test_every_figure_is_a_real_image_of_its_size(results):
     assert (out / "bump").is_dir() and not any((out / "bump").iterdir())
 
 
-def test_svgs_carry_their_labels(results):
+def test_svgs_carry_their_labels(drawn):
+    results, _ = drawn
     out = plots.plot_dir(results, cells.CELL)
-    plots.draw_cell(results, cells.CELL, out)
     latency = svg_text(out / "latency.svg")
     for title, _ in plots.LATENCY_PANELS:
         assert title in latency

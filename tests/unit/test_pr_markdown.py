@@ -76,11 +76,13 @@ def _write_cell(res: Path, cell: str, repeats: int) -> list[Path]:
     return files
 
 
-@pytest.fixture
-def built(tmp_path):
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
     """A report over two cells of one model (3 and 1 repeats) and one cell of another, with
     the first cell's plots drawn by cellbench.report.plots before the report, as the workflow
-    does."""
+    does. Built once for the module (the tests only read it): it is the slowest set-up of
+    tests/unit."""
+    tmp_path = tmp_path_factory.mktemp("pr_markdown")
     res = tmp_path / "results"
     files = _write_cell(res, CELLS[0], 3) + _write_cell(res, CELLS[1], 1)
     files += _write_cell(res, OTHER_CELL, 2)

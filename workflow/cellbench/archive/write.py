@@ -41,6 +41,7 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from cellbench.common import atomicio, paths
 from cellbench.common.atomicio import sha256_file
@@ -290,27 +291,8 @@ def build_run(
         name = f"{run_name(created, digests)}-{suffix}"
     staging = atomicio.staging_dir(label_dir, f".{name}.")
     try:
-        for cell in cells:
-            shutil.copytree(results / cell, staging / cell, ignore=_temporary)
-            # Its jobs' benchmark files, at the same place (benchmarks/<cell>/): history for
-            # `cellbench plan` (config.cost) once results/ no longer has them.
-            for tsv in job_times.benchmark_files(results, cell):
-                (staging / tsv.relative_to(results)).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(tsv, staging / tsv.relative_to(results))
-        inputs = [
-            p for cell in cells for p in stage_results(staging / cell) + gate_result(staging / cell)
-        ]
-        # The run's own figures (the same plots code as the live report), then its report.
-        for cell in cells:
-            plots.draw_cell(staging, cell, plots.plot_dir(staging, cell))
-        report.write_report(
-            inputs,
-            staging / "report",
-            results=staging,
-            runtime=runtime,
-            run=f"{label}/{name}",
-            digests=digests,
-        )
+        _stage_cells(results, staging, cells)
+        _stage_report(staging, cells, runtime, f"{label}/{name}", digests)
         files = {
             str(p.relative_to(staging)): sha256_file(p)
             for p in sorted(staging.rglob("*"))
@@ -327,16 +309,7 @@ def build_run(
             "environment": environment(),
             "git": commit,
             "config_sha256": config_hash,
-            "measured": measurement_window(results, cells),
-            # Host side: Snakemake, the load generator, lm-eval, the report.
-            "host_packages": package_versions(),
-            # The tuner's versions, as it read them where it ran (the image on docker).
-            "tuner_packages": tuner_packages(results, cells),
-            # The servers' own: asked of the server's interpreter (local runtime), and
-            # vLLM's GET /version answer, per cell and arm, as bench.json recorded them.
-            "server_packages": {cell: server_packages(results, cell) for cell in cells},
-            # What each arm's server said it was while it ran (GET /version), per cell.
-            "server_versions": {cell: server_versions(results, cell) for cell in cells},
+            **_measured_and_versions(results, cells),
             "files": files,
         }
         atomicio.write_json(staging / MANIFEST_NAME, manifest)
@@ -349,6 +322,53 @@ def build_run(
     point_latest(label_dir, final.name)
     _write_receipt(label_dir, final.name, added=True)
     return Archived(label, final.name, True, manifest)
+
+
+def _stage_cells(results: Path, staging: Path, cells: list[str]) -> None:
+    """Each cell's results copied into ``staging``, with its jobs' benchmark files at the
+    same place (benchmarks/<cell>/): history for `cellbench plan` (config.cost) once
+    results/ no longer has them."""
+    for cell in cells:
+        shutil.copytree(results / cell, staging / cell, ignore=_temporary)
+        for tsv in job_times.benchmark_files(results, cell):
+            (staging / tsv.relative_to(results)).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(tsv, staging / tsv.relative_to(results))
+
+
+def _stage_report(
+    staging: Path, cells: list[str], runtime: str, run: str, digests: dict[str, str]
+) -> None:
+    """The staged run's own figures (the same plots code as the live report), then its
+    report, both from the staged copies."""
+    inputs = [
+        p for cell in cells for p in stage_results(staging / cell) + gate_result(staging / cell)
+    ]
+    for cell in cells:
+        plots.draw_cell(staging, cell, plots.plot_dir(staging, cell))
+    report.write_report(
+        inputs,
+        staging / "report",
+        results=staging,
+        runtime=runtime,
+        run=run,
+        digests=digests,
+    )
+
+
+def _measured_and_versions(results: Path, cells: list[str]) -> dict[str, Any]:
+    """The manifest's measurement window and every side's package versions."""
+    return {
+        "measured": measurement_window(results, cells),
+        # Host side: Snakemake, the load generator, lm-eval, the report.
+        "host_packages": package_versions(),
+        # The tuner's versions, as it read them where it ran (the image on docker).
+        "tuner_packages": tuner_packages(results, cells),
+        # The servers' own: asked of the server's interpreter (local runtime), and
+        # vLLM's GET /version answer, per cell and arm, as bench.json recorded them.
+        "server_packages": {cell: server_packages(results, cell) for cell in cells},
+        # What each arm's server said it was while it ran (GET /version), per cell.
+        "server_versions": {cell: server_versions(results, cell) for cell in cells},
+    }
 
 
 def _write_receipt(label_dir: Path, run: str, added: bool) -> None:

@@ -359,10 +359,9 @@ def instance_dirs(lm_eval_dir: Path) -> list[Path]:
     return [d for _, d in sorted(found)]
 
 
-def parse_run(run_dir: Path) -> dict[str, Any]:
-    """One lm-eval run (its newest results and samples under ``run_dir``): scores, per-sample
-    rows keyed by ``doc_key``, and what ``cellbench_run.json`` recorded about how it ran."""
-    run_dir = Path(run_dir)
+def _read_results(run_dir: Path) -> tuple[Path, dict[str, Any], str]:
+    """The newest results file under ``run_dir``, its JSON, and its one GSM8K task (whose
+    two exact-match scores it must hold)."""
     results_files = list(run_dir.rglob("results_*.json"))
     if not results_files:
         raise FileNotFoundError(f"no lm-eval results_*.json under {run_dir}")
@@ -377,37 +376,27 @@ def parse_run(run_dir: Path) -> dict[str, Any]:
             f"{rf}: expected one gsm8k task in results, found {sorted(res['results'])}"
         )
     task = tasks[0]
-    r = res["results"][task]
     for key in ("exact_match,strict-match", "exact_match,flexible-extract"):
-        if key not in r:
+        if key not in res["results"][task]:
             raise ValueError(f"{rf}: results.{task} lacks {key!r}")
+    return rf, res, task
+
+
+def _read_samples(rf: Path, task: str) -> tuple[Path, list[dict[str, Any]]]:
+    """The samples file beside ``rf`` (the same run's stamp, else the newest) and its rows,
+    one per question in doc_id order, each with both filters' outcomes."""
     stamp = rf.name[len("results_") : -len(".json")]
     sample_files = list(rf.parent.glob(f"samples_{task}_{stamp}.jsonl")) or list(
         rf.parent.glob(f"samples_{task}_*.jsonl")
     )
     if not sample_files:
         raise FileNotFoundError(f"no samples_{task}_*.jsonl beside {rf} (run with --log_samples)")
+    sample_file = _latest(sample_files)
     per: dict[int, dict[str, Any]] = {}
-    with open(_latest(sample_files)) as f:
+    with open(sample_file) as f:
         for line in f:
-            if not line.strip():
-                continue
-            try:
-                s = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{f.name}: a sample line is not whole JSON ({exc})") from None
-            key = {"strict-match": "strict", "flexible-extract": "flexible"}.get(s.get("filter"))
-            if key is None:
-                continue
-            row = per.setdefault(int(s["doc_id"]), {"doc_id": int(s["doc_id"])})
-            question = (s.get("doc") or {}).get("question")
-            if not isinstance(question, str):
-                raise ValueError(f"{f.name}: doc {s['doc_id']} has no question text")
-            row["doc_key"] = doc_key(question)
-            row[key] = bool(float(s["exact_match"]))
-            row.setdefault("target", str(s.get("target", "")).split("####")[-1].strip())
-            resp = s.get("filtered_resps") or [""]
-            row[f"{key}_extracted"] = resp[0] if isinstance(resp, list) else resp
+            if line.strip():
+                _add_sample(per, line, f.name)
     per_sample = [per[k] for k in sorted(per)]
     for row in per_sample:
         if "strict" not in row or "flexible" not in row:
@@ -415,6 +404,36 @@ def parse_run(run_dir: Path) -> dict[str, Any]:
     keys = [row["doc_key"] for row in per_sample]
     if len(set(keys)) != len(keys):
         raise ValueError(f"{rf}: the same question text appears twice; doc_key cannot pair it")
+    return sample_file, per_sample
+
+
+def _add_sample(per: dict[int, dict[str, Any]], line: str, name: str) -> None:
+    """One line of lm-eval's samples file into its question's row (other filters skipped)."""
+    try:
+        s = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{name}: a sample line is not whole JSON ({exc})") from None
+    key = {"strict-match": "strict", "flexible-extract": "flexible"}.get(s.get("filter"))
+    if key is None:
+        return
+    row = per.setdefault(int(s["doc_id"]), {"doc_id": int(s["doc_id"])})
+    question = (s.get("doc") or {}).get("question")
+    if not isinstance(question, str):
+        raise ValueError(f"{name}: doc {s['doc_id']} has no question text")
+    row["doc_key"] = doc_key(question)
+    row[key] = bool(float(s["exact_match"]))
+    row.setdefault("target", str(s.get("target", "")).split("####")[-1].strip())
+    resp = s.get("filtered_resps") or [""]
+    row[f"{key}_extracted"] = resp[0] if isinstance(resp, list) else resp
+
+
+def parse_run(run_dir: Path) -> dict[str, Any]:
+    """One lm-eval run (its newest results and samples under ``run_dir``): scores, per-sample
+    rows keyed by ``doc_key``, and what ``cellbench_run.json`` recorded about how it ran."""
+    run_dir = Path(run_dir)
+    rf, res, task = _read_results(run_dir)
+    r = res["results"][task]
+    sample_file, per_sample = _read_samples(rf, task)
     n_shot = res.get("n-shot", {}).get(task)
     if n_shot is None:
         n_shot = res.get("configs", {}).get(task, {}).get("num_fewshot")
@@ -433,7 +452,7 @@ def parse_run(run_dir: Path) -> dict[str, Any]:
         if reported is None or abs(reported - mean) > AGGREGATE_TOLERANCE:
             raise ValueError(
                 f"{rf}: results.{task}.exact_match,{filt} = {r[f'exact_match,{filt}']!r}, but "
-                f"its samples file ({_latest(sample_files).name}) has {sum(correct)} of "
+                f"its samples file ({sample_file.name}) has {sum(correct)} of "
                 f"{len(correct)} correct = {mean!r}; expected lm-eval's two files from one run. "
                 "Rerun lm-eval (the serve job) for this arm: snakemake --cores 2 --forcerun "
                 f"{_bench_of(run_dir)}"

@@ -328,6 +328,71 @@ def _remove(container) -> None:
             raise
 
 
+@contextmanager
+def _started(
+    image_ref: str,
+    command: Sequence[str],
+    *,
+    mounts: Sequence[Mount],
+    env: Mapping[str, str] | None,
+    gpus: GpuSpec,
+    labels: Mapping[str, str] | None,
+    log_path: str | Path,
+    shm_size: str,
+    workdir: str | None,
+    network_mode: str | None,
+    mem_limit: str | None,
+    client,
+    stop_timeout_s: int | None,
+) -> Iterator[tuple[Any, _LogPump]]:
+    """A container created and started, its output streamed to ``log_path``: yields the
+    container and its log pump. On every way out it is stopped first where
+    ``stop_timeout_s`` is given (a server), then removed. ValueError on bad arguments,
+    before any container exists; ContainerFailed where the engine does not start it."""
+    import docker
+
+    env = dict(env or {})
+    _check_inputs(image_ref, command, mounts)
+    client = client or docker.from_env(timeout=600)
+    log_path = Path(log_path)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        container = None
+        pump: _LogPump | None = None
+        try:
+            container = _create(
+                client,
+                image_ref,
+                command,
+                mounts=mounts,
+                env=env,
+                gpus=gpus,
+                labels=labels or {},
+                shm_size=shm_size,
+                workdir=workdir,
+                network_mode=network_mode,
+                log=log,
+                mem_limit=mem_limit,
+            )
+            pump = _LogPump(container, log, _secrets_in(env))
+            _start(container, image_ref, log)
+            pump.start()
+            yield container, pump
+        finally:
+            if container is not None:
+                # Removal comes first in spirit: nothing below may skip it.
+                try:
+                    if stop_timeout_s is not None:
+                        try:
+                            container.stop(timeout=stop_timeout_s)
+                        except docker.errors.APIError:
+                            pass
+                        if pump is not None:
+                            pump.join(timeout=5)
+                finally:
+                    _remove(container)
+
+
 def run_step(
     image_ref: str,
     command: list[str],
@@ -350,54 +415,40 @@ def run_step(
     any container exists. The container is removed on every path out, interrupts included.
     ``mem_limit`` (e.g. "64g") caps the container's memory; past it the kernel OOM-kills it.
     """
-    import docker
     import requests
 
-    env = dict(env or {})
-    _check_inputs(image_ref, command, mounts)
-    client = client or docker.from_env(timeout=600)
-    log_path = Path(log_path)
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "ab") as log:
-        container = None
-        try:
-            container = _create(
-                client,
-                image_ref,
-                command,
-                mounts=mounts,
-                env=env,
-                gpus=gpus,
-                labels=labels or {},
-                shm_size=shm_size,
-                workdir=workdir,
-                network_mode=network_mode,
-                log=log,
-                mem_limit=mem_limit,
+    with _started(
+        image_ref,
+        command,
+        mounts=mounts,
+        env=env,
+        gpus=gpus,
+        labels=labels,
+        log_path=log_path,
+        shm_size=shm_size,
+        workdir=workdir,
+        network_mode=network_mode,
+        mem_limit=mem_limit,
+        client=client,
+        stop_timeout_s=None,
+    ) as (container, pump):
+        while True:
+            # Short waits keep the main thread responsive to SIGINT/SIGTERM.
+            try:
+                container.wait(timeout=2)
+                break
+            except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
+                continue
+        pump.join(timeout=30)
+        _, exit_code, oom = _state(container)
+        if exit_code != 0 or oom:
+            why = "killed for lack of memory (OOM)" if oom else f"exited with {exit_code}"
+            raise ContainerFailed(
+                f"step in {image_ref} {why}; log: {log_path}",
+                exit_code=exit_code,
+                oom_killed=oom,
+                log_tail=pump.tail(),
             )
-            pump = _LogPump(container, log, _secrets_in(env))
-            _start(container, image_ref, log)
-            pump.start()
-            while True:
-                # Short waits keep the main thread responsive to SIGINT/SIGTERM.
-                try:
-                    container.wait(timeout=2)
-                    break
-                except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
-                    continue
-            pump.join(timeout=30)
-            _, exit_code, oom = _state(container)
-            if exit_code != 0 or oom:
-                why = "killed for lack of memory (OOM)" if oom else f"exited with {exit_code}"
-                raise ContainerFailed(
-                    f"step in {image_ref} {why}; log: {log_path}",
-                    exit_code=exit_code,
-                    oom_killed=oom,
-                    log_tail=pump.tail(),
-                )
-        finally:
-            if container is not None:
-                _remove(container)
 
 
 class RunningContainer:
@@ -449,48 +500,19 @@ def serve_container(
     client=None,
 ) -> Iterator[RunningContainer]:
     """Start a long-running container (a server); stop and remove it when the block exits."""
-    import docker
-
-    env = dict(env or {})
-    _check_inputs(image_ref, command, mounts)
-    client = client or docker.from_env(timeout=600)
-    log_path = Path(log_path)
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "ab") as log:
-        container = None
-        pump: _LogPump | None = None
-        try:
-            container = _create(
-                client,
-                image_ref,
-                command,
-                mounts=mounts,
-                env=env,
-                gpus=gpus,
-                labels=labels or {},
-                shm_size=shm_size,
-                workdir=None,
-                network_mode=network_mode,
-                log=log,
-            )
-            pump = _LogPump(container, log, _secrets_in(env))
-            _start(container, image_ref, log)
-            pump.start()
-            yield RunningContainer(container, pump)
-        finally:
-            if container is not None:
-                # Removal comes first in spirit: nothing below may skip it.
-                try:
-                    try:
-                        container.stop(timeout=stop_timeout_s)
-                    except docker.errors.APIError:
-                        pass
-                    if pump is not None:
-                        pump.join(timeout=5)
-                finally:
-                    _remove(container)
-
-
-def environ_subset(names: Sequence[str]) -> dict[str, str]:
-    """The named host variables that are set (for passing secrets through)."""
-    return {n: os.environ[n] for n in names if os.environ.get(n)}
+    with _started(
+        image_ref,
+        command,
+        mounts=mounts,
+        env=env,
+        gpus=gpus,
+        labels=labels,
+        log_path=log_path,
+        shm_size=shm_size,
+        workdir=None,
+        network_mode=network_mode,
+        mem_limit=None,
+        client=client,
+        stop_timeout_s=stop_timeout_s,
+    ) as (container, pump):
+        yield RunningContainer(container, pump)

@@ -159,7 +159,7 @@ def docker_client(timeout: int = 600):
     return client
 
 
-def _classify(ref: str, message: str) -> ImageError:
+def classify_pull_error(ref: str, message: str) -> ImageError:
     """Turn an engine or registry error text into one of the errors users can act on."""
     text = message.lower()
     if "no space left" in text:
@@ -195,9 +195,9 @@ def resolve_digest(client, ref: str) -> str:
     try:
         return client.images.get_registry_data(ref).id
     except docker.errors.APIError as exc:
-        raise _classify(ref, str(exc.explanation or exc)) from None
+        raise classify_pull_error(ref, str(exc.explanation or exc)) from None
     except Exception as exc:
-        raise _classify(ref, str(exc)) from None
+        raise classify_pull_error(ref, str(exc)) from None
 
 
 def pull(client, ref: str, *, out: TextIO | None = sys.stderr, every_s: float = 2.0):
@@ -215,7 +215,7 @@ def pull(client, ref: str, *, out: TextIO | None = sys.stderr, every_s: float = 
     try:
         for event in client.api.pull(parsed.repository, tag=tag, stream=True, decode=True):
             if "error" in event:
-                raise _classify(ref, event.get("error") or str(event))
+                raise classify_pull_error(ref, event.get("error") or str(event))
             status, layer = event.get("status", ""), event.get("id", "")
             detail = event.get("progressDetail") or {}
             if detail.get("total"):
@@ -235,9 +235,9 @@ def pull(client, ref: str, *, out: TextIO | None = sys.stderr, every_s: float = 
     except ImageError:
         raise
     except docker.errors.APIError as exc:
-        raise _classify(ref, str(exc.explanation or exc)) from None
+        raise classify_pull_error(ref, str(exc.explanation or exc)) from None
     except Exception as exc:
-        raise _classify(ref, str(exc)) from None
+        raise classify_pull_error(ref, str(exc)) from None
     try:
         return client.images.get(ref)
     except docker.errors.ImageNotFound:

@@ -22,9 +22,9 @@ from typing import Any
 UNPINNED = "unpinned"
 
 
-# What the local runtime's digest hashes, asked of the server's interpreter (importlib.metadata
-# reads installed versions without importing the packages: no torch import per workflow parse).
-LOCAL_PACKAGES = ("torch", "triton", "transformers", "vllm")
+# What the local runtime's digest hashes (torch, triton, transformers, vllm), asked of the
+# server's interpreter (importlib.metadata reads installed versions without importing the
+# packages: no torch import per workflow parse).
 _ASK = """
 import importlib.metadata as md, json, platform, sys
 def version(*names):

@@ -152,10 +152,6 @@ def _with_port(command: list[str], port: int | None) -> list[str]:
     return [c.replace(PORT_TOKEN, str(port)) for c in command]
 
 
-def _raise_interrupt(signum, frame):  # noqa: ARG001
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 def run_local(command: list[str], env: dict[str, str], log_path: Path) -> int:
     """Run ``command`` on the host, its output (secrets redacted) appended to ``log_path``."""
     secrets = [v.encode() for k, v in env.items() if k in SECRET_ENV and v]

@@ -1,23 +1,28 @@
 """The search's steps on one candidate config: pruning, the correctness check, timing and
-its log record, failures, and which kernels are compiled already (the compile budget).
+its log record, failures, and the screen that checks and times a list of candidates.
 
 In-container module: stdlib + torch (+ triton through the backend).
 
-Split from search.py (issue 31 item 4): `CandidateSteps` is mixed into `Tuner` (search.py),
-whose attributes (backend, log, stats, pool, ...) these methods use; `rel_error` is the check's
-measure, also used by the backends and the benchmarks.
+`CandidateSteps` is one of the objects the search's driver (`search.Tuner`) is given; the
+default mode's search and the final pick use it too. `rel_error` is the check's measure, also
+used by the backends and the benchmarks.
 """
 
 from __future__ import annotations
 
 import math
+import random
+import re
 import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from cellbench.tune import spaces
+from cellbench.tune.search_types import AtSize, BudgetExceeded, SearchContext
 from cellbench.tune.timing import Timing, time_calls
 
-__all__ = ["CandidateSteps", "rel_error"]
+__all__ = ["CandidateSteps", "rel_error", "commonest_reason"]
 
 
 def rel_error(out: Any, ref: Any) -> float:
@@ -33,26 +38,59 @@ def rel_error(out: Any, ref: Any) -> float:
     return num / den if den > 0 else num
 
 
+def commonest_reason(reasons: Iterable[str]) -> tuple[int, int, str]:
+    """(count, total, example) of the commonest reason; reasons that differ only in their
+    numbers (sizes, errors, line numbers) count as one, and the example is the first seen."""
+    groups: Counter[str] = Counter()
+    example: dict[str, str] = {}
+    total = 0
+    for r in reasons:
+        line = (r.strip().splitlines() or [""])[0][:300]
+        key = _NUMBER.sub("#", line)
+        groups[key] += 1
+        example.setdefault(key, line)
+        total += 1
+    if not total:
+        return 0, 0, ""
+    key, n = groups.most_common(1)[0]
+    return n, total, example[key]
+
+
+_NUMBER = re.compile(r"\d+(?:\.\d+)?(?:e[-+]?\d+)?")
+
+
 class CandidateSteps:
-    """One candidate's steps and the compile accounting (mixed into `search.Tuner`)."""
+    """One candidate's steps (check, timing, failure), the pruned candidate list of a batch
+    size and the screen over a list of candidates.
+
+    space: candidate configs (spaces.cuda_space() etc.), visited in one random order (by the
+    options' seed) at every batch size."""
+
+    def __init__(self, ctx: SearchContext, space: Sequence[dict[str, int]]):
+        self.ctx = ctx
+        self.space = list(space)
+        rng = random.Random(ctx.opt.seed)
+        self.order = list(range(len(self.space)))
+        rng.shuffle(self.order)  # one random order for all batch sizes
 
     # -- one candidate ----------------------------------------------------------------------
-    def _check(self, m: int, cfg: dict[str, int], key: str, problems: list[Any], ref: Any):
+    def check(self, m: int, cfg: dict[str, int], key: str, problems: list[Any], ref: Any):
         """Correctness against the reference at the first batch size; False = failed."""
-        prev = self.log.lookup(m, key, "check")
+        ctx = self.ctx
+        prev = ctx.log.lookup(m, key, "check")
         if prev is not None:
             return prev["status"] == "checked", prev.get("error")
         t0 = time.perf_counter()
         try:
-            out = self.backend.output(problems[0], cfg)
+            out = ctx.backend.output(problems[0], cfg)
             err = rel_error(out, ref)
         except Exception as e:  # noqa: BLE001 - any compile/launch failure disqualifies
-            self._fail(m, cfg, key, "check", f"{type(e).__name__}: {e}")
+            self.fail(m, cfg, key, "check", f"{type(e).__name__}: {e}")
             return False, None
         finally:
-            self._note_compiled(m, key)
-            self.stats.gpu_s += time.perf_counter() - t0 if self.opt.on_gpu else 0.0
-        bound = self.backend.error_bound
+            ctx.ledger.note(m, key)
+            ctx.stats.gpu_s += time.perf_counter() - t0 if ctx.opt.on_gpu else 0.0
+        bound = ctx.backend.error_bound
         ok = err <= bound
         rec = {
             "m": m,
@@ -65,19 +103,20 @@ class CandidateSteps:
         }
         if not ok:
             rec["reason"] = f"error {err:.3g} > bound {bound:.3g} vs torch reference"
-            self.failed.add(key)
-            self.stats.failed += 1
-        self.log.append(rec)
+            ctx.failed.add(key)
+            ctx.stats.failed += 1
+        ctx.log.append(rec)
         return ok, err
 
-    def _fail(self, m: int, cfg: dict[str, int], key: str, stage: str, why: str) -> None:
-        self.failed.add(key)
-        self.stats.failed += 1
-        self.log.append(
+    def fail(self, m: int, cfg: dict[str, int], key: str, stage: str, why: str) -> None:
+        """Mark config `key` failed (never tried again) and log why."""
+        self.ctx.failed.add(key)
+        self.ctx.stats.failed += 1
+        self.ctx.log.append(
             {"m": m, "key": key, "config": cfg, "stage": stage, "status": "failed", "reason": why}
         )
 
-    def _time(
+    def time(
         self,
         m: int,
         cfg: dict[str, int],
@@ -87,9 +126,11 @@ class CandidateSteps:
         repeats: int,
         abandon_above_us: float | None,
     ) -> Timing | None:
-        prev = self.log.lookup(m, key, stage)
+        """One config timed at m (read back from the log where a resumed run has it)."""
+        ctx = self.ctx
+        prev = ctx.log.lookup(m, key, stage)
         if prev is not None:
-            self.stats.reused += 1
+            ctx.stats.reused += 1
             if prev["status"] != "timed":
                 return None
             return Timing(
@@ -99,29 +140,30 @@ class CandidateSteps:
                 prev.get("abandoned", False),
                 0.0,
             )
-        self._pool_wait(m, key, cfg)
-        calls = [self.backend.call(p, cfg) for p in problems]
+        self.pool_wait(m, key, cfg)
+        calls = [ctx.backend.call(p, cfg) for p in problems]
         try:
             t = time_calls(
                 calls,
-                on_gpu=self.opt.on_gpu,
-                graph_calls=self.opt.graph_calls,
+                on_gpu=ctx.opt.on_gpu,
+                graph_calls=ctx.opt.graph_calls,
                 repeats=repeats,
                 abandon_above_us=abandon_above_us,
             )
         except Exception as e:  # noqa: BLE001 - compile errors, out of resources, ...
-            self._fail(m, cfg, key, stage, f"{type(e).__name__}: {str(e)[:300]}")
+            self.fail(m, cfg, key, stage, f"{type(e).__name__}: {str(e)[:300]}")
             return None
         finally:
-            self._note_compiled(m, key)
-        self._record_timed(m, key, cfg, stage, t)
+            ctx.ledger.note(m, key)
+        self.record_timed(m, key, cfg, stage, t)
         return t
 
-    def _record_timed(self, m: int, key: str, cfg: dict[str, int], stage: str, t: Timing):
+    def record_timed(self, m: int, key: str, cfg: dict[str, int], stage: str, t: Timing):
         """Count a timing and write its log record (the record a resumed run reads back)."""
-        self.stats.timed += 1
-        self.stats.gpu_s += t.wall_s if self.opt.on_gpu else 0.0
-        self.log.append(
+        ctx = self.ctx
+        ctx.stats.timed += 1
+        ctx.stats.gpu_s += t.wall_s if ctx.opt.on_gpu else 0.0
+        ctx.log.append(
             {
                 "m": m,
                 "key": key,
@@ -141,25 +183,27 @@ class CandidateSteps:
             }
         )
 
-    def _pool_wait(self, m: int, key: str, cfg: dict[str, int]) -> None:
+    def pool_wait(self, m: int, key: str, cfg: dict[str, int]) -> None:
         """Wait for a compile worker's warm-up of a kernel not compiled yet in this run."""
-        if self.pool is not None and not self._is_compiled(m, key):
-            self.pool.wait(m, cfg)
+        pool = self.ctx.pool
+        if pool is not None and not self.ctx.ledger.is_compiled(m, key):
+            pool.wait(m, cfg)
 
     # -- one batch size ---------------------------------------------------------------------
-    def _candidates(self, m: int, quiet: bool = False) -> list[tuple[str, dict[str, int]]]:
+    def candidates(self, m: int, quiet: bool = False) -> list[tuple[str, dict[str, int]]]:
         """Configs of the space that survive pruning at m, one per distinct kernel; pruned ones
         are logged and counted unless `quiet` (a look ahead at the next batch size)."""
+        ctx = self.ctx
         kept: list[tuple[str, dict[str, int]]] = []
-        identity = getattr(self.backend, "kernel_identity", None)
+        identity = getattr(ctx.backend, "kernel_identity", None)
         first_of: dict[str, str] = {}  # kernel identity -> first config key kept
         for idx in self.order:
             cfg = self.space[idx]
             key = spaces.config_key(cfg)
             why = spaces.prune_reason(
-                cfg, m=m, n=self.n, k=self.k, operand_bytes=self.operand_bytes, limits=self.limits
+                cfg, m=m, n=ctx.n, k=ctx.k, operand_bytes=ctx.operand_bytes, limits=ctx.limits
             )
-            if why is None and identity is not None and key not in self.failed:
+            if why is None and identity is not None and key not in ctx.failed:
                 kid = identity(m, cfg)
                 if kid in first_of:  # e.g. the few-token path ignores BLOCK_SIZE_M
                     why = f"same kernel at M={m} as {first_of[kid]} (keys this path ignores)"
@@ -168,8 +212,8 @@ class CandidateSteps:
             if why is not None and quiet:
                 continue
             if why is not None:
-                self.stats.pruned += 1
-                self.log.append(
+                ctx.stats.pruned += 1
+                ctx.log.append(
                     {
                         "m": m,
                         "key": key,
@@ -179,52 +223,63 @@ class CandidateSteps:
                         "reason": why,
                     }
                 )
-            elif key not in self.failed:
+            elif key not in ctx.failed:
                 kept.append((key, cfg))
         return kept
 
-    # -- compile accounting -------------------------------------------------------------------
-    def _spec(self, m: int) -> tuple[Any, ...]:
-        """The part of the kernel's specialisation that depends on M: Triton specialises integer
-        arguments on ==1 and divisibility by 16 (the row count is M x top-k), plus the
-        backend's own batch-size-dependent choices (the builtin kernel's path, TMA weight
-        tiles and chaining: a kernel compiled at M=16 does not serve M=64 where they differ)."""
-        topk = int(getattr(getattr(self.backend, "shape", None), "topk", 1) or 1)
-        rows = m * topk
-        own = getattr(self.backend, "m_specialisation", None)
-        return (rows == 1, rows % 16 == 0, *(own(m) if own else ()))
+    def screen(
+        self,
+        at: AtSize,
+        cands: list[tuple[str, dict[str, int]]],
+        stage: str,
+        repeats: int,
+        abandon: bool,
+        queue_behind: Callable[[], None] | None = None,
+    ) -> list[tuple[float, int, str, dict[str, int], Timing]]:
+        """Check (where `at.check`) and time `cands`; returns sorted (time, order, ...).
+        With compile workers, `queue_behind` queues speculative warm-ups behind `cands`'."""
+        ctx, m = self.ctx, at.m
+        if ctx.pool is not None:  # the workers compile ahead of the GPU (only new kernels)
+            ctx.pool.prefetch(m, [c for k, c in cands if not ctx.ledger.is_compiled(m, k)])
+            if queue_behind is not None:
+                queue_behind()
+        results = []
+        best = math.inf
+        for i, (key, cfg) in enumerate(cands):
+            if key in ctx.failed:
+                continue
+            if ctx.over_budget():
+                raise BudgetExceeded(f"time budget {ctx.opt.time_budget_s} s spent at M={m}")
+            if at.check:
+                self.pool_wait(m, key, cfg)  # let the workers compile it, not this process
+                ok, _ = self.check(m, cfg, key, at.problems, at.ref)
+                if not ok:
+                    continue
+            limit = best * ctx.opt.abandon_factor if abandon and math.isfinite(best) else None
+            t = self.time(m, cfg, key, stage, at.problems, repeats, limit)
+            if t is None:
+                continue
+            best = min(best, t.median_us)
+            results.append((t.median_us, i, key, cfg, t))
+            if (i + 1) % 100 == 0:  # long stages: show they are moving
+                ctx.progress(
+                    f"[tune]   M={m} {stage}: {i + 1}/{len(cands)} configs, best {best:.2f} us, "
+                    f"{time.perf_counter() - ctx.t_start:.0f} s since start"
+                )
+        results.sort(key=lambda r: (r[0], r[1]))
+        return results
 
-    def _stand_in_m(self, m: int) -> int:
-        """The smallest batch size whose kernels are m's (same `_spec`): where compile workers
-        run a config to compile it (vLLM's kernel has no compile-only entry), they run it
-        there. At m itself their runs shared the GPU with the timings: on an H100 (fp8, 18
-        sizes) the first configs timed at each M >= 1024 measured 7-13% slow, and one was
-        the previous size's pick (M=1024: 342.5 us in round 0, 302.9 us re-timed), so the
-        local search went round another tile (1.028x exhaustive's pick); 12 workers at
-        M=16384 also ran the GPU out of memory."""
-        spec = self._spec(m)
-        return next((x for x in range(1, min(m, 64)) if self._spec(x) == spec), m)
-
-    def _is_compiled(self, m: int, key: str) -> bool:
-        return (self._spec(m), key) in self.compiled
-
-    def _note_compiled(self, m: int, key: str) -> None:
-        k = (self._spec(m), key)
-        if k not in self.compiled:
-            self.compiled.add(k)
-            self.new_compiles[m] = self.new_compiles.get(m, 0) + 1
-
-    def _compile_budget(self, m: int) -> int | None:
-        """New kernels allowed at batch size m: the larger budget at the first batch size of
-        each M-dependent specialisation (nothing compiled for it can be reused yet) and at a
-        batch size far from the one tuned before it (what was compiled there suits other
-        tiles: see `_far`)."""
-        if self.opt.compile_budget is None:
-            return None
-        first, later = self.opt.compile_budget
-        spec = self._spec(m)
-        self.class_first.setdefault(spec, m)
-        return first if self.class_first[spec] == m or self._far(m) else later
-
-    def _new_at(self, m: int) -> int:
-        return self.new_compiles.get(m, 0)
+    def nothing_left(self, m: int) -> str:
+        """Why batch size m has no config left: the commonest failure (its message and how
+        many configs hit it), so the terminal says more than "every candidate failed"."""
+        failed = self.ctx.log.reasons("failed")
+        pruned = self.ctx.log.reasons("pruned", m)
+        head = (
+            f"M={m}: every candidate config failed or was pruned ({len(failed)} configs failed "
+            f"so far, {len(pruned)} pruned at M={m})"
+        )
+        for what, reasons in (("failure", failed), ("pruning reason", pruned)):
+            if reasons:
+                n, total, example = commonest_reason(reasons.values())
+                return f"{head}; commonest {what}, {n} of {total} configs: {example}"
+        return f"{head}; the space held no config to try"

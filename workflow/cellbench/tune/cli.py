@@ -23,14 +23,14 @@ import sys
 import time
 from typing import Any
 
-from cellbench.tune.device_run import _run_all
+from cellbench.tune.device_run import run_all
 from cellbench.tune.outputs import (
     CSV_NAME,
     LOG_NAME,
     SUMMARY_NAME,
-    _csv_rows,
-    _human,
     apply_keep,
+    csv_rows,
+    human_summary,
 )
 from cellbench.tune.plan import Plan, UsageError, job_from_argv, make_plan
 
@@ -62,35 +62,69 @@ def run(plan: Plan) -> dict[str, Any]:
     import torch
     import triton
 
-    from cellbench.common.atomicio import checksum_path
-    from cellbench.tune.artifacts import (
-        atomic_write_json,
-        path_choices_file_name,
-        write_path_choices,
-        write_tuned_csv,
-        write_vllm_config,
-    )
+    from cellbench.tune.artifacts import atomic_write_json, write_tuned_csv
+    from cellbench.tune.resume import claim_log, log_identity
 
     t0 = time.perf_counter()
+    _clear_out(plan)
+    versions = {"tuner": _tuner_version(), "triton": triton.__version__,
+                "torch": torch.__version__, "vllm": _installed_version("vllm")}  # fmt: skip
+    log_state = claim_log(plan.out / LOG_NAME, log_identity(plan, versions))
+    res = run_all(plan)
+    entries = res["entries"]
+    kept_baseline = apply_keep(entries, plan.keep)
+    _write_configs(plan, entries, triton.__version__)
+    cu = None
+    if plan.on_gpu:
+        cu = torch.cuda.get_device_properties(0).multi_processor_count
+    write_tuned_csv(plan.out / CSV_NAME, csv_rows(plan, entries, cu))
+    summary = {
+        **_identity(plan, res),
+        "complete": not res.get("skipped_batch_sizes"),
+        "skipped_batch_sizes": res.get("skipped_batch_sizes", []),
+        "entries": entries,
+        # Which picks the tuned file holds: those that beat vLLM's own config (default), or all.
+        "keep": plan.keep,
+        "kept_baseline": kept_baseline,
+        **_costs(res["stats"], time.perf_counter() - t0),
+        **_run_record(plan, res, log_state),
+    }
+    if not plan.on_gpu:
+        summary["timing"]["note"] = (
+            "Triton CPU interpreter wall-clock medians: they rank configs for the interpreter "
+            "only and say nothing about GPU speed"
+        )
+    atomic_write_json(plan.out / SUMMARY_NAME, summary, checksum=True)
+    print(human_summary(summary), flush=True)
+    return summary
+
+
+def _clear_out(plan: Plan) -> None:
+    """Create the output folder and remove a summary an earlier run left (a rerun is not
+    complete until it ends)."""
     try:
         plan.out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:  # read-only file system, permissions: the user's path, not a bug
         raise OutputError(f"--out {plan.out}: cannot create it: {exc.strerror or exc}") from None
-    (plan.out / SUMMARY_NAME).unlink(missing_ok=True)  # a rerun is not complete until it ends
-    from cellbench.tune.resume import claim_log, log_identity
+    (plan.out / SUMMARY_NAME).unlink(missing_ok=True)
 
-    versions = {"tuner": _tuner_version(), "triton": triton.__version__,
-                "torch": torch.__version__, "vllm": _installed_version("vllm")}  # fmt: skip
-    log_state = claim_log(plan.out / LOG_NAME, log_identity(plan, versions))
-    res = _run_all(plan)
-    entries = res["entries"]
-    kept_baseline = apply_keep(entries, plan.keep)
+
+def _write_configs(plan: Plan, entries: dict[str, Any], triton_version: str) -> None:
+    """The tuned file in vLLM's format and, where the builtin kernel measured its paths, the
+    path choices beside it."""
+    from cellbench.common.atomicio import checksum_path
+    from cellbench.tune.artifacts import (
+        path_choices_file_name,
+        write_path_choices,
+        write_vllm_config,
+    )
+
     config_file = plan.config_file
     write_vllm_config(
         plan.out / "configs",
         config_file,
         {int(m): e["config"] for m, e in entries.items()},
-        triton.__version__,
+        triton_version,
         plan.platform == "rocm",
     )
     choices = {
@@ -104,15 +138,17 @@ def run(plan: Plan) -> dict[str, Any]:
     else:  # a rerun that measured none must not leave an older run's choices in force
         paths_file.unlink(missing_ok=True)
         checksum_path(paths_file).unlink(missing_ok=True)
-    cu = None
-    if plan.on_gpu:
-        cu = torch.cuda.get_device_properties(0).multi_processor_count
-    write_tuned_csv(plan.out / CSV_NAME, _csv_rows(plan, entries, cu))
-    st = res["stats"]  # cpu_s: each device process's own CPU time plus its compile workers'
-    summary = {
+
+
+def _identity(plan: Plan, res: dict[str, Any]) -> dict[str, Any]:
+    """What was tuned, where and with which versions (the summary's first keys)."""
+    import torch
+    import triton
+
+    return {
         "shape": plan.shape.to_dict(),
         "device_name": plan.device_name,
-        "config_file": config_file,
+        "config_file": plan.config_file,
         "backend": plan.backend,
         "mode": plan.mode,
         "dtype": plan.dtype_label,
@@ -129,12 +165,13 @@ def run(plan: Plan) -> dict[str, Any]:
         # --backend vllm: which parts of the timed call were vLLM's, and from where
         "vllm_kernel": res.get("vllm_kernel"),
         "batch_sizes": plan.batch_sizes,
-        "complete": not res.get("skipped_batch_sizes"),
-        "skipped_batch_sizes": res.get("skipped_batch_sizes", []),
-        "entries": entries,
-        # Which picks the tuned file holds: those that beat vLLM's own config (default), or all.
-        "keep": plan.keep,
-        "kept_baseline": kept_baseline,
+    }
+
+
+def _costs(st: dict[str, Any], wall_s: float) -> dict[str, Any]:
+    """The run's counts and seconds (cpu: each device process's own CPU time plus its
+    compile workers')."""
+    return {
         # timed: candidates timed by this run; reused: read back from a resumed log;
         # new_kernels: distinct kernels this run compiled
         "counts": {
@@ -142,20 +179,27 @@ def run(plan: Plan) -> dict[str, Any]:
             "new_kernels": st.get("compiled", 0),
         },
         "seconds": {
-            "wall": time.perf_counter() - t0,
+            "wall": wall_s,
             "cpu": st.get("cpu_s", 0.0),
             "gpu": st.get("gpu_s", 0.0),
             "compile_cpu": st.get("compile_cpu_s", 0.0),
             "setup": st.get("setup_s", 0.0),
             "compile_wait": st.get("compile_wait_s", 0.0),
         },
+    }
+
+
+def _run_record(plan: Plan, res: dict[str, Any], log_state: Any) -> dict[str, Any]:
+    """How the search ran: its workers, space, limits, ceilings, timing, knobs and log."""
+    budget = res.get("compile_budget")
+    return {
         "compile_workers": res.get("compile_workers"),
         "space": res["space"],
         "hardware_limits": res["limits"],
         "ceilings": res["ceilings"],
         "timing": res["timing"],
         "max_configs": plan.max_configs,
-        "compile_budget": list(opts_budget) if (opts_budget := res.get("compile_budget")) else None,
+        "compile_budget": list(budget) if budget else None,
         "seed_configs": plan.seed_configs,
         "seed": plan.seed,
         "resumed_log_records": res["resumed_log_records"],
@@ -164,14 +208,6 @@ def run(plan: Plan) -> dict[str, Any]:
         "per_device": res.get("per_device"),
         "argv": plan.argv,
     }
-    if not plan.on_gpu:
-        summary["timing"]["note"] = (
-            "Triton CPU interpreter wall-clock medians: they rank configs for the interpreter "
-            "only and say nothing about GPU speed"
-        )
-    atomic_write_json(plan.out / SUMMARY_NAME, summary, checksum=True)
-    print(_human(summary), flush=True)
-    return summary
 
 
 def main(argv: list[str] | None = None) -> int:

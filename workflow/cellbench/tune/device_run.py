@@ -2,7 +2,7 @@
 
 In-container module: stdlib + torch + triton (+ vllm for --backend vllm).
 
-Split from cli.py (issue 31 item 4): the search's options for the plan, the candidate space,
+Split from cli.py: the search's options for the plan, the candidate space,
 one device's run (compile workers, the search, each pick's GEMM timings, roofline and baseline)
 and, with several GPUs, one spawned process per GPU over contiguous chunks of batch sizes.
 """
@@ -58,7 +58,8 @@ def _options(plan: Plan):
     )
 
 
-def _space(plan: Plan):
+def candidate_space(plan: Plan):
+    """The candidate configs for the plan's platform, with the space's name."""
     from cellbench.tune import spaces
 
     if plan.platform == "cpu":
@@ -127,46 +128,125 @@ def _measure_entry(backend: Any, plan: Plan, entry: Any, problems: list[Any], ce
     return out
 
 
-def _run_device(plan: Plan, batch_sizes: list[int], device_index: int) -> dict[str, Any]:
-    """Tune `batch_sizes` on one device (GPU index or CPU); returns JSON-ready results."""
+def _start_pool(plan: Plan, opts: Any, device_index: int) -> Any:
+    """The compile workers (None without them), started first: they import and initialise
+    while this process builds weights."""
+    if not (plan.on_gpu and opts.compile_workers > 0):
+        return None
+    from cellbench.tune.compilepool import CompilePool
+
+    return CompilePool(
+        opts.compile_workers, plan.backend, plan.shape.to_dict(), plan.act_dtype, device_index
+    )
+
+
+def _open_device(plan: Plan, device_index: int, pool: Any) -> Any:
+    """The torch device this process tunes on (the pool told its facts where it compiles
+    only); on CPU, every core for the interpreter."""
     import torch
 
-    from cellbench.tune import roofline, spaces
+    if not plan.on_gpu:
+        torch.set_num_threads(max(os.cpu_count() or 1, 1))
+        return torch.device("cpu")
+    torch.cuda.set_device(device_index)
+    device = torch.device("cuda", device_index)
+    if pool is not None and pool.compile_only:
+        from cellbench.tune.kernels.launch_policy import device_facts
+
+        pool.assume_device(*device_facts(device))
+    return device
+
+
+def _ceilings(plan: Plan, device: Any, backend: Any) -> Any:
+    """The device's copy and matmul ceilings (fp8 matmul for an fp8 shape); none on CPU."""
+    from cellbench.tune import roofline
+
+    if not plan.on_gpu:
+        return roofline.Ceilings(None, None)
+    ceil = roofline.measure_ceilings(device)
+    if plan.shape.dtype == "fp8_w8a8":
+        fp8 = roofline.measure_ceilings(device, backend.base.w1.dtype)
+        ceil = roofline.Ceilings(ceil.copy_bytes_per_s, fp8.matmul_flops_per_s,
+                                 fp8.matmul_dtype, fp8.note)  # fmt: skip
+    return ceil
+
+
+def _pick_details(
+    plan: Plan, opts: Any, backend: Any, entries: dict[int, Any], ceil: Any
+) -> dict[int, dict[str, Any]]:
+    """Each pick with its GEMM timings and roofline, vLLM's config timed beside it, and (the
+    builtin kernel) its measured path choice."""
+    from cellbench.tune.baseline import baseline_source, measure, seed_path
+
+    src = baseline_source(plan.config_file, plan.seed_table, seed_path(plan.seed_configs))
+    details = {}
+    for m, e in entries.items():
+        problems = [backend.make_problem(m, plan.seed * 1000 + i) for i in range(opts.rotate)]
+        details[m] = {**e.to_dict(), **_measure_entry(backend, plan, e, problems, ceil)}
+        # What the tuned file changes at m: vLLM's config without it, timed side by side
+        # with the pick, as the final timed the finalists.
+        base, gain = measure(
+            backend, problems, e.config, src, m, plan.shape,
+            rocm=plan.platform == "rocm", on_gpu=plan.on_gpu,
+            graph_calls=opts.graph_calls, repeats=opts.repeats,
+        )  # fmt: skip
+        details[m]["baseline"] = base
+        details[m]["improvement_pct"] = gain
+        # The builtin kernel's few-token path is taken only where this measures it faster
+        # with the kept config (written beside vLLM's JSON; see run()).
+        if hasattr(backend, "measure_paths"):
+            choice = backend.measure_paths(
+                m, e.config, plan.on_gpu, seed=plan.seed, repeats=20 if plan.on_gpu else 3
+            )
+            if choice is not None:
+                details[m]["path_choice"] = choice
+        print(kept_line(m, e.timed, details[m]), file=sys.stderr, flush=True)
+    return details
+
+
+def _final_stats(stats: Any, pool: Any, cpu_self_s: float, setup_s: float) -> Any:
+    """The run's counters with its CPU seconds (this process's and the workers'), its setup
+    and its wait for the workers."""
+    if pool is not None:
+        stats.compile_cpu_s = pool.cpu_s
+    stats.cpu_s = cpu_self_s + stats.compile_cpu_s
+    stats.setup_s = setup_s
+    if pool is not None:
+        stats.compile_wait_s = pool.wait_s
+    return stats
+
+
+def _workers(pool: Any) -> dict[str, Any] | None:
+    """The workers' start-up in seconds after the pool was created (see the pool)."""
+    if pool is None:
+        return None
+    workers: dict[str, Any] = {k: round(v, 3) for k, v in pool.startup().items()}
+    workers["compile_only"] = pool.compile_only
+    return workers
+
+
+def _run_device(plan: Plan, batch_sizes: list[int], device_index: int) -> dict[str, Any]:
+    """Tune `batch_sizes` on one device (GPU index or CPU); returns JSON-ready results."""
+    from cellbench.tune import spaces
     from cellbench.tune.artifacts import TuningLog
     from cellbench.tune.backends import make_backend
-    from cellbench.tune.search import Tuner
+    from cellbench.tune.search import build_tuner
 
     t_wall = time.perf_counter()
     c_self = time.process_time()
     opts = _options(plan)
-    pool = None
-    if plan.on_gpu and opts.compile_workers > 0:
-        from cellbench.tune.compilepool import CompilePool
-
-        # Started first: the workers import and initialise while this process builds weights.
-        pool = CompilePool(
-            opts.compile_workers, plan.backend, plan.shape.to_dict(), plan.act_dtype, device_index
-        )
+    pool = _start_pool(plan, opts, device_index)
     try:
-        if plan.on_gpu:
-            torch.cuda.set_device(device_index)
-            device = torch.device("cuda", device_index)
-            if pool is not None and pool.compile_only:
-                from cellbench.tune.kernels.launch_policy import device_facts
-
-                pool.assume_device(*device_facts(device))
-        else:
-            device = torch.device("cpu")
-            torch.set_num_threads(max(os.cpu_count() or 1, 1))
+        device = _open_device(plan, device_index, pool)
         backend = make_backend(
             plan.backend, plan.shape, plan.act_dtype, device, seed=plan.seed,
             vllm_source=plan.vllm_source,
         )  # fmt: skip
-        space_name, space = _space(plan)
+        space_name, space = candidate_space(plan)
         limits = spaces.HardwareLimits.detect()
         log = TuningLog(plan.out / LOG_NAME)
         setup_s = time.perf_counter() - t_wall
-        tuner = Tuner(
+        tuner = build_tuner(
             backend,
             space,
             n=plan.shape.intermediate_size,
@@ -181,53 +261,15 @@ def _run_device(plan: Plan, batch_sizes: list[int], device_index: int) -> dict[s
         if pool is not None:
             pool.close()  # no worker competes with the ceilings' and the entries' timings
         # Measured after tuning, not during setup, where the compile workers start up.
-        ceil = roofline.measure_ceilings(device) if plan.on_gpu else roofline.Ceilings(None, None)
-        if plan.on_gpu and plan.shape.dtype == "fp8_w8a8":
-            fp8 = roofline.measure_ceilings(device, backend.base.w1.dtype)
-            ceil = roofline.Ceilings(ceil.copy_bytes_per_s, fp8.matmul_flops_per_s,
-                                     fp8.matmul_dtype, fp8.note)  # fmt: skip
-        from cellbench.tune.baseline import baseline_source, measure, seed_path
-
-        src = baseline_source(plan.config_file, plan.seed_table, seed_path(plan.seed_configs))
-        details = {}
-        for m, e in entries.items():
-            problems = [backend.make_problem(m, plan.seed * 1000 + i) for i in range(opts.rotate)]
-            details[m] = {**e.to_dict(), **_measure_entry(backend, plan, e, problems, ceil)}
-            # What the tuned file changes at m: vLLM's config without it, timed side by side
-            # with the pick, as the final timed the finalists.
-            base, gain = measure(
-                backend, problems, e.config, src, m, plan.shape,
-                rocm=plan.platform == "rocm", on_gpu=plan.on_gpu,
-                graph_calls=opts.graph_calls, repeats=opts.repeats,
-            )  # fmt: skip
-            details[m]["baseline"] = base
-            details[m]["improvement_pct"] = gain
-            # The builtin kernel's few-token path is taken only where this measures it faster
-            # with the kept config (written beside vLLM's JSON; see run()).
-            if hasattr(backend, "measure_paths"):
-                choice = backend.measure_paths(
-                    m, e.config, plan.on_gpu, seed=plan.seed, repeats=20 if plan.on_gpu else 3
-                )
-                if choice is not None:
-                    details[m]["path_choice"] = choice
-            print(kept_line(m, e.timed, details[m]), file=sys.stderr, flush=True)
+        ceil = _ceilings(plan, device, backend)
+        details = _pick_details(plan, opts, backend, entries, ceil)
     finally:
         if pool is not None:
             pool.close()
-    stats = tuner.stats
-    if pool is not None:
-        stats.compile_cpu_s = pool.cpu_s
-    stats.cpu_s = time.process_time() - c_self + stats.compile_cpu_s
-    stats.setup_s = setup_s
-    if pool is not None:
-        stats.compile_wait_s = pool.wait_s
-    workers = None
-    if pool is not None:  # start-up in seconds after the pool was created (see the pool)
-        workers = {k: round(v, 3) for k, v in pool.startup().items()}
-        workers["compile_only"] = pool.compile_only
+    stats = _final_stats(tuner.stats, pool, time.process_time() - c_self, setup_s)
     return {
         "entries": {str(m): d for m, d in details.items()},
-        "compile_workers": workers,
+        "compile_workers": _workers(pool),
         "stats": stats.to_dict(),
         "wall_s": time.perf_counter() - t_wall,
         "space": {"name": space_name, "size": len(space)},
@@ -256,20 +298,20 @@ def _device_worker(plan: Plan, ms: list[int], idx: int, result_path: str) -> Non
     atomic_write_json(result_path, res)
 
 
-def _split(ms: list[int], parts: int) -> list[list[int]]:
+def split_batch_sizes(ms: list[int], parts: int) -> list[list[int]]:
     """Contiguous chunks (warm starts stay within a chunk), balanced by count."""
     parts = max(1, min(parts, len(ms)))
     size = math.ceil(len(ms) / parts)
     return [ms[i : i + size] for i in range(0, len(ms), size)]
 
 
-def _run_all(plan: Plan) -> dict[str, Any]:
+def run_all(plan: Plan) -> dict[str, Any]:
     import torch
 
     ngpu = torch.cuda.device_count() if plan.on_gpu else 0
     if ngpu <= 1 or len(plan.batch_sizes) == 1:
         return _run_device(plan, plan.batch_sizes, 0)
-    chunks = _split(plan.batch_sizes, ngpu)
+    chunks = split_batch_sizes(plan.batch_sizes, ngpu)
     ctx = mp.get_context("spawn")
     procs = []
     for i, ms in enumerate(chunks):

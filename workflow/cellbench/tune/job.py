@@ -9,7 +9,7 @@ name, and the code that reads it: ``tune_job`` copies the section's keys as they
 
 The limits of the settings a config supplies (tp, ep, batch sizes, mode, backend, dtype, block
 shape, max_configs) are checked where the config enters (the schema and
-``cellbench.config.loader``), and for the hand command line in ``plan._check_flags``; what is
+``cellbench.config.loader``), and for the hand command line in ``plan.py`` (its flag check); what is
 checked here is the job's structure, and the limits of the fields only a person gives (time
 budget, compile workers, compile budget, device name, keep rule).
 """

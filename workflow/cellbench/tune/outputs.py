@@ -2,7 +2,7 @@
 
 In-container module: standard library only.
 
-Split from cli.py (issue 31 item 4): the output file names, the keep rule (`apply_keep`: a pick
+Split from cli.py: the output file names, the keep rule (`apply_keep`: a pick
 no faster than vLLM's own config gives way to it), the CSV's rows, the table printed at the
 end and the progress lines, so the device loop and the job share them without a cycle.
 """
@@ -63,7 +63,7 @@ def apply_keep(entries: dict[str, dict[str, Any]], keep: str) -> list[int]:
     return sorted(swapped)
 
 
-def _csv_rows(plan: Plan, entries: dict[str, Any], cu_num: int | None) -> list[dict[str, Any]]:
+def csv_rows(plan: Plan, entries: dict[str, Any], cu_num: int | None) -> list[dict[str, Any]]:
     s = plan.shape
     act = {"bf16": "torch.bfloat16", "fp16": "torch.float16", "fp32": "torch.float32"}
     a = act[plan.act_dtype]
@@ -130,7 +130,7 @@ def _r(v: float | None, nd: int = 3) -> float | None:
     return round(v, nd) if abs(v) >= 10 ** (3 - nd) or v == 0 else float(f"{v:.4g}")
 
 
-def _human(summary: dict[str, Any]) -> str:
+def human_summary(summary: dict[str, Any]) -> str:
     lines = [
         f"cellbench tune: {summary['config_file']} ({summary['backend']}, {summary['mode']} mode"
         f"{', INTERPRETER timings' if summary['interpreter'] else ''})",

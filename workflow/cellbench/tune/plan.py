@@ -318,17 +318,12 @@ def _check_env(env: dict[str, str]) -> None:
         )
 
 
-def make_plan(job: TuneJob, out: str, argv: list[str]) -> Plan:
-    """What only this process can check (the output folder, the model config, the GPU, the
-    installed packages), and the plan the run follows; UsageError."""
+def _kernel_shape(job: TuneJob, dtype: str | None) -> tuple[Any, Any]:
+    """The shape as the model config names it (its vLLM file name) and as the kernels take
+    it (fp32 an activation dtype, not a weight quantisation); UsageError where the tuner's
+    kernels cannot run it."""
     from cellbench.tune.shapes import moe_shape, read_model_config
 
-    _check_out_folder(out)
-    _check_env(job.env)
-    batch_sizes = resolve_batch_sizes(job.batch_sizes)
-    cb = job.compile_budget  # "auto" | "none" (no limit) | [first, later]
-    compile_budget = tuple(cb) if isinstance(cb, list) else (None if cb == "none" else cb)
-    dtype, float_act = _float_dtype(job.dtype)
     try:
         cfg = read_model_config(job.model_config)
         named = moe_shape(
@@ -337,7 +332,6 @@ def make_plan(job: TuneJob, out: str, argv: list[str]) -> Plan:
     except ShapeError as e:
         where = "" if job.model_config in str(e) else f"{job.model_config}: "
         raise UsageError(f"{where}{e}") from e
-    # the kernels take fp32 as an activation dtype, not as a weight quantisation
     shape = dataclasses.replace(named, dtype=None) if named.dtype == "float32" else named
     if shape.dtype not in (None, "fp8_w8a8"):
         raise UsageError(
@@ -351,7 +345,12 @@ def make_plan(job: TuneJob, out: str, argv: list[str]) -> Plan:
             raise UsageError(
                 f"--block-shape={bn},{bk} does not divide the weights (2N={2 * n}, K={k}, N={n})"
             )
+    return named, shape
 
+
+def _gpu_or_interpreter() -> bool:
+    """Whether a GPU is here; without one, the Triton interpreter is switched on (refused
+    where TRITON_INTERPRET says off)."""
     import torch
 
     on_gpu = torch.cuda.is_available()
@@ -360,39 +359,81 @@ def make_plan(job: TuneJob, out: str, argv: list[str]) -> Plan:
         if ti is not None and ti in ("", "0"):
             raise UsageError("no GPU and TRITON_INTERPRET=0: the CPU run needs the interpreter")
         os.environ["TRITON_INTERPRET"] = "1"
-    # vLLM is probed after the interpreter is chosen: importing it imports Triton, which
-    # must already know whether kernels it decorates are to be interpreted
-    vllm_source = None
-    if job.backend == "vllm":
-        import importlib.util
+    return on_gpu
 
-        from cellbench.tune.vllm_source import source_from_env
 
-        vllm_source = job.vllm_source or source_from_env()
-        if importlib.util.find_spec("vllm") is None and vllm_source is None:
-            raise UsageError(
-                "--backend vllm needs vLLM installed where the tuner runs (no module 'vllm'), "
-                "or --vllm-source / CELLBENCH_VLLM_SOURCE naming a folder of vLLM's Python "
-                "sources (workflow/scripts/vllm-kernel-src.sh); or use --backend builtin"
-            )
-        from cellbench.tune.backends import vllm_refusal_or_source
+def _vllm_source(job: TuneJob) -> str | None:
+    """For --backend vllm: the folder of vLLM's sources to run from (None: the installed
+    vLLM), refused where neither can serve. Probed after the interpreter is chosen:
+    importing vLLM imports Triton, which must already know whether kernels it decorates are
+    to be interpreted."""
+    if job.backend != "vllm":
+        return None
+    import importlib.util
 
-        # e.g. vLLM without Triton and no source folder: refused before anything is timed
-        why = vllm_refusal_or_source(vllm_source)
-        if why is not None:
-            raise UsageError(why)
-        if vllm_source is not None:  # compile workers build their backend from the same folder
-            from cellbench.tune.vllm_source import SOURCE_ENV
+    from cellbench.tune.vllm_source import source_from_env
 
-            os.environ[SOURCE_ENV] = vllm_source
-    plat = "cpu" if not on_gpu else ("rocm" if getattr(torch.version, "hip", None) else "cuda")
-    act_note = ""
+    vllm_source = job.vllm_source or source_from_env()
+    if importlib.util.find_spec("vllm") is None and vllm_source is None:
+        raise UsageError(
+            "--backend vllm needs vLLM installed where the tuner runs (no module 'vllm'), "
+            "or --vllm-source / CELLBENCH_VLLM_SOURCE naming a folder of vLLM's Python "
+            "sources (workflow/scripts/vllm-kernel-src.sh); or use --backend builtin"
+        )
+    from cellbench.tune.backends import vllm_refusal_or_source
+
+    # e.g. vLLM without Triton and no source folder: refused before anything is timed
+    why = vllm_refusal_or_source(vllm_source)
+    if why is not None:
+        raise UsageError(why)
+    if vllm_source is not None:  # compile workers build their backend from the same folder
+        from cellbench.tune.vllm_source import SOURCE_ENV
+
+        os.environ[SOURCE_ENV] = vllm_source
+    return vllm_source
+
+
+def _compute_dtype(job: TuneJob, float_act: str | None, on_gpu: bool) -> tuple[str, str]:
+    """The activation dtype the kernels compute in, and a note where it differs from the
+    model's (the interpreter's bf16 dot is unusable: it computes in fp32 and says so)."""
     act = job.act_dtype or float_act or ("bf16" if on_gpu else "fp32")
     if not on_gpu and act == "bf16":
         if job.act_dtype == "bf16":
             raise UsageError("--act-dtype bf16 does not run under the CPU interpreter (fp16/fp32)")
-        # the interpreter's bf16 dot is unusable: compute in fp32 and say so
-        act, act_note = "fp32", "bf16 model: the CPU interpreter computes in fp32"
+        return "fp32", "bf16 model: the CPU interpreter computes in fp32"
+    return act, ""
+
+
+def _compile_workers(job: TuneJob, on_gpu: bool) -> int:
+    """The job's compile workers; by default, on a GPU with the builtin kernel, this GPU's
+    share of the cores less one (none on CPU)."""
+    workers = job.compile_workers
+    if workers is None:
+        workers = 0
+        if on_gpu and job.backend == "builtin":
+            import torch
+
+            ngpu = max(torch.cuda.device_count(), 1)
+            workers = max((os.cpu_count() or 2) // ngpu - 1, 0)
+    return workers if on_gpu else 0
+
+
+def make_plan(job: TuneJob, out: str, argv: list[str]) -> Plan:
+    """What only this process can check (the output folder, the model config, the GPU, the
+    installed packages), and the plan the run follows; UsageError."""
+    _check_out_folder(out)
+    _check_env(job.env)
+    batch_sizes = resolve_batch_sizes(job.batch_sizes)
+    cb = job.compile_budget  # "auto" | "none" (no limit) | [first, later]
+    compile_budget = tuple(cb) if isinstance(cb, list) else (None if cb == "none" else cb)
+    dtype, float_act = _float_dtype(job.dtype)
+    named, shape = _kernel_shape(job, dtype)
+    on_gpu = _gpu_or_interpreter()
+    vllm_source = _vllm_source(job)
+    import torch
+
+    plat = "cpu" if not on_gpu else ("rocm" if getattr(torch.version, "hip", None) else "cuda")
+    act, act_note = _compute_dtype(job, float_act, on_gpu)
     if job.device_name:
         dev_name = job.device_name
     else:
@@ -402,12 +443,6 @@ def make_plan(job: TuneJob, out: str, argv: list[str]) -> Plan:
     seed_table = None
     if job.seed_configs:
         seed_table = _read_seed_table(job.seed_configs)
-    workers = job.compile_workers
-    if workers is None:
-        workers = 0
-        if on_gpu and job.backend == "builtin":
-            ngpu = max(torch.cuda.device_count(), 1)
-            workers = max((os.cpu_count() or 2) // ngpu - 1, 0)
     return Plan(
         shape=shape,
         batch_sizes=batch_sizes,
@@ -420,7 +455,7 @@ def make_plan(job: TuneJob, out: str, argv: list[str]) -> Plan:
         max_configs=job.max_configs or None,
         seed=job.seed,
         out=Path(out),
-        compile_workers=workers if on_gpu else 0,
+        compile_workers=_compile_workers(job, on_gpu),
         argv=argv,
         time_budget_s=job.time_budget_s,
         keep=job.keep,

@@ -22,7 +22,7 @@ Modes:
   kernel compiled at one batch size is reused at the other batch sizes with the same
   specialisation. A batch size more than a doubling above the one tuned before it searches
   on its own, as the first one does (the first budget, the seed table's nearest entries as
-  its prior, nothing carried from the far size but its pick): see `DefaultSearch._far`.
+  its prior, nothing carried from the far size but its pick): see `DefaultSearch.far`.
   With compile workers, the search also queues guesses: its seeds'
   neighbours (the likely moves) and, from round 0's ranking on, the next batch size's likely
   round 0; the workers take a guess only when no needed kernel waits (see CompilePool). On
@@ -32,31 +32,43 @@ Modes:
 Every candidate, including pruned ones and failures, goes to the tuning log; a killed run
 reads the log back and does not re-time what it already timed.
 
-The search's parts live beside it (issue 31 item 4): search_types.py (options, entries, stats),
-candidates.py (one candidate: pruning, check, timing, compile accounting), default_search.py
-(the default mode's rounds) and final_pick.py (the side-by-side final and the pick).
+The search's parts live beside it as objects the driver (`Tuner`) is given: search_types.py
+(options, entries, stats, the compile ledger and the context every step shares),
+candidates.py (one candidate: pruning, check, timing; the screen over a list), default_search.py
+(the default mode's rounds and the warm start between batch sizes) and final_pick.py (the
+side-by-side final and the pick). `build_tuner` puts them together.
 """
 
 from __future__ import annotations
 
-import math
-import random
-import re
-import sys
 import time
-from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from cellbench.tune import spaces
 from cellbench.tune.artifacts import TuningLog
-from cellbench.tune.candidates import CandidateSteps
+from cellbench.tune.candidates import CandidateSteps, commonest_reason
 from cellbench.tune.default_search import DefaultSearch
 from cellbench.tune.final_pick import FinalPick
-from cellbench.tune.search_types import BudgetExceeded, Entry, Stats, TuneOptions
-from cellbench.tune.timing import Timing
+from cellbench.tune.search_types import (
+    AtSize,
+    BudgetExceeded,
+    Entry,
+    SearchContext,
+    Stats,
+    TuneOptions,
+    table_key,
+)
 
-__all__ = ["TuneOptions", "Entry", "Stats", "Tuner", "BudgetExceeded"]
+__all__ = [
+    "TuneOptions",
+    "Entry",
+    "Stats",
+    "Tuner",
+    "BudgetExceeded",
+    "build_tuner",
+    "commonest_reason",
+]
 
 # Kernel paths on which the default mode times every distinct kernel, as exhaustive does.
 # The few-token path ignores BLOCK_SIZE_M and GROUP_SIZE_M, so vLLM's CUDA space shrinks to
@@ -70,190 +82,93 @@ __all__ = ["TuneOptions", "Entry", "Stats", "Tuner", "BudgetExceeded"]
 SCREEN_ALL_PATHS = ("decode",)
 
 
-def commonest_reason(reasons: Iterable[str]) -> tuple[int, int, str]:
-    """(count, total, example) of the commonest reason; reasons that differ only in their
-    numbers (sizes, errors, line numbers) count as one, and the example is the first seen."""
-    groups: Counter[str] = Counter()
-    example: dict[str, str] = {}
-    total = 0
-    for r in reasons:
-        line = (r.strip().splitlines() or [""])[0][:300]
-        key = _NUMBER.sub("#", line)
-        groups[key] += 1
-        example.setdefault(key, line)
-        total += 1
-    if not total:
-        return 0, 0, ""
-    key, n = groups.most_common(1)[0]
-    return n, total, example[key]
+class Tuner:
+    """Tunes one shape on one device: the driver over the batch sizes, given its steps.
 
-
-_NUMBER = re.compile(r"\d+(?:\.\d+)?(?:e[-+]?\d+)?")
-
-
-class Tuner(CandidateSteps, DefaultSearch, FinalPick):
-    """Tunes one shape on one device.
-
-    backend: see backends.py (builtin or vllm).
-    space: candidate configs (spaces.cuda_space() etc.).
-    n, k: per-rank intermediate size and hidden size (for pruning); operand_bytes: 2 or 1.
-
-    Its steps are mixed in: one candidate's (candidates.py), the default mode's search
-    (default_search.py) and the side-by-side final and pick (final_pick.py).
+    steps: one candidate's steps and the screen (candidates.py); search: the default mode's
+    rounds (default_search.py); final: the side-by-side final and the pick (final_pick.py).
+    All share `ctx` (search_types.SearchContext). `build_tuner` makes the usual set.
     """
 
     def __init__(
-        self,
-        backend: Any,
-        space: Sequence[dict[str, int]],
-        *,
-        n: int,
-        k: int,
-        operand_bytes: int,
-        limits: spaces.HardwareLimits,
-        options: TuneOptions,
-        log: TuningLog,
-        compile_pool: Any = None,
-        progress: Callable[[str], None] | None = None,
+        self, ctx: SearchContext, steps: CandidateSteps, search: DefaultSearch, final: FinalPick
     ):
-        self.backend = backend
-        self.space = list(space)
-        self.n, self.k, self.operand_bytes = n, k, operand_bytes
-        self.limits = limits
-        self.opt = options
-        self.log = log
-        self.pool = compile_pool
-        if compile_pool is not None and not getattr(compile_pool, "compile_only", True):
-            compile_pool.warm_m = self._stand_in_m  # workers that run kernels run small ones
-        self.progress = progress or (lambda s: print(s, file=sys.stderr, flush=True))
-        self.stats = Stats()
-        self.failed: set[str] = set(log.failed_keys())
+        self.ctx = ctx
+        self.steps = steps
+        self.search = search
+        self.final = final
+        pool = ctx.pool
+        if pool is not None and not getattr(pool, "compile_only", True):
+            pool.warm_m = ctx.ledger.stand_in_m  # workers that run kernels run small ones
         self.first_m: int | None = None
-        rng = random.Random(options.seed)
-        self.order = list(range(len(self.space)))
-        rng.shuffle(self.order)  # one random order for all batch sizes
-        self.finalists_prev: list[str] = []
-        self.ranked_prev: list[str] = []
-        # (M-dependent specialisation, config key) already compiled in this run
-        self.compiled: set[tuple[tuple[Any, ...], str]] = set()
-        self.new_compiles: dict[int, int] = {}
-        self.class_first: dict[tuple[Any, ...], int] = {}
-        self.t_start = time.perf_counter()
-        self.skipped: list[int] = []
-        self.next_m: dict[int, int] = {}  # batch size -> the one tuned after it
-        self.prev_of: dict[int, int | None] = {}  # batch size -> the one tuned before it
         self.last_m: int | None = None
+        self.skipped: list[int] = []
 
-    def _over_budget(self) -> bool:
-        b = self.opt.time_budget_s
-        return b is not None and time.perf_counter() - self.t_start > b
+    @property
+    def stats(self) -> Stats:
+        return self.ctx.stats
 
-    def _screen(
-        self,
-        m: int,
-        cands: list[tuple[str, dict[str, int]]],
-        problems: list[Any],
-        ref: Any,
-        stage: str,
-        repeats: int,
-        abandon: bool,
-        queue_behind: Callable[[], None] | None = None,
-    ) -> list[tuple[float, int, str, dict[str, int], Timing]]:
-        """Check (at the first batch size) and time `cands`; returns sorted (time, order, ...).
-        With compile workers, `queue_behind` queues speculative warm-ups behind `cands`'."""
-        if self.pool is not None:  # the workers compile ahead of the GPU (only new kernels)
-            self.pool.prefetch(m, [c for k, c in cands if not self._is_compiled(m, k)])
-            if queue_behind is not None:
-                queue_behind()
-        results = []
-        best = math.inf
-        for i, (key, cfg) in enumerate(cands):
-            if key in self.failed:
-                continue
-            if self._over_budget():
-                raise BudgetExceeded(f"time budget {self.opt.time_budget_s} s spent at M={m}")
-            if m == self.first_m and self.opt.check_correctness:
-                self._pool_wait(m, key, cfg)  # let the workers compile it, not this process
-                ok, _ = self._check(m, cfg, key, problems, ref)
-                if not ok:
-                    continue
-            limit = best * self.opt.abandon_factor if abandon and math.isfinite(best) else None
-            t = self._time(m, cfg, key, stage, problems, repeats, limit)
-            if t is None:
-                continue
-            best = min(best, t.median_us)
-            results.append((t.median_us, i, key, cfg, t))
-            if (i + 1) % 100 == 0:  # long stages: show they are moving
-                self.progress(
-                    f"[tune]   M={m} {stage}: {i + 1}/{len(cands)} configs, best {best:.2f} us, "
-                    f"{time.perf_counter() - self.t_start:.0f} s since start"
-                )
-        results.sort(key=lambda r: (r[0], r[1]))
-        return results
+    def _at(self, m: int) -> AtSize:
+        """m's problems, and its reference where candidates are checked (the first size)."""
+        ctx = self.ctx
+        problems = [
+            ctx.backend.make_problem(m, ctx.opt.seed * 1000 + i) for i in range(ctx.opt.rotate)
+        ]
+        check = m == self.first_m and ctx.opt.check_correctness
+        ref = ctx.backend.reference(problems[0]) if check else None
+        return AtSize(m, problems, ref, check)
 
-    def _nothing_left(self, m: int) -> str:
-        """Why batch size m has no config left: the commonest failure (its message and how
-        many configs hit it), so the terminal says more than "every candidate failed"."""
-        failed = self.log.reasons("failed")
-        pruned = self.log.reasons("pruned", m)
-        head = (
-            f"M={m}: every candidate config failed or was pruned ({len(failed)} configs failed "
-            f"so far, {len(pruned)} pruned at M={m})"
-        )
-        for what, reasons in (("failure", failed), ("pruning reason", pruned)):
-            if reasons:
-                n, total, example = commonest_reason(reasons.values())
-                return f"{head}; commonest {what}, {n} of {total} configs: {example}"
-        return f"{head}; the space held no config to try"
+    def _screen_all(self, at: AtSize, cands: list[tuple[str, dict[str, int]]]) -> Entry:
+        """Every candidate timed (exhaustive mode, or a path that screens all), then the
+        leaders re-timed side by side and the pick."""
+        opt, search, m = self.ctx.opt, self.search, at.m
+        if opt.max_configs:
+            cands = cands[: opt.max_configs]
+        stage = "exhaustive" if opt.mode == "exhaustive" else "screen-all"
+        ranked = self.steps.screen(
+            at, cands, stage, opt.repeats, True,
+            queue_behind=lambda: search.prefetch_next(m, search.finalists_prev,
+                                                      search.ranked_prev),
+        )  # fmt: skip
+        if not ranked:
+            raise RuntimeError(self.steps.nothing_left(m))
+        # The screen times configs one after another, so clock and power drift between
+        # them ranks too: the leaders are re-timed side by side, interleaved, before the
+        # pick (at M=1 on the H200 the top four of 86 lie within ~1.3%, run 14).
+        finalists = [(r[2], r[3]) for r in ranked[: opt.finalists]]
+        tk = table_key(opt, m)
+        if tk is not None and any(r[2] == tk for r in ranked[opt.finalists :]):
+            finalists.append(next((r[2], r[3]) for r in ranked if r[2] == tk))
+        return self.final.final(m, finalists, at.problems, len(cands))
 
     def tune_one(self, m: int) -> Entry:
         """Tune batch size m; returns the chosen entry (raises if every config failed)."""
+        ctx = self.ctx
         t0 = time.perf_counter()
-        c0 = (self.stats.timed, self.stats.pruned, self.stats.failed)
+        c0 = (ctx.stats.timed, ctx.stats.pruned, ctx.stats.failed)
         if self.first_m is None:
             self.first_m = m
-        self.prev_of.setdefault(m, self.last_m)
-        problems = [
-            self.backend.make_problem(m, self.opt.seed * 1000 + i) for i in range(self.opt.rotate)
-        ]
-        ref = None
-        if m == self.first_m and self.opt.check_correctness:
-            ref = self.backend.reference(problems[0])
-        cands = self._candidates(m)
-        path_of = getattr(self.backend, "kernel_path", None)
-        screen_all = path_of is not None and path_of(problems[0]) in SCREEN_ALL_PATHS
-        if self.opt.mode == "exhaustive" or screen_all:
-            if self.opt.max_configs:
-                cands = cands[: self.opt.max_configs]
-            stage = "exhaustive" if self.opt.mode == "exhaustive" else "screen-all"
-            ranked = self._screen(
-                m, cands, problems, ref, stage, self.opt.repeats, True,
-                queue_behind=lambda: self._prefetch_next(m, self.finalists_prev, self.ranked_prev),
-            )  # fmt: skip
-            if not ranked:
-                raise RuntimeError(self._nothing_left(m))
-            # The screen times configs one after another, so clock and power drift between
-            # them ranks too: the leaders are re-timed side by side, interleaved, before the
-            # pick (at M=1 on the H200 the top four of 86 lie within ~1.3%, run 14).
-            finalists = [(r[2], r[3]) for r in ranked[: self.opt.finalists]]
-            tk = self._table_key(m)
-            if tk is not None and any(r[2] == tk for r in ranked[self.opt.finalists :]):
-                finalists.append(next((r[2], r[3]) for r in ranked if r[2] == tk))
-            entry = self._final(m, finalists, problems, len(cands))
+        self.search.prev_of.setdefault(m, self.last_m)
+        at = self._at(m)
+        cands = self.steps.candidates(m)
+        path_of = getattr(ctx.backend, "kernel_path", None)
+        screen_all = path_of is not None and path_of(at.problems[0]) in SCREEN_ALL_PATHS
+        if ctx.opt.mode == "exhaustive" or screen_all:
+            entry = self._screen_all(at, cands)
         else:
-            entry = self._default_search(m, cands, problems, ref)
+            entry = self.search.run(at, cands)
         err = None
-        if m == self.first_m and self.opt.check_correctness:
-            rec = self.log.lookup(m, spaces.config_key(entry.config), "check")
+        if at.check:
+            rec = ctx.log.lookup(m, spaces.config_key(entry.config), "check")
             err = rec.get("error") if rec else None
         entry.error = err
-        entry.new_compiles = self.new_compiles.get(m, 0)
+        entry.new_compiles = ctx.ledger.new_at(m)
         entry.tune_wall_s = time.perf_counter() - t0
-        self.stats.compiled = len(self.compiled)
-        c1 = (self.stats.timed, self.stats.pruned, self.stats.failed)
+        ctx.stats.compiled = len(ctx.ledger.compiled)
+        c1 = (ctx.stats.timed, ctx.stats.pruned, ctx.stats.failed)
         entry.timed = c1[0] - c0[0]
         self.last_m = m
-        self.progress(
+        ctx.progress(
             f"[tune] M={m}: {c1[0] - c0[0]} timed, {c1[1] - c0[1]} pruned, "
             f"{c1[2] - c0[2]} failed of {len(cands)} candidates; best {entry.time_us:.2f} us "
             f"({spaces.describe(entry.config)}); {entry.new_compiles} new kernels; "
@@ -269,13 +184,44 @@ class Tuner(CandidateSteps, DefaultSearch, FinalPick):
         """
         out: dict[int, Entry] = {}
         ms = sorted(batch_sizes)
-        self.next_m = dict(zip(ms[:-1], ms[1:], strict=True))
-        self.prev_of.update(zip(ms[1:], ms[:-1], strict=True))
+        self.search.next_m = dict(zip(ms[:-1], ms[1:], strict=True))
+        self.search.prev_of.update(zip(ms[1:], ms[:-1], strict=True))
         for i, m in enumerate(ms):
             try:
                 out[m] = self.tune_one(m)
             except BudgetExceeded as e:
                 self.skipped = ms[i:]
-                self.progress(f"[tune] {e}; not tuned: {self.skipped}")
+                self.ctx.progress(f"[tune] {e}; not tuned: {self.skipped}")
                 break
         return out
+
+
+def build_tuner(
+    backend: Any,
+    space: Sequence[dict[str, int]],
+    *,
+    n: int,
+    k: int,
+    operand_bytes: int,
+    limits: spaces.HardwareLimits,
+    options: TuneOptions,
+    log: TuningLog,
+    compile_pool: Any = None,
+    progress: Callable[[str], None] | None = None,
+    candidate_steps: Callable[[SearchContext, Sequence[dict[str, int]]], CandidateSteps] = (
+        CandidateSteps
+    ),
+    final_pick: Callable[[SearchContext, CandidateSteps], FinalPick] = FinalPick,
+) -> Tuner:
+    """A `Tuner` for one shape on one device, with its steps.
+
+    backend: see backends.py (builtin or vllm). space: candidate configs (spaces.cuda_space()
+    etc.). n, k: per-rank intermediate size and hidden size (for pruning); operand_bytes: 2
+    or 1. candidate_steps and final_pick make those steps (a replay of recorded timings
+    passes its own)."""
+    ctx = SearchContext(backend, n, k, operand_bytes, limits, options, log, compile_pool)
+    if progress is not None:
+        ctx.progress = progress
+    steps = candidate_steps(ctx, space)
+    final = final_pick(ctx, steps)
+    return Tuner(ctx, steps, DefaultSearch(ctx, steps, final), final)

@@ -1,20 +1,35 @@
 """The search's shared types: its knobs (`TuneOptions`), what it keeps per batch size
-(`Entry`) and over the run (`Stats`), and `BudgetExceeded`.
+(`Entry`) and over the run (`Stats`), which kernels it compiled (`CompileLedger`), what every
+step of one run shares (`SearchContext`), one batch size's inputs (`AtSize`) and
+`BudgetExceeded`.
 
 In-container module: standard library only.
 
-Split from search.py (issue 31 item 4): the search's parts (candidates.py, default_search.py,
-final_pick.py) and the search itself all use these, so they sit below all of them.
+The search's steps (candidates.py, default_search.py, final_pick.py) and its driver
+(search.py) all use these, so they sit below all of them.
 """
 
 from __future__ import annotations
 
+import sys
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from cellbench.tune import spaces
 
-__all__ = ["TuneOptions", "Entry", "Stats", "BudgetExceeded", "BackendLike"]
+__all__ = [
+    "TuneOptions",
+    "Entry",
+    "Stats",
+    "BudgetExceeded",
+    "BackendLike",
+    "CompileLedger",
+    "SearchContext",
+    "AtSize",
+    "table_key",
+]
 
 
 class BudgetExceeded(RuntimeError):
@@ -117,3 +132,110 @@ class Stats:
 class BackendLike:  # documentation of what `Tuner` needs from a backend (see backends.py)
     """make_problem(m, seed) -> problem; call(problem, config) -> closure running the fused
     call; output(problem, config) -> tensor; reference(problem) -> tensor; error_bound: float."""
+
+
+def table_key(options: TuneOptions, m: int) -> str | None:
+    """The key of the seed table's config vLLM would take at m (its nearest entry), if any."""
+    table = options.seed_table
+    if not table:
+        return None
+    return spaces.config_key(table[min(table, key=lambda k: (abs(k - m), k))])
+
+
+class CompileLedger:
+    """Which kernels this run compiled: a config compiled at one batch size serves the others
+    with the same M-dependent specialisation (`spec`), and the compile budget counts only
+    kernels new to the run."""
+
+    def __init__(self, backend: Any):
+        self.backend = backend
+        # (M-dependent specialisation, config key) already compiled in this run
+        self.compiled: set[tuple[tuple[Any, ...], str]] = set()
+        self.new_compiles: dict[int, int] = {}
+        self.class_first: dict[tuple[Any, ...], int] = {}
+
+    def spec(self, m: int) -> tuple[Any, ...]:
+        """The part of the kernel's specialisation that depends on M: Triton specialises integer
+        arguments on ==1 and divisibility by 16 (the row count is M x top-k), plus the
+        backend's own batch-size-dependent choices (the builtin kernel's path, TMA weight
+        tiles and chaining: a kernel compiled at M=16 does not serve M=64 where they differ)."""
+        topk = int(getattr(getattr(self.backend, "shape", None), "topk", 1) or 1)
+        rows = m * topk
+        own = getattr(self.backend, "m_specialisation", None)
+        return (rows == 1, rows % 16 == 0, *(own(m) if own else ()))
+
+    def stand_in_m(self, m: int) -> int:
+        """The smallest batch size whose kernels are m's (same `spec`): where compile workers
+        run a config to compile it (vLLM's kernel has no compile-only entry), they run it
+        there. At m itself their runs shared the GPU with the timings: on an H100 (fp8, 18
+        sizes) the first configs timed at each M >= 1024 measured 7-13% slow, and one was
+        the previous size's pick (M=1024: 342.5 us in round 0, 302.9 us re-timed), so the
+        local search went round another tile (1.028x exhaustive's pick); 12 workers at
+        M=16384 also ran the GPU out of memory."""
+        spec = self.spec(m)
+        return next((x for x in range(1, min(m, 64)) if self.spec(x) == spec), m)
+
+    def is_compiled(self, m: int, key: str) -> bool:
+        return (self.spec(m), key) in self.compiled
+
+    def note(self, m: int, key: str) -> None:
+        """Count config `key` as compiled at m (new at m if its kernel was not yet)."""
+        k = (self.spec(m), key)
+        if k not in self.compiled:
+            self.compiled.add(k)
+            self.new_compiles[m] = self.new_compiles.get(m, 0) + 1
+
+    def new_at(self, m: int) -> int:
+        """Kernels first compiled at batch size m."""
+        return self.new_compiles.get(m, 0)
+
+    def first_of_spec(self, m: int) -> bool:
+        """Whether m is the first batch size asked about with its specialisation (nothing
+        compiled for it can be reused yet); the first asked is remembered."""
+        spec = self.spec(m)
+        self.class_first.setdefault(spec, m)
+        return self.class_first[spec] == m
+
+
+@dataclass
+class SearchContext:
+    """What every step of one tuning run shares: the backend, the space's pruning inputs
+    (n, k: per-rank intermediate size and hidden size; operand_bytes: 2 or 1; limits), the
+    knobs, the tuning log, the compile workers (or None), the counters, the compile ledger,
+    the keys of configs that failed (never tried again) and the run's start (its clock for
+    the time budget)."""
+
+    backend: Any
+    n: int
+    k: int
+    operand_bytes: int
+    limits: spaces.HardwareLimits
+    opt: TuneOptions
+    log: Any  # artifacts.TuningLog
+    pool: Any = None
+    progress: Callable[[str], None] = field(default=lambda s: print(s, file=sys.stderr, flush=True))
+    stats: Stats = field(default_factory=Stats)
+    ledger: CompileLedger = field(init=False)
+    failed: set[str] = field(init=False)
+    t_start: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.ledger = CompileLedger(self.backend)
+        self.failed = set(self.log.failed_keys())
+        self.t_start = time.perf_counter()
+
+    def over_budget(self) -> bool:
+        b = self.opt.time_budget_s
+        return b is not None and time.perf_counter() - self.t_start > b
+
+
+@dataclass
+class AtSize:
+    """One batch size's inputs: the problems the timed graph rotates over, the reference
+    output (or None) and whether candidates are checked against it (at the first batch size,
+    where asked)."""
+
+    m: int
+    problems: list[Any]
+    ref: Any
+    check: bool

@@ -14,7 +14,6 @@ import itertools
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from cellbench.tune.shapes import ROCM_CONFIG_KEYS, VLLM_CONFIG_KEYS
 
@@ -289,8 +288,3 @@ def describe(cfg: Config) -> str:
         if key in cfg:
             s += f"_{tag}{cfg[key]}"
     return s
-
-
-def as_any(cfg: Config) -> dict[str, Any]:
-    """The config as a JSON-ready dict in vLLM's key order."""
-    return json.loads(config_key(cfg))

@@ -8,12 +8,19 @@ passes c = 9 (180 ms) and fails c = 10 (200 ms).
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 
 import jsonschema
 from cellbench.results import loaders
 from cellbench.serve import capacity
 from cellbench.serve import stage as serve_stage
-from test_serve_pair import ARMS, SCHEMA, _pair_args
+from support.stage_jobs import serve_argv
+
+ROOT = Path(__file__).resolve().parents[2]
+SCHEMA = json.loads((ROOT / "workflow/schemas/bench.schema.json").read_text())
+ARMS = ("untuned", "tuned")
+TIMED = [sys.executable, "-m", "cellbench.serve.timed_server", "--port", "{port}"]
 
 SLA = {
     "percentile": 90,
@@ -27,10 +34,35 @@ SLA = {
 SERVER = ["--ttft-ms", "20", "--itl-ms", "1", "--ttft-ms-per-active", "20"]
 
 
+def _pair_args(tmp_path: Path, grid: list[dict], **fields) -> list[str]:
+    """A pair job on two timed servers, as the serve_pair rule passes it."""
+    tuned = tmp_path / "tune" / "configs"
+    tuned.mkdir(parents=True)
+    (tuned / "E=8,N=32,device_name=X.json").write_text("{}")
+    job = {
+        "runtime": "local",
+        "cell_id": "host-cpu/timed/tp1-ep1",
+        "arm": "pair",
+        "model": "timed-model",
+        "server_command": TIMED + SERVER,
+        "grid": grid,
+        "concurrency": [1],
+        "prompts_per_concurrency": 2,
+        "warmups_per_concurrency": 1,
+        "gsm8k": False,
+        "image_digest": "local-standin",
+        **fields,
+    }
+    host = {
+        "tuned_config_dir": str(tuned),
+        "lease_dir": str(tmp_path / "leases"),
+        "cache_dir": str(tmp_path / "cache"),
+    }
+    return serve_argv(job, host, tmp_path / "serve")
+
+
 def test_search_crosses_the_boundary_and_records_every_probe(tmp_path, capsys):
-    args = _pair_args(
-        tmp_path, SERVER, grid=[{"isl": 8, "osl": 2}], sla=SLA, image_digest="local-standin"
-    )
+    args = _pair_args(tmp_path, [{"isl": 8, "osl": 2}], sla=SLA)
     assert serve_stage.main(args) == 0
     err = capsys.readouterr().err
     out = tmp_path / "serve"

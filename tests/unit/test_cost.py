@@ -89,10 +89,11 @@ def test_without_history_every_figure_is_the_configs_assumption(tmp_path):
     # every round starts a fresh server per arm and measures the grid serve.repeats times
     rounds = serve["starts"]["cap"]
     # serve.sla's search on its one point (32-8): at most 2 probes (its cap) x 2 arms, each of
-    # 4 requests at concurrency 2 and up: 2 waves at the plan's assumed times
+    # 2 requests (a median at 75%) at concurrency 2 and up: one wave at the plan's assumed times
     sla = serve["sla"]
     assert (sla["max_probes"], sla["start"], sla["points"][0]["isl"]) == (2, 2, 32)
-    search = 2 * 2 * 2 * (plan["ttft_ms_per_1k_input"] * 32 / 1000 + plan["tpot_ms"] * 8) / 1000
+    assert (sla["percentile"], sla["confidence"]) == (50, 75)
+    search = 2 * 2 * 1 * (plan["ttft_ms_per_1k_input"] * 32 / 1000 + plan["tpot_ms"] * 8) / 1000
     expected = (
         2 * rounds * plan["server_start_s"]
         + 2 * rounds * serve["repeats"] * per_repeat
@@ -140,7 +141,7 @@ def test_with_history_the_last_jobs_scale_to_what_is_planned_now(tmp_path):
 
 
 def _probe(conc: int, ttft: float, duration: float) -> dict:
-    return {"step": 0, "concurrency": conc, "num_prompts": 4, "completed": 4, "failed": 0,
+    return {"step": 0, "concurrency": conc, "num_prompts": conc, "completed": conc, "failed": 0,
             "duration": duration, "values_ms": {"ttft": ttft, "tpot": 500.0, "e2el": 6000.0},
             "passed": ttft <= 3000, "over": [] if ttft <= 3000 else ["ttft"],
             "request_throughput": 0.5, "output_throughput": 4.0, "request_goodput": 0.5,

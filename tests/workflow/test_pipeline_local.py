@@ -220,8 +220,8 @@ def test_arms_were_interleaved(finished_run):
 
 @pytest.mark.slow
 def test_capacity_search_of_the_embedded_default(finished_run):
-    """serve.sla on 32-8: each cell's pair job probed concurrency 2 then 4 on both arms (the
-    probe cap), every probe decided on its own median TTFT; the report gives each cell's
+    """serve.sla on 32-8: each cell's pair job probed concurrency 2, then 4 or 1, on both arms
+    (the probe cap), every probe decided on its own median TTFT; the report gives each cell's
     capacities with a figure, and capacity.csv one row per cell and arm."""
     res = finished_run / "results"
     report = res / "report/embedded-cpu"
@@ -239,7 +239,8 @@ def test_capacity_search_of_the_embedded_default(finished_run):
             # 4 after a pass at 2 on either arm, else 1 (bisecting below the start)
             assert [p["concurrency"] for p in entry["probes"]] in ([2, 4], [2, 1])
             for probe in entry["probes"]:
-                assert probe["num_prompts"] == 4 and probe["completed"] == 4
+                # a median at 75% confidence needs 2 requests; at least one per slot
+                assert probe["num_prompts"] == max(2, probe["concurrency"]) == probe["completed"]
                 assert probe["passed"] == (probe["values_ms"]["ttft"] <= 3000)
 
 

@@ -91,7 +91,7 @@ def headline(point: Mapping[str, Any], min_change_pct: float, compared: bool = T
         untuned, tuned = point["untuned"][1], point["tuned"][1]
         row = search.compare(untuned, tuned, min_change_pct)
         line = (
-            f"tuned sustains {tuned['capacity']} concurrent requests at {text}, untuned "
+            f"tuned sustains {search.requests(tuned['capacity'])} at {text}, untuned "
             f"{untuned['capacity']} ({_pct(row['change_pct'])}, {search.verdict_text(row)})"
         )
         lines = [line + "."]
@@ -202,7 +202,8 @@ def draw_point(point: Mapping[str, Any], title: str, stem: Path) -> list[Path]:
     arms = [a for a in ("untuned", "tuned") if a in point]
     sla, first = point[arms[0]]
     metrics = [m for m in search.METRICS if m in first["bounds_ms"]]
-    fig, axes = plt.subplots(1, len(metrics), figsize=(5.5 * len(metrics), 4), squeeze=False)
+    fig, axes = plt.subplots(1, len(metrics), figsize=(5.5 * len(metrics), 4.4), squeeze=False)
+    loads = sorted({p["concurrency"] for a in arms for p in point[a][1]["probes"]})
     for ax, metric in zip(axes[0], metrics, strict=True):
         bound = first["bounds_ms"][metric]
         for arm in arms:
@@ -216,11 +217,12 @@ def draw_point(point: Mapping[str, Any], title: str, stem: Path) -> list[Path]:
                 ax.axvline(entry["capacity"], color=color, linestyle="--", linewidth=1)
         ax.axhline(bound, color="#d62728", linewidth=1, label=f"bound {bound:g} ms")
         ax.set_xscale("log", base=2)
+        ax.set_xticks(loads, [str(c) for c in loads])  # the probed loads, as numbers
+        ax.minorticks_off()
         ax.set_xlabel("concurrent requests")
         ax.set_ylabel(f"p{sla['percentile']:g} {metric.upper()} (ms)")
         ax.legend(fontsize="small")
-    fig.suptitle(
-        f"{title}: latency against load, {search.sla_text(first['bounds_ms'], sla['percentile'])}"
-    )
+    text = search.sla_text(first["bounds_ms"], sla["percentile"])
+    fig.suptitle(f"{title}\nlatency against load, {text}", fontsize="medium")
     fig.tight_layout()
     return _save(fig, stem)

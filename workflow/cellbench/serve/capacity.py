@@ -285,6 +285,11 @@ def sla_text(bounds: Mapping[str, float], percentile: float) -> str:
     )
 
 
+def requests(n: int) -> str:
+    """``1 concurrent request``, ``24 concurrent requests``."""
+    return f"{n} concurrent request{'' if n == 1 else 's'}"
+
+
 def headline_side(entry: Mapping[str, Any], sla: Mapping[str, Any]) -> str:
     """One side's result in words (no load met, a capacity, or met at every load)."""
     text = sla_text(entry["bounds_ms"], sla["percentile"])
@@ -299,7 +304,7 @@ def headline_side(entry: Mapping[str, Any], sla: Mapping[str, Any]) -> str:
             f"no load met {text}; the smallest probed load {smallest['concurrency']} gave "
             f"{seen or 'no value'}"
         )
-    cap = f"sustains {entry['capacity']} concurrent requests at {text}"
+    cap = f"sustains {requests(entry['capacity'])} at {text}"
     if entry["status"] == ALL_MET:
         return cap + " (every probed load met it: at least this many)"
     if entry["status"] == OPEN:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
+import pytest
 from cellbench.report import capacity as report_capacity
 from cellbench.results import result_file
 from cellbench.results.result_file import Result
@@ -89,3 +90,20 @@ def test_capacity_csv_and_figures_are_written(tmp_path):
     assert (tmp_path / f"capacity/{CELL}/512-512.png").stat().st_size > 1000
     # nothing searched: nothing written
     assert report_capacity.write([], tmp_path / "none", 2.0) == []
+
+
+def test_the_results_loader_refuses_a_capacity_its_probes_do_not_give(tmp_path):
+    from cellbench.results import loaders
+    from support import result_fixtures as fx
+
+    (good,) = [r.data["capacity"] for r in _loaded({"tuned": 5})]
+    path = fx.write_bench(tmp_path, CELL, "tuned", [fx.point()], capacity=good)
+    assert loaders.load_bench(path, tmp_path).data["capacity"]["points"][0]["capacity"] == 5
+    entry = good["points"][0]
+    bad = {**good, "points": [{**entry, "capacity": 8}]}
+    path = fx.write_bench(tmp_path, CELL, "tuned", [fx.point()], capacity=bad)
+    with pytest.raises(loaders.ResultError) as err:
+        loaders.load_bench(path, tmp_path)
+    assert "capacity.points[0].capacity = 8: 5 with first fail 6, as its probes give" in str(
+        err.value
+    )

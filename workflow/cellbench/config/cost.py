@@ -133,9 +133,11 @@ def _add_search(config: dict, est: dict[str, Any], history: Path | None, cell: s
             probe_s, how = waves * _assumed_point_s(config, isl, osl), f"{waves} assumed waves"
         est["seconds"] += steps * len(ARMS) * probe_s
         priced.append(f"{isl}-{osl}: {probe_s:.1f} s ({how})")
+    last = sum(sum(v) for v in before.values())
     est["basis"] += (
         f"; capacity search (serve.sla): up to {steps} probes x {len(ARMS)} arms per point, "
         + ", ".join(priced)
+        + (f" (the last run's search, {last:.0f} s, taken out of the fixed part)" if last else "")
     )
 
 

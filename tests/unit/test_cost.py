@@ -35,8 +35,12 @@ def config(**serve) -> dict:
     unless ``serve`` says otherwise: the starts have their own test below."""
     cfg = loader.load(ROOT / "config" / "local.yaml")
     cfg["serve"].update(repeats=2, starts={"min": 1, "cap": 1})
+    cfg["serve"].pop("sla")  # the capacity search has its own tests below
     cfg["serve"].update(serve)
     return cfg
+
+
+LOCAL_SLA = loader.load(ROOT / "config" / "local.yaml")["serve"]["sla"]
 
 
 def write_tsv(results: Path, cell: str, name: str, seconds: float) -> Path:
@@ -71,7 +75,7 @@ def last_run(
 
 
 def test_without_history_every_figure_is_the_configs_assumption(tmp_path):
-    cfg = config()
+    cfg = config(sla=LOCAL_SLA)
     plan, serve = cfg["plan"], cfg["serve"]
     est = cost.estimate(cfg, tmp_path)
     jobs = est["cells"][CELL]
@@ -84,15 +88,27 @@ def test_without_history_every_figure_is_the_configs_assumption(tmp_path):
     gsm8k = 2 * cfg["gsm8k"]["limit"] * plan["gsm8k_s_per_question"]
     # every round starts a fresh server per arm and measures the grid serve.repeats times
     rounds = serve["starts"]["cap"]
+    # serve.sla's search on its one point (32-8): at most 2 probes (its cap) x 2 arms, each of
+    # 2 requests (a median at 75%) at concurrency 2 and up: one wave at the plan's assumed times
+    sla = serve["sla"]
+    assert (sla["max_probes"], sla["start"], sla["points"][0]["isl"]) == (2, 2, 32)
+    assert (sla["percentile"], sla["confidence"]) == (50, 75)
+    search = 2 * 2 * 1 * (plan["ttft_ms_per_1k_input"] * 32 / 1000 + plan["tpot_ms"] * 8) / 1000
     expected = (
-        2 * rounds * plan["server_start_s"] + 2 * rounds * serve["repeats"] * per_repeat + gsm8k
+        2 * rounds * plan["server_start_s"]
+        + 2 * rounds * serve["repeats"] * per_repeat
+        + gsm8k
+        + search
     )
     assert jobs["serve"]["seconds"] == pytest.approx(expected)
+    assert (
+        "capacity search (serve.sla): up to 2 probes x 2 arms per point" in jobs["serve"]["basis"]
+    )
     assert all(j["basis"].startswith("assumed") for j in jobs.values())
     # The embedded default holds no GPU: no GPU-hours, whatever the wall.
     assert est["totals"]["serve"]["gpu_hours"] == 0.0
     # An assumption the user sets moves the figure it makes, and only that one.
-    cfg2 = config()
+    cfg2 = config(sla=LOCAL_SLA)
     cfg2["plan"]["server_start_s"] = plan["server_start_s"] + 100
     jobs2 = cost.estimate(cfg2, tmp_path)["cells"][CELL]
     assert jobs2["serve"]["seconds"] == pytest.approx(expected + 2 * rounds * 100)
@@ -122,6 +138,39 @@ def test_with_history_the_last_jobs_scale_to_what_is_planned_now(tmp_path):
     assumed = waves * (plan["ttft_ms_per_1k_input"] * 4096 / 1000 + plan["tpot_ms"] * 8) / 1000
     fixed = 200.0 - measured
     assert one == pytest.approx(fixed + 2 * repeats * (1.5 + assumed))
+
+
+def _probe(conc: int, ttft: float, duration: float) -> dict:
+    return {"step": 0, "concurrency": conc, "num_prompts": conc, "completed": conc, "failed": 0,
+            "duration": duration, "values_ms": {"ttft": ttft, "tpot": 500.0, "e2el": 6000.0},
+            "passed": ttft <= 3000, "over": [] if ttft <= 3000 else ["ttft"],
+            "request_throughput": 0.5, "output_throughput": 4.0, "request_goodput": 0.5,
+            "started_at": None}  # fmt: skip
+
+
+def test_the_capacity_search_is_priced_at_its_probe_cap(tmp_path):
+    cfg = config(sla=LOCAL_SLA)
+    durations = {(32, 8): 1.5, (64, 8): 2.5}
+    last_run(tmp_path, cfg, durations)
+    base = cost.estimate(config(), tmp_path)["cells"][CELL]["serve"]["seconds"]
+    assert base == pytest.approx(200.0)  # no search planned, none ran: the last wall
+    # The last run searched 32-8 on both arms (probes of 6 s and 9 s): its 30 s are part of
+    # the 200 s wall. Priced anew: the cap's 2 probes x 2 arms at its longest probe.
+    section = {**LOCAL_SLA, "points": [{
+        "isl": 32, "osl": 8, "bounds_ms": {"ttft": 3000}, "capacity": 2, "first_fail": 4,
+        "status": "probe cap reached", "non_monotone": False,
+        "probes": [_probe(2, 1700.0, 6.0), _probe(4, 4100.0, 9.0)]}]}  # fmt: skip
+    for arm in ("untuned", "tuned"):
+        path = tmp_path / CELL / "serve" / arm / "bench.json"
+        bench = json.loads(path.read_text())
+        atomicio.write_json(path, {**bench, "capacity": section}, checksum=True)
+    serve = cost.estimate(cfg, tmp_path)["cells"][CELL]["serve"]
+    assert serve["seconds"] == pytest.approx(200.0 - 2 * (6.0 + 9.0) + 2 * 2 * 9.0)
+    assert "32-8: 9.0 s (the last run's longest probe)" in serve["basis"]
+    # A larger cap is counted up to what growth and bisection can take: 2 then 4 (max), and
+    # a bisection of 2..4 per arm: 4 probes
+    wider = cost.estimate(config(sla={**LOCAL_SLA, "max_probes": 12}), tmp_path)
+    assert "up to 4 probes x 2 arms" in wider["cells"][CELL]["serve"]["basis"]
 
 
 def test_report_sets_the_estimate_against_each_jobs_wall(tmp_path):

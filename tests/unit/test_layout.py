@@ -47,6 +47,7 @@ REPORT_LAYERS = (
     ("frames",),
     ("tidy", "sections", "percentile_claims"),
     ("plots", "previous", "priors"),
+    ("capacity",),
     ("pr_markdown",),
     ("build",),
 )

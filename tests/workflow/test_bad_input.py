@@ -34,9 +34,12 @@ from support.bad_input_config_rules import PROBES as RULE_PROBES
 from support.bad_input_guard import PROBES as GUARD_PROBES
 from support.bad_input_latency_bounds import PROBES as BOUND_PROBES
 from support.bad_input_probes import CONFIG_PROBES, Probe, _base
+from support.bad_input_sla import PROBES as SLA_PROBES
 
 # The catalogue, in the order docs/bad-input.md shows it.
-PROBES: list[Probe] = CONFIG_PROBES + RULE_PROBES + BOUND_PROBES + CLI_PROBES + GUARD_PROBES
+PROBES: list[Probe] = (
+    CONFIG_PROBES + RULE_PROBES + BOUND_PROBES + SLA_PROBES + CLI_PROBES + GUARD_PROBES
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "bad-input.md"

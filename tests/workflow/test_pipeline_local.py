@@ -6,6 +6,7 @@ lm-eval) in a copy of the project, so the checkout's results/ is left alone.
 
 from __future__ import annotations
 
+import csv
 import importlib.util
 import io
 import json
@@ -138,6 +139,7 @@ SEQUENTIAL = "sequential server starts (per point its start, starts used, why it
 OBSERVED = "issue 33 item 3: claim fields observed or named for what they are"
 TUNED_ANEW = "a tune says what it timed itself and which earlier log it resumed or set aside"
 COUNTED = "percentiles with the requests behind them; p90/p99 only where MLPerf's count is met"
+CAPACITY = "capacity at an SLA: each arm's probes, capacity.csv, a figure and a section per point"
 INTENDED = {
     r"^files: \+ (archive/[\w.-]+/<run>/)?host-cpu/[\w.-]+/tp1-ep1/serve/(un)?tuned/"
     r"lm_eval\.sha256$": "lm-eval's output folder: a checksum of every file, as every result",
@@ -171,6 +173,11 @@ INTENDED = {
     r"serve\.csv: \+ ((ttft|tpot|itl|e2el)_requests|p90_(ttft|tpot|itl|e2el)_ms|"
     r"percentile_note)$": COUNTED,
     r"tidy\.csv: \+ (note|requests)$": COUNTED,
+    r"^files: \+ (archive/[\w.-]+/<run>/)?report/capacity(\.csv|/host-cpu/[\w.-]+/tp1-ep1/"
+    r"\d+-\d+\.(png|svg))$": CAPACITY,
+    r"bench\.json: \+ \.capacity\b": CAPACITY,
+    r"INDEX\.json: \+ \.files\.capacity\.csv:str$": CAPACITY,
+    r"(report|pr/[\w.-]+)\.md: \+ #### Capacity at the SLA$": CAPACITY,
 }
 
 
@@ -208,6 +215,32 @@ def test_arms_were_interleaved(finished_run):
         assert [rep for _, _, rep, _ in points] == [0] * 4 + [1] * 4 + [2] * 2 * third
         starts = [start for *_, start in points]
         assert starts == sorted(starts)
+
+
+@pytest.mark.slow
+def test_capacity_search_of_the_embedded_default(finished_run):
+    """serve.sla on 32-8: each cell's pair job probed concurrency 2, then 4 or 1, on both arms
+    (the probe cap), every probe decided on its own median TTFT; the report gives each cell's
+    capacities with a figure, and capacity.csv one row per cell and arm."""
+    res = finished_run / "results"
+    report = res / "report/embedded-cpu"
+    text = (report / "report.md").read_text()
+    assert text.count("#### Capacity at the SLA") == 2
+    table = list(csv.DictReader((report / "capacity.csv").open()))
+    assert sorted((r["cell"], r["arm"]) for r in table) == sorted(
+        (c, a) for c in CELLS for a in ("untuned", "tuned")
+    )
+    for cell in CELLS:
+        assert "ISL-OSL 32-8: " in text and (report / f"capacity/{cell}/32-8.png").is_file()
+        for arm in ("untuned", "tuned"):
+            bench = json.loads((res / cell / f"serve/{arm}/bench.json").read_text())
+            (entry,) = bench["capacity"]["points"]
+            # 4 after a pass at 2 on either arm, else 1 (bisecting below the start)
+            assert [p["concurrency"] for p in entry["probes"]] in ([2, 4], [2, 1])
+            for probe in entry["probes"]:
+                # a median at 75% confidence needs 2 requests; at least one per slot
+                assert probe["num_prompts"] == max(2, probe["concurrency"]) == probe["completed"]
+                assert probe["passed"] == (probe["values_ms"]["ttft"] <= 3000)
 
 
 @pytest.mark.slow

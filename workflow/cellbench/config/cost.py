@@ -22,6 +22,11 @@ Where ``report.latency_bounds`` is set, the estimate also warns per point whose 
 all repeats cannot support the percentile claim even with none over the bound
 (``config.latency_bounds.plan_warnings``; MLPerf's 459 queries for p99 at 99%).
 
+Where ``serve.sla`` is set, the serve job's figure includes its capacity search: an upper
+bound on its probes per searched point (the doublings, the bisections and the probe cap:
+``serve.capacity.max_probe_steps``), each on both arms, priced at the longest probe of the
+point in the last run (history) or at the plan's assumed wave times the probe's waves.
+
 Beside the cost of the config as it stands, ``detect`` says what a run can see: per point the
 server starts and repeats per start needed for ``report.target_detectable_pct`` and their
 GPU-hours (``cellbench.config.detect_plan``), naming each point that cannot reach it within
@@ -87,6 +92,53 @@ def _history_points(results: Path, cell: str) -> tuple[dict, float, list[float]]
         ready += [float(s) for s in server.get("starts_ready_s") or [server.get("ready_s") or 0]]
     means = {k: sum(v) / len(v) for k, v in durations.items()}
     return means, total, ready
+
+
+def _probe_times(results: Path, cell: str) -> dict[tuple[int, int], list[float]]:
+    """Each searched point's probe durations (both arms) in the cell's last serve results."""
+    times: dict[tuple[int, int], list[float]] = {}
+    for arm in ARMS:
+        path = results / cell / "serve" / arm / "bench.json"
+        try:
+            bench = results_loaders.load_bench(path, results).data
+        except (OSError, results_loaders.ResultError):
+            return {}
+        for entry in (bench.get("capacity") or {}).get("points", []):
+            durations = [float(p["duration"]) for p in entry["probes"]]
+            times.setdefault((entry["isl"], entry["osl"]), []).extend(durations)
+    return times
+
+
+def _add_search(config: dict, est: dict[str, Any], history: Path | None, cell: str) -> None:
+    """Add serve.sla's capacity search to the serve job's estimate: its probe count's upper
+    bound per searched point x both arms x a probe's time. A history's figure already holds
+    the last search in its fixed part: that is taken out and priced anew."""
+    sla = config["serve"].get("sla")
+    if not sla:
+        return
+    from cellbench.serve import capacity
+
+    steps = capacity.max_probe_steps(sla, len(ARMS))
+    before = _probe_times(history, cell) if history is not None else {}
+    est["seconds"] = max(est["seconds"] - sum(sum(v) for v in before.values()), 0.0)
+    start = int(sla["start"])
+    waves = math.ceil(capacity.probe_prompts(sla, start) / start)
+    points = [(g["isl"], g["osl"]) for g in config["serve"]["grid"]]
+    points = [pt for pt in points if capacity.point_bounds(sla, *pt)]
+    priced = []
+    for isl, osl in points:
+        if before.get((isl, osl)):
+            probe_s, how = max(before[(isl, osl)]), "the last run's longest probe"
+        else:
+            probe_s, how = waves * _assumed_point_s(config, isl, osl), f"{waves} assumed waves"
+        est["seconds"] += steps * len(ARMS) * probe_s
+        priced.append(f"{isl}-{osl}: {probe_s:.1f} s ({how})")
+    last = sum(sum(v) for v in before.values())
+    est["basis"] += (
+        f"; capacity search (serve.sla): up to {steps} probes x {len(ARMS)} arms per point, "
+        + ", ".join(priced)
+        + (f" (the last run's search, {last:.0f} s, taken out of the fixed part)" if last else "")
+    )
 
 
 def _previous_tune_work(results: Path, cell: str) -> int | None:
@@ -306,6 +358,8 @@ def estimate_cell(
             f"(no history: {'; '.join(why)}{skipped()})"
         )
     out["serve"] = {"seconds": seconds, "gpus": gpus * (arms if pair else 1), "basis": basis}
+    serve_src = used.get("serve")
+    _add_search(config, out["serve"], serve_src.root if serve_src else None, cell.cell_id)
 
     # gsm8k (the per-arm summary jobs; lm-eval itself runs inside the serve job)
     src = next((s for s in sources() if "gsm8k" in s.times), None)

@@ -29,6 +29,7 @@ from cellbench.config.names import check as check_folder_names
 from cellbench.config.serve_args import check_local as check_local_serve_args
 from cellbench.config.serve_args import check_words as check_serve_arg_words
 from cellbench.config.serve_args import reserved_serve_option  # noqa: F401 - the tests' name
+from cellbench.config.sla import check as check_sla
 from cellbench.config.strict_yaml import ConfigError, _read_mapping
 
 # Batch-size tiers by name are the tuner's own lists (stdlib-only at import); the refusal of
@@ -369,6 +370,7 @@ def _check_stage_settings(config: dict[str, Any]) -> None:
             "points only, and serve.request_rates is empty; add rates or drop burstiness"
         )
     check_latency_bounds(config)
+    check_sla(config)
     _check_starts(serve)
     _check_plan_repeats(config["plan"])
     local_q, limit = gsm8k["local_questions"], gsm8k["limit"]

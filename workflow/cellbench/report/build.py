@@ -37,6 +37,7 @@ from cellbench.common import atomicio
 from cellbench.common.gitstate import TREE_FILE, git_state
 from cellbench.common.paths import REPO_DIR
 from cellbench.gates import check as gates_mod
+from cellbench.report import capacity as report_capacity
 from cellbench.report import percentile_claims, plots, pr_markdown, tidy
 from cellbench.report.frames import (
     arm_columns,
@@ -153,6 +154,7 @@ def render(
     run: list[str] | None = None,
     claims: pd.DataFrame | None = None,
     priors: dict[str, dict] | None = None,
+    capacity: dict[str, list[str]] | None = None,
 ) -> str:
     """report.md; ``priors``: per cell, earlier runs' noise components pooled into its
     untuned-vs-tuned verdicts (``report.priors.archive_priors``); ``previous``: sections
@@ -182,6 +184,7 @@ def render(
             lines += latency_tables(serve, cell)
             lines += observed_lines(serve, cell)
         lines += percentile_claims.section_lines(claims, cell, labels=arm_columns(serve, cell))
+        lines += (capacity or {}).get(cell, [])  # serve.sla's search (report.capacity)
         if len(gsm) and (gsm.cell == cell).any():
             lines.append(gsm8k_table(gsm, cell, arm_columns(serve, cell)))
         lines += gates_mod.report_lines((gates or {}).get(cell))
@@ -371,6 +374,7 @@ def write_report(
         for name, df in tables:
             atomicio.write_text(staging / f"{name}.csv", df.to_csv(index=False))
         tidy.write_tidy(long_table, staging)
+        report_capacity.write(loaded, staging, min_change_pct)  # capacity.csv and figures
         previous, priors = None, None
         if archive_root is not None:
             cells = (
@@ -398,6 +402,12 @@ def write_report(
             run_info,
             claims,
             priors,
+            {
+                c: report_capacity.section_lines(
+                    loaded, c, min_change_pct, same_code=arms_cannot_differ(serve, c)
+                )
+                for c in all_cells
+            },
         )
         text += "\n".join(["", *cost_section(Path(results), sorted(all_cells), run_label)])
         atomicio.write_text(staging / "report.md", text)

@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 
 from cellbench.common import atomicio
-from cellbench.report import frames, percentile_claims
+from cellbench.report import capacity, frames, percentile_claims
 from cellbench.report.frames import median_spread
 from cellbench.results import result_file
 from cellbench.results.result_file import Result, ResultError
@@ -366,6 +366,8 @@ def render_model(
                     plots.append((name, str(PLOTS_REL / by_format["png"])))
         bench = benches.get(cell, {})
         lines += _cell_sections(cell, serve, gsm, bench, summaries.get(cell), plots, claims)
+        same = frames.arms_cannot_differ(serve, cell)
+        lines += capacity.section_lines(loaded, cell, min_change_pct, f"{PLOTS_REL}/", same)
         lines += verdict_lines(serve, cell, min_change_pct)
     return "\n".join(lines).rstrip() + "\n"
 

@@ -162,6 +162,13 @@ def load_bench(path: Path | str, results: Path | str | None = None) -> Result:
     if len(set(seqs)) != len(seqs):
         raise ResultError(path, "points[].seq", seqs, "each point's seq must be unique", rerun)
     _check_stopping(data["points"], path, rerun, "points")
+    if "capacity" in data:  # serve.sla's search: each capacity as its probes give it
+        from cellbench.serve.capacity import consistency_problem
+
+        problem = consistency_problem(data["capacity"])
+        if problem is not None:
+            field, value, expected = problem
+            raise ResultError(path, f"capacity.{field}", value, expected, rerun)
     return Result(path, BENCH, data, digest, checksum)
 
 

@@ -144,6 +144,8 @@ class StageConfig:
     burstiness: float = 1.0
     request_rate_prompts: int = 32
     goodput: dict[str, float] = field(default_factory=dict)
+    # serve.sla as the config holds it (checked there): the capacity search; None: none
+    sla: dict[str, Any] | None = None
     metrics_interval_s: float = server_metrics.DEFAULT_INTERVAL_S
     telemetry_interval_s: float = telemetry.DEFAULT_INTERVAL_S
     seed: int = 0

@@ -22,6 +22,7 @@ from cellbench.gsm8k.evaluate import (
     run_lm_eval,
 )
 from cellbench.serve import (
+    capacity,
     load_shapes,
     loadgen,
     moe_evidence,
@@ -90,6 +91,7 @@ class _SideRun:
     points: list[dict[str, Any]] = field(default_factory=list)
     start_ready_s: list[float] = field(default_factory=list)  # the later rounds' starts
     requests: list[dict[str, Any]] = field(default_factory=list)  # request_detail records
+    capacity: dict[str, Any] | None = None  # serve.sla's search (cellbench.serve.capacity)
 
 
 @dataclass
@@ -312,6 +314,9 @@ def _measure(cfg: StageConfig, sides: list[Side], point_tag: str | None = None) 
         if stop is not None:
             stop.annotate(run.points for run in runs.values())
             _log(stop.summary())
+        if cfg.sla and cfg.arm != IMAGES:  # on the last round's servers, before GSM8K
+            for name, found in capacity.on_servers(cfg, runs, _check_alive, _log).items():
+                runs[name].capacity = found
         if cfg.gsm8k:
             for k in range(1, cfg.gsm8k_instances + 1):
                 if k > 1:

@@ -320,6 +320,8 @@ def run_stage(cfg: StageConfig) -> dict[str, dict[str, Any]]:
             ),
             "points": run.points,
         }
+        if run.capacity is not None:
+            bench["capacity"] = run.capacity
         _validate_bench(bench)
         benches[arm] = bench
     try:

@@ -23,6 +23,9 @@ does; ``--style transformers`` puts ``usage`` on the last token chunk and omits 
 ``--exit-after`` counts) until their last token is due and then sends all their tokens at once,
 ``--burst-style chunk`` in one SSE chunk, ``events`` one chunk per token back to back (a server
 that buffers its stream, as one vLLM image did intermittently);
+``--ttft-ms-per-active X`` adds X ms to a completion's first token per other completion in flight
+when it arrives (a queue in front of a batched server: latency grows with load, so a capacity
+search has a boundary to find);
 ``--moe-log none`` leaves out the fused-MoE config line it logs at start-up (as vLLM would,
 from ``VLLM_TUNED_CONFIG_FOLDER``), as a server without a Triton MoE path would.
 
@@ -70,6 +73,7 @@ class TimedServerConfig:
     completion_text: str | None = None  # fixed answer text instead of "w0 w7 ..." tokens
     burst_requests: tuple[int, int] | None = None  # [first, end) of requests sent in a burst
     burst_style: str = "chunk"  # or "events"
+    ttft_ms_per_active: float = 0.0  # added to TTFT per other completion in flight
 
 
 @dataclass
@@ -80,6 +84,7 @@ class _State:
     n_failed: int = 0
     n_chat: int = 0  # chat requests among n_completions
     stats: dict[str, dict] = field(default_factory=dict)
+    active: int = 0  # completion requests in flight
 
 
 def _encode(text: str, vocab: int) -> list[int]:
@@ -144,6 +149,17 @@ async def _stats(request: web.Request) -> web.Response:
     )
 
 
+async def _counted_completions(request: web.Request) -> web.StreamResponse:
+    """A completion, with the others in flight at its arrival counted (--ttft-ms-per-active)."""
+    st: _State = request.app["state"]
+    request["others_in_flight"] = st.active
+    st.active += 1
+    try:
+        return await _completions(request)
+    finally:
+        st.active -= 1
+
+
 async def _completions(request: web.Request) -> web.StreamResponse:
     recv = time.perf_counter()
     st: _State = request.app["state"]
@@ -176,11 +192,12 @@ async def _completions(request: web.Request) -> web.StreamResponse:
     t0 = loop.time()
 
     first_sent: list[float] = []  # loop time the first streamed token went out
+    ttft_ms = cfg.ttft_ms + cfg.ttft_ms_per_active * request.get("others_in_flight", 0)
 
     async def wait_until(k: int) -> None:
         # Absolute schedule: token k is due at ttft + k * itl after arrival, later tokens
         # k * itl after the first one really went.
-        base = first_sent[0] if first_sent else t0 + cfg.ttft_ms / 1000.0
+        base = first_sent[0] if first_sent else t0 + ttft_ms / 1000.0
         due = base + k * cfg.itl_ms / 1000.0
         delay = due - loop.time()
         if delay > 0:
@@ -344,7 +361,7 @@ def make_app(cfg: TimedServerConfig) -> web.Application:
     app.router.add_get("/v1/models", _models)
     app.router.add_post("/tokenize", _tokenize)
     app.router.add_post("/detokenize", _detokenize)
-    app.router.add_post("/v1/completions", _completions)
+    app.router.add_post("/v1/completions", _counted_completions)
     app.router.add_post("/v1/chat/completions", _chat_completions)
     app.router.add_get("/stats", _stats)
     return app
@@ -372,6 +389,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model-id", default="timed-model")
     p.add_argument("--ttft-ms", type=float, default=50.0)
     p.add_argument("--itl-ms", type=float, default=10.0)
+    p.add_argument("--ttft-ms-per-active", type=float, default=0.0)
     p.add_argument("--default-max-tokens", type=int, default=16)
     p.add_argument("--eos-after", type=int, default=None)
     p.add_argument("--vocab-size", type=int, default=1000)
@@ -424,6 +442,7 @@ def main(argv: list[str] | None = None) -> int:
         completion_text=a.completion_text,
         burst_requests=burst,
         burst_style=a.burst_style,
+        ttft_ms_per_active=a.ttft_ms_per_active,
     )
     web.run_app(
         make_app(cfg),

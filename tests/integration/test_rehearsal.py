@@ -440,6 +440,7 @@ def test_a_server_container_killed_mid_benchmark_fails_the_job_and_only_it_rerun
     client = rehearsal["client"]
     workdir = _copy_run(rehearsal, tmp_path)
     before = _serve_results(workdir)
+    due_before = planned_jobs(workdir)
     run_id = f"kill-{uuid.uuid4().hex[:10]}"
     proc = _start(workdir, run_id, "--forcerun", "serve_pair", _serve_target())
     try:
@@ -463,9 +464,10 @@ def test_a_server_container_killed_mid_benchmark_fails_the_job_and_only_it_rerun
     # in, and the last good ones are still there, byte for byte.
     assert _serve_results(workdir) == before, "a killed job replaced the previous results"
     assert labelled(client, "cellbench.run", run_id) == []
-    # The kept results are whole and current: nothing is due; asked again, the same rerun
-    # redoes that job alone (and what reads it), never the tune.
-    assert planned_jobs(workdir) == {}
+    # The kept results are as current as they were: what is due is what was due before (after
+    # a whole rehearsal, nothing); asked again, the same rerun redoes that job alone (and what
+    # reads it), never the tune.
+    assert planned_jobs(workdir) == due_before
     jobs = planned_jobs(workdir, "--forcerun", "serve_pair")
     assert jobs.get("serve_pair") == 1 and "tune" not in jobs, jobs
 

@@ -304,9 +304,10 @@ def test_pair_starts_stop_per_point_once_settled(tmp_path, capsys):
     cap. Whatever the timings on this machine, each point records the starts it was measured
     in and why it stopped, and that is what the rule says on the recorded starts with the
     report's design; the report's table shows it."""
+    from cellbench.contracts.point import point_key
     from cellbench.report import frames
     from cellbench.results import loaders
-    from cellbench.serve.repeat_stop import point_key, valid_groups
+    from cellbench.serve.repeat_stop import valid_groups
     from cellbench.stats import comparison, sequential
 
     cap = 4

@@ -19,9 +19,10 @@ from pathlib import Path
 import jsonschema
 import numpy as np
 import pytest
+from cellbench.contracts import result_file
 from cellbench.report import build as report
 from cellbench.report import frames
-from cellbench.results import loaders, result_file
+from cellbench.results import loaders
 from cellbench.serve import (
     load_shapes,
     loadgen,

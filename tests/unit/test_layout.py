@@ -26,6 +26,7 @@ DESIGN = ROOT / "docs" / "design.md"
 LAYERS = (
     "common",
     "stats",
+    "contracts",
     "tune",
     "runtime",
     "assets",

@@ -8,10 +8,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from cellbench.contracts import request_detail
+from cellbench.contracts.result_file import ResultError
 from cellbench.report import build as report
 from cellbench.report import percentile_claims as pc
-from cellbench.results.result_file import ResultError
-from cellbench.serve import request_detail
 from support import result_fixtures as fx
 
 CELL = "host-cpu/tiny-qwen3-moe/tp1-ep1"

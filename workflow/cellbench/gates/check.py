@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from cellbench.common import atomicio
+from cellbench.contracts.result_file import ResultError
 from cellbench.results.loaders import load as load_result
-from cellbench.results.result_file import ResultError
 from cellbench.stats import comparison
 
 METRICS = ("strict_match", "flexible_extract")

@@ -44,6 +44,7 @@ from typing import Any
 
 from cellbench.common import paths
 from cellbench.common.atomicio import tree_problem, write_json
+from cellbench.contracts import result_file
 
 TASK = "gsm8k_cellbench"
 # Task names of outputs written before the project's own task (still parsed).
@@ -72,7 +73,6 @@ LM_EVAL_MODELS = {"chat": "local-chat-completions", "completions": "local-comple
 ENDPOINTS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
 RUN_INFO = "cellbench_run.json"
 INSTANCE_PREFIX = "instance-"
-SCHEMA_PATH = paths.SCHEMA_DIR / "gsm8k.schema.json"
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
@@ -554,13 +554,6 @@ def instance_spread_lines(by_arm: dict[str, list[dict[str, Any]]]) -> list[str]:
     return ["Spread between server starts (gsm8k.instances):", "", *lines]
 
 
-def validate(summary: dict[str, Any]) -> None:
-    """Check ``summary`` against workflow/schemas/gsm8k.schema.json."""
-    import jsonschema
-
-    jsonschema.validate(summary, json.loads(SCHEMA_PATH.read_text()))
-
-
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point (see module docstring)."""
     p = argparse.ArgumentParser(prog="python -m cellbench.gsm8k")
@@ -583,16 +576,11 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     try:
         summary = parse_results(a.lm_eval_dir, cell=a.cell_id, arm=a.arm)
-        validate(summary)
+        result_file.check_gsm8k(summary, a.out)
         write_json(a.out, summary, checksum=True)
-    except (OSError, ValueError) as exc:  # JSON errors are ValueErrors; one line, no traceback
+    # JSON errors are ValueErrors, the schema's refusal a ResultError; one line, no traceback.
+    except (OSError, ValueError, result_file.ResultError) as exc:
         print(f"cellbench gsm8k: error: {exc}", file=sys.stderr)
-        return 1
-    except Exception as exc:  # the schema's refusal (jsonschema.ValidationError)
-        if type(exc).__name__ != "ValidationError":
-            raise
-        where = "/".join(map(str, exc.absolute_path)) or "(top level)"
-        print(f"cellbench gsm8k: error: summary field {where}: {exc.message}", file=sys.stderr)
         return 1
     print(
         f"{a.cell_id} {a.arm}: strict {summary['strict_match']:.4f} "

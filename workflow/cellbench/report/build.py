@@ -36,6 +36,8 @@ import pandas as pd
 from cellbench.common import atomicio
 from cellbench.common.gitstate import TREE_FILE, git_state
 from cellbench.common.paths import REPO_DIR
+from cellbench.contracts import result_file
+from cellbench.contracts.result_file import ResultError
 from cellbench.gates import check as gates_mod
 from cellbench.report import percentile_claims, plots, pr_markdown, tidy
 from cellbench.report.frames import (
@@ -61,8 +63,7 @@ from cellbench.report.sections import (
     served_lines,
     tune_table,
 )
-from cellbench.results import result_file, whole_sets
-from cellbench.results.result_file import ResultError
+from cellbench.results import whole_sets
 from cellbench.stats import comparison
 from cellbench.stats import core as stats
 

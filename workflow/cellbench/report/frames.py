@@ -15,10 +15,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from cellbench.results import result_file
+from cellbench.contracts import result_file, validity
+from cellbench.contracts.point import point_figures
+from cellbench.contracts.result_file import Result
 from cellbench.results.loaders import load as load_result
-from cellbench.results.result_file import Result
-from cellbench.serve import observed_point, validity
 from cellbench.stats import percentile_counts
 
 ARM_LABELS = {"untuned": "Triton MoE Untuned", "tuned": "Triton MoE Tuned"}
@@ -130,7 +130,7 @@ def comparison_frame(loaded: Iterable[Result]) -> pd.DataFrame:
             # Tail percentiles only where their requests suffice, each metric's count beside.
             row.update(percentile_counts.published(point))
             row.update(_judged(point))
-            row.update(observed_point.point_figures(point))
+            row.update(point_figures(point))
             rows.append(row)
     return pd.DataFrame(rows)
 
@@ -178,7 +178,7 @@ def cell_frames(loaded: Iterable[Result]) -> tuple[pd.DataFrame, pd.DataFrame, p
                 row.update(percentile_counts.published(point))
                 row.update(_judged(point))
                 # The load label, goodput, /metrics and telemetry figures (issue 24).
-                row.update(observed_point.point_figures(point))
+                row.update(point_figures(point))
                 row["telemetry_how"] = _telemetry_how(point.get("telemetry") or {})
                 # Renamed from gpus_shared_by_sides (files written before still say so).
                 row["planned_gpu_overlap"] = bench.get(

@@ -5,12 +5,12 @@ and TPOT within the bound at the stated confidence, by MLPerf Inference's early-
 
 A point's queries are every measured request of that (ISL, OSL, load) and arm over all its
 repeats, read from the per-request sidecar beside the arm's bench.json
-(``cellbench.serve.request_detail``, checked by ``results.loaders.load_requests``); a failed
+(``cellbench.contracts.request_detail``, checked by ``results.loaders.load_requests``); a failed
 request counts as over the bound. Each claim is ``yes`` (shown within the bound), ``no`` (shown
 above it) or ``cannot tell`` (too few queries either way), with the queries the point would
 need for the exceedances seen. Results written before the sidecar existed have no requests to
 count: their rows say so instead of guessing from the summary's p99. An invalid repeat's
-requests (``cellbench.serve.validity``: a burst, a failed share past the limit) are left out of
+requests (``cellbench.contracts.validity``: a burst, a failed share past the limit) are left out of
 the times, its failed requests still counted as over the bound, and the row says how many.
 
 ``claims_frame`` builds the table (``percentile_claims.csv``); ``section_lines`` renders one
@@ -28,11 +28,10 @@ import numpy as np
 import pandas as pd
 
 from cellbench.common import atomicio
+from cellbench.contracts import load_shapes, request_detail, result_file, validity
+from cellbench.contracts.result_file import Result, ResultError, rerun_hint
 from cellbench.report.frames import ARM_LABELS
-from cellbench.results import result_file
 from cellbench.results.loaders import load_requests
-from cellbench.results.result_file import Result, ResultError, rerun_hint
-from cellbench.serve import load_shapes, request_detail, validity
 from cellbench.stats import early_stopping as es
 
 METRICS = (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"))

@@ -39,12 +39,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from cellbench.common import atomicio
+from cellbench.contracts import result_file
+from cellbench.contracts.result_file import ResultError  # noqa: E402
 from cellbench.report import frames, tidy
-from cellbench.results import (
-    archived,
-    result_file,  # noqa: E402
-)
-from cellbench.results.result_file import ResultError  # noqa: E402
+from cellbench.results import archived
 from cellbench.stats import comparison
 from cellbench.stats import core as stats
 

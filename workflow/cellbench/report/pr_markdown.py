@@ -35,10 +35,10 @@ import numpy as np
 import pandas as pd
 
 from cellbench.common import atomicio
+from cellbench.contracts import result_file
+from cellbench.contracts.result_file import Result, ResultError
 from cellbench.report import frames, percentile_claims
 from cellbench.report.frames import median_spread
-from cellbench.results import result_file
-from cellbench.results.result_file import Result, ResultError
 from cellbench.stats import comparison
 from cellbench.stats import core as stats
 

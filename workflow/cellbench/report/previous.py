@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
+from cellbench.contracts.result_file import ResultError
 from cellbench.report.frames import cell_frames, digest_of, load_inputs
 from cellbench.results.archived import (
     ArchiveError,
@@ -17,7 +18,6 @@ from cellbench.results.archived import (
     server_versions,
     stage_results,
 )
-from cellbench.results.result_file import ResultError
 from cellbench.stats import comparison
 
 

@@ -12,7 +12,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from cellbench.results.result_file import ResultError
+from cellbench.contracts.result_file import ResultError
 
 # A table over cells is whole only when every cell has all five of its stage results: a set
 # with one missing would be read as a smaller experiment, not as a broken one.

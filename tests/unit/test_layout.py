@@ -45,7 +45,7 @@ LAYERS = (
 # Inside report/, bottom first: the frames every renderer reads, then the renderers, then the
 # job that writes report.md. A module imports only the groups before its own.
 REPORT_LAYERS = (
-    ("frames",),
+    ("frames", "comparison_tables"),
     ("tidy", "sections", "percentile_claims"),
     ("plots", "previous", "priors"),
     ("pr_markdown",),

@@ -13,6 +13,7 @@ from cellbench.config import jobargs
 from cellbench.config import loader as cbconfig
 from cellbench.contracts.point import point_key
 from cellbench.contracts.result_file import ResultError
+from cellbench.report import comparison_tables
 from cellbench.results import loaders
 from cellbench.runtime import pins
 from cellbench.serve.job import StageConfig
@@ -304,7 +305,7 @@ def _frame(moe_source: str = "tuned"):
 
 def test_the_comparison_table_shows_verdict_starts_why_and_invalid_repeats():
     serve, _ = _frame()
-    lines = comparison.render(
+    lines = comparison_tables.render(
         "t", serve[serve.arm == "untuned"], serve[serve.arm == "tuned"], min_change_pct=2.0
     )
     header = next(ln for ln in lines if ln.startswith("| ISL-OSL"))

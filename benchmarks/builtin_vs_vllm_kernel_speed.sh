@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The device call for benchmarks/builtin_vs_vllm_kernel_speed.py (issue 23, item 3), on one H200:
+# The device call for benchmarks/builtin_vs_vllm_kernel_speed.py, on one H200:
 #
 #   command:   BUDGET_S=240 bash benchmarks/builtin_vs_vllm_kernel_speed.sh
 #   carry:     [".vllm-src/vllm-0.34.0"]   (made here by workflow/scripts/vllm-kernel-src.sh)

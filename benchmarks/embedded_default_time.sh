@@ -14,7 +14,7 @@ work=$(mktemp -d /tmp/cellbench-time.XXXXXX)
 keep() { if [ -n "${KEEP_RESULTS:-}" ]; then rm -rf "$KEEP_RESULTS"; cp -a "$work/results" "$KEEP_RESULTS"; fi; }
 trap 'keep; rm -rf "$work"' EXIT
 (cd "$repo" && git ls-files -z | xargs -0 cp --parents -t "$work")
-# the copy has no .git: stamp it, so its archive records the commit that ran (issue 33)
+# the copy has no .git: stamp it, so its archive records the commit that ran
 "$repo/.venv/bin/python" -m cellbench.common.gitstate stamp "$work" --repo "$repo" >/dev/null
 report() {
     echo "# embedded default, snakemake all --cores 2, $(date -u +%Y-%m-%dT%H:%M:%SZ)"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The device call for benchmarks/tuner_default_vs_exhaustive_vllm_kernel.py (issue 23), on one H200:
+# The device call for benchmarks/tuner_default_vs_exhaustive_vllm_kernel.py, on one H200:
 #
 #   command:   BUDGET_S=270 bash benchmarks/tuner_default_vs_exhaustive_vllm_kernel.sh
 #   carry:     [".vllm-src/vllm-0.34.0"]   (made here by workflow/scripts/vllm-kernel-src.sh)

@@ -1,6 +1,6 @@
 """``report.latency_bounds`` where the config enters: the checks a schema cannot make (each
 per-point entry names a point that runs, something is bounded) and the plan's warnings for
-points whose prompts cannot support the percentile claim (issue 32 item 5). The report side
+points whose prompts cannot support the percentile claim. The report side
 is ``cellbench.report.percentile_claims``; the statistics ``cellbench.stats.early_stopping``.
 """
 

@@ -1,4 +1,4 @@
-"""Percentile latency claims per cell, point and arm (issue 32 item 5): where the config states
+"""Percentile latency claims per cell, point and arm: where the config states
 bounds (``report.latency_bounds``), whether each point's requests show the percentile of TTFT
 and TPOT within the bound at the stated confidence, by MLPerf Inference's early-stopping rule
 (``cellbench.stats.early_stopping``).

@@ -2,7 +2,7 @@
 of its stage results (``check_whole``, ``check_whole_files``; ``IncompleteResults`` names every
 one missing).
 
-Split out of ``cellbench.results.loaders`` (issue 31 item 4): it checks which files exist, not
+Split out of ``cellbench.results.loaders``: it checks which files exist, not
 what one holds.
 """
 

@@ -3,7 +3,7 @@ its log record, failures, and which kernels are compiled already (the compile bu
 
 In-container module: stdlib + torch (+ triton through the backend).
 
-Split from search.py (issue 31 item 4): `CandidateSteps` is mixed into `Tuner` (search.py),
+Split from search.py: `CandidateSteps` is mixed into `Tuner` (search.py),
 whose attributes (backend, log, stats, pool, ...) these methods use; `rel_error` is the check's
 measure, also used by the backends and the benchmarks.
 """

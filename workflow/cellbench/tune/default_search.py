@@ -4,7 +4,7 @@ queued for the compile workers (see search.py's docstring for the whole mode).
 
 In-container module: stdlib + torch (+ triton through the backend).
 
-Split from search.py (issue 31 item 4): `DefaultSearch` is mixed into `Tuner` (search.py),
+Split from search.py: `DefaultSearch` is mixed into `Tuner` (search.py),
 whose attributes and candidate steps (candidates.py) and final (final_pick.py) it uses.
 """
 

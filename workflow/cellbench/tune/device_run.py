@@ -2,7 +2,7 @@
 
 In-container module: stdlib + torch + triton (+ vllm for --backend vllm).
 
-Split from cli.py (issue 31 item 4): the search's options for the plan, the candidate space,
+Split from cli.py: the search's options for the plan, the candidate space,
 one device's run (compile workers, the search, each pick's GEMM timings, roofline and baseline)
 and, with several GPUs, one spawned process per GPU over contiguous chunks of batch sizes.
 """

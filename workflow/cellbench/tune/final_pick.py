@@ -3,7 +3,7 @@ with the seed table's config settled, and the pick.
 
 In-container module: stdlib + torch (+ triton through the backend).
 
-Split from search.py (issue 31 item 4): `FinalPick` is mixed into `Tuner` (search.py); both
+Split from search.py: `FinalPick` is mixed into `Tuner` (search.py); both
 modes (exhaustive and default) end here.
 """
 

@@ -2,7 +2,7 @@
 
 In-container module: standard library only.
 
-Split from cli.py (issue 31 item 4): the output file names, the keep rule (`apply_keep`: a pick
+Split from cli.py: the output file names, the keep rule (`apply_keep`: a pick
 no faster than vLLM's own config gives way to it), the CSV's rows, the table printed at the
 end and the progress lines, so the device loop and the job share them without a cycle.
 """

@@ -32,7 +32,7 @@ Modes:
 Every candidate, including pruned ones and failures, goes to the tuning log; a killed run
 reads the log back and does not re-time what it already timed.
 
-The search's parts live beside it (issue 31 item 4): search_types.py (options, entries, stats),
+The search's parts live beside it: search_types.py (options, entries, stats),
 candidates.py (one candidate: pruning, check, timing, compile accounting), default_search.py
 (the default mode's rounds) and final_pick.py (the side-by-side final and the pick).
 """

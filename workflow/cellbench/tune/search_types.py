@@ -3,7 +3,7 @@
 
 In-container module: standard library only.
 
-Split from search.py (issue 31 item 4): the search's parts (candidates.py, default_search.py,
+Split from search.py: the search's parts (candidates.py, default_search.py,
 final_pick.py) and the search itself all use these, so they sit below all of them.
 """
 

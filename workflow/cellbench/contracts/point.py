@@ -1,6 +1,6 @@
 """What a measured point is to every reader: its identity across repeats and sides
-(``point_key``), and the figures observed around it as the report's tables show them
-(``point_figures``).
+(``point_key``), the figures observed around it as the report's tables show them
+(``point_figures``), and the latency bounds the config sets on it (``point_bounds``).
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ from typing import Any
 from cellbench.contracts import load_shapes
 
 PointKey = tuple[int, int, str]
+# The metrics report.latency_bounds may bound, in ms.
+BOUND_METRICS = ("ttft_ms", "tpot_ms")
 
 
 def point_key(point: Mapping[str, Any]) -> PointKey:
@@ -42,4 +44,20 @@ def point_figures(point: dict[str, Any]) -> dict[str, Any]:
     for column in ("energy_j", "mean_power_w", "joules_per_output_token"):
         value = tele.get(column) if tele.get("available") else None
         out[column] = nan if value is None else value
+    return out
+
+
+def point_bounds(
+    bounds: Mapping[str, Any], isl: int, osl: int, concurrency: int | None = None
+) -> dict[str, float | None]:
+    """Each metric's bound in ms at one point under ``report.latency_bounds`` (None:
+    unbounded there): the section's, replaced by a ``points`` entry for (isl, osl), then by
+    one that also names ``concurrency`` (a request-rate point, ``concurrency`` None, takes
+    only the former)."""
+    out = {metric: bounds.get(metric) for metric in BOUND_METRICS}
+    here = [e for e in bounds.get("points", []) if (e["isl"], e["osl"]) == (isl, osl)]
+    general = [e for e in here if e.get("concurrency") is None]
+    specific = [e for e in here if concurrency is not None and e.get("concurrency") == concurrency]
+    for entry in general + specific:
+        out.update({metric: entry[metric] for metric in BOUND_METRICS if metric in entry})
     return out

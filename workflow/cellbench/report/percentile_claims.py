@@ -29,12 +29,13 @@ import pandas as pd
 
 from cellbench.common import atomicio
 from cellbench.contracts import load_shapes, request_detail, result_file, validity
+from cellbench.contracts.point import BOUND_METRICS, point_bounds
 from cellbench.contracts.result_file import Result, ResultError, rerun_hint
 from cellbench.report.frames import ARM_LABELS
 from cellbench.results.loaders import load_requests
 from cellbench.stats import early_stopping as es
 
-METRICS = (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"))
+METRICS = tuple(zip(BOUND_METRICS, ("TTFT", "TPOT"), strict=True))
 DEFAULTS = {"percentile": 99, "confidence": 99, "points": []}
 CSV_NAME = "percentile_claims.csv"
 NO_DETAIL = "no per-request detail"
@@ -66,21 +67,6 @@ def parse_bounds(text: str) -> dict[str, Any] | None:
         if not isinstance(entry.get("isl"), int) or not isinstance(entry.get("osl"), int):
             raise ValueError(f"--latency-bounds: points entry {entry!r} needs integer isl and osl")
     return bounds
-
-
-def point_bounds(
-    bounds: Mapping[str, Any], isl: int, osl: int, concurrency: int | None = None
-) -> dict[str, float | None]:
-    """Each metric's bound in ms at one point (None: unbounded there): the section's, replaced
-    by a ``points`` entry for (isl, osl), then by one that also names ``concurrency`` (a
-    request-rate point, ``concurrency`` None, takes only the former)."""
-    out = {metric: bounds.get(metric) for metric, _ in METRICS}
-    here = [e for e in bounds.get("points", []) if (e["isl"], e["osl"]) == (isl, osl)]
-    general = [e for e in here if e.get("concurrency") is None]
-    specific = [e for e in here if concurrency is not None and e.get("concurrency") == concurrency]
-    for entry in general + specific:
-        out.update({metric: entry[metric] for metric, _ in METRICS if metric in entry})
-    return out
 
 
 def _detail_by_seq(result: Result) -> dict[int, dict] | None:

@@ -16,10 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from cellbench.contracts import load_shapes, validity
-from cellbench.gsm8k.evaluate import (
-    HUB_DATASET,
-    dataset_problem,
-)
+from cellbench.contracts.gsm8k_dataset import HUB_DATASET, dataset_problem
 from cellbench.serve import (
     server_metrics,
     telemetry,

@@ -218,20 +218,29 @@ def expect_equal(path: Path, rerun: str, field: str, found: Any, expected: Any, 
         raise ResultError(path, field, found, f"{why} ({json.dumps(expected)})", rerun)
 
 
-def _kind_check(kind: str, name: str):
-    def check(data: Any, path: Path | str) -> None:
-        path = Path(path)
-        check_schema(data, schema(name), path, rerun_hint(path, kind))
-
-    check.__name__ = f"check_{kind}"
-    check.__doc__ = f"Refuse ``data`` (the content of ``path``) unless it fits {name}."
-    return check
+def _check_kind(data: Any, path: Path | str, kind: str, name: str) -> None:
+    path = Path(path)
+    check_schema(data, schema(name), path, rerun_hint(path, kind))
 
 
-check_bench = _kind_check(BENCH, "bench.schema.json")
-check_gsm8k = _kind_check(GSM8K, "gsm8k.schema.json")
-check_tune = _kind_check(TUNE, "tune.schema.json")
-check_gate = _kind_check(GATE, "gate.schema.json")
+def check_bench(data: Any, path: Path | str) -> None:
+    """Refuse an arm's bench.json content unless it fits bench.schema.json."""
+    _check_kind(data, path, BENCH, "bench.schema.json")
+
+
+def check_gsm8k(data: Any, path: Path | str) -> None:
+    """Refuse an arm's GSM8K summary unless it fits gsm8k.schema.json."""
+    _check_kind(data, path, GSM8K, "gsm8k.schema.json")
+
+
+def check_tune(data: Any, path: Path | str) -> None:
+    """Refuse a tuning summary unless it fits tune.schema.json."""
+    _check_kind(data, path, TUNE, "tune.schema.json")
+
+
+def check_gate(data: Any, path: Path | str) -> None:
+    """Refuse a cell's gate.json content unless it fits gate.schema.json."""
+    _check_kind(data, path, GATE, "gate.schema.json")
 
 
 def check_comparison(data: Any, path: Path | str) -> None:

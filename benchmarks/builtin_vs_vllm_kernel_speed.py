@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The builtin fused-MoE kernel against vLLM 0.34's, variant by variant (issue 23, item 3).
+"""The builtin fused-MoE kernel against vLLM 0.34's, variant by variant.
 
 Shape: Qwen3-30B-A3B at TP=1 (E=128, N=768, K=2048, top-8), bf16 and fp8 block [128,128],
 vLLM's 18 batch sizes, vLLM's shipped H200 configs (nearest batch-size key). Per batch size,

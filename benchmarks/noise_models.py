@@ -1,4 +1,4 @@
-"""How noisy is a serving comparison, and where does the noise come from? (issue 32 item 1)
+"""How noisy is a serving comparison, and where does the noise come from?
 
 Fits ``cellbench.stats.noise`` models to every committed run that measured both arms with repeats
 (``noise.COMMITTED_RUNS``: the three H200 runs of the local runtime, transformers serve, 3
@@ -59,7 +59,7 @@ def summary(frame: pd.DataFrame) -> dict:
     level.insert(0, "first measurement", started)
     return {
         "run_level_pct": level.sort_values("first measurement").reset_index().to_dict("records"),
-        "what": "noise models of serving measurements (cellbench.stats.noise), issue 32 item 1",
+        "what": "noise models of serving measurements (cellbench.stats.noise)",
         "sources": [{"run": label, "path": where} for label, where, _ in noise.COMMITTED_RUNS],
         "measurements": len(frame),
         "data_sha256": hashlib.sha256(frame.to_csv(index=False).encode()).hexdigest(),

@@ -57,9 +57,11 @@ SMOKE_MAX_M = 16
 # bf16 exhaustive picks of the committed H100 runs (vLLM 0.34.0's kernel, NVIDIA H100 80GB
 # HBM3): (git commit or None for the tree, path); the first left the tree after that commit.
 RECORDED_BF16 = (
+    # The folder's name at that commit (renamed since; git show reads the commit's tree).
     ("03662fa", "benchmarks/results/issue33_h100_2026-12-05/tuner_vllm_kernel_h200_bf16.json"),
-    (None, "benchmarks/results/issue33_h100_2026-12-05/tuner_vllm_kernel_h100_bf16_M512-1536.json"),
-    (None, "benchmarks/results/issue33_h100_2026-12-05/tuner_vllm_kernel_h100_bf16_M4096.json"),
+    (None, "benchmarks/results/vllm_ops_h100_2026-12-05/"
+           "tuner_vllm_kernel_h100_bf16_M512-1536.json"),
+    (None, "benchmarks/results/vllm_ops_h100_2026-12-05/tuner_vllm_kernel_h100_bf16_M4096.json"),
 )  # fmt: skip
 SUMMARY_DROP = ("space", "ceilings", "hardware_limits", "per_device", "compile_workers")
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Tuner benchmark (issue 4): the default mode's cost and quality on one shape.
+"""Tuner benchmark: the default mode's cost and quality on one shape.
 
 Shape: Qwen3-30B-A3B at TP=1 (E=128, N=768, K=2048, top-8), bf16 (or fp8 block [128,128]),
 on the builtin kernel, over vLLM's 18 default batch sizes:

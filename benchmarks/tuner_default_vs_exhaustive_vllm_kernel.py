@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The tuner's wall and picks on vLLM's own fused-MoE Triton kernel (issue 23's tuner target).
+"""The tuner's wall and picks on vLLM's own fused-MoE Triton kernel (the tuner's target there).
 
 Target: default mode's picks within 1 % of exhaustive's at M <= 256 and within noise above,
 never slower than the shipped config beyond noise, in at most a tenth of exhaustive's wall

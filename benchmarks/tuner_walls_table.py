@@ -137,7 +137,7 @@ def _met(ok: bool) -> str:
 
 def _target_lines(d, e, ms, ems, timings, worst_ship, worst_exh) -> list[str]:
     """The issue's targets judged on this run's figures, one line each."""
-    out = ["issue 23's targets on vLLM's kernel, judged on this run:"]
+    out = ["The targets on vLLM's kernel, judged on this run:"]
     if d.get("seconds"):
         w, n = d["seconds"]["wall"], len(d.get("entries", {}))
         verdict = _met(w <= 120) if n == 18 and d.get("complete") else "not judged"

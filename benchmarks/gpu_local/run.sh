@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The whole mission on one GPU in one device call (issue 18, item 5): install the carried
+# The whole mission on one GPU in one device call: install the carried
 # wheels, check the environment, run the workflow on the local runtime with
 # config/gpu-local.yaml under a deadline, and pack what it made into $OUT (at most 8 files,
 # each under 16 MiB), whether it finished or not. README.md beside this file says more.

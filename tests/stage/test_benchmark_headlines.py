@@ -18,7 +18,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "render_figures.py"
 NOTES = "benchmarks/NOTES-kernel.md"
-H100_BF16 = "benchmarks/results/issue33_h100_2026-12-05/builtin_vs_vllm_h200_bf16.txt"
+H100_BF16 = "benchmarks/results/vllm_ops_h100_2026-12-05/builtin_vs_vllm_h200_bf16.txt"
 
 
 def run_check(root: Path) -> subprocess.CompletedProcess:

@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 
 import jsonschema
+from cellbench.contracts import capacity as rules
 from cellbench.results import loaders
-from cellbench.serve import capacity
 from cellbench.serve import stage as serve_stage
 from support.stage_jobs import serve_argv
 
@@ -95,6 +95,6 @@ def test_search_crosses_the_boundary_and_records_every_probe(tmp_path, capsys):
     # the same server on both arms: one boundary each, no spread measured; the difference
     # (none) is below the search's resolution of one request in nine
     untuned, tuned = (benches[a]["capacity"]["points"][0] for a in ARMS)
-    row = capacity.compare(untuned, tuned, margin_pct=2.0)
+    row = rules.compare(untuned, tuned, margin_pct=2.0)
     assert row["verdict"] == "inconclusive" and row["change_pct"] == 0.0
-    assert capacity.verdict_text(row) == "inconclusive (could have seen changes of at least 11.1%)"
+    assert rules.verdict_text(row) == "inconclusive (could have seen changes of at least 11.1%)"

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from cellbench.report import frames
+from cellbench.report import comparison_tables, frames
 from cellbench.serve import stage as serve_stage
 from cellbench.stats import comparison, starts
 from cellbench.stats import core as stats
@@ -167,7 +167,7 @@ def test_gsm8k_pairs_by_doc_key_then_doc_id_then_not_at_all():
     no_log = {**_gsm(b), "per_sample": []}
     rows = comparison.compare_gsm8k(_gsm(a), no_log)
     assert rows[0]["paired"] is False and rows[0]["paired_by"] is None
-    text = "\n".join(comparison.render("A vs B", None, None, _gsm(a), no_log))
+    text = "\n".join(comparison_tables.render("A vs B", None, None, _gsm(a), no_log))
     assert "**unpaired**" in text and "could not be matched" in text
 
 
@@ -192,7 +192,7 @@ def test_render_has_the_table_the_noise_line_and_the_gsm8k_table():
     serve_a = _serve({"mean_tpot_ms": a_tpot, "mean_ttft_ms": a_ttft}, side=0)
     serve_b = _serve({"mean_tpot_ms": b_tpot, "mean_ttft_ms": a_ttft}, side=1)
     a = [True] * 80 + [False] * 20
-    lines = comparison.render(
+    lines = comparison_tables.render(
         "## X (A) vs Y (B)", serve_a, serve_b, _gsm(a), _gsm(a), note="N.", min_change_pct=2
     )
     text = "\n".join(lines)
@@ -210,7 +210,7 @@ def test_render_has_the_table_the_noise_line_and_the_gsm8k_table():
     assert "| equivalent " in ttft and "| 0.0% " in ttft
     assert "Median detectable change over the table" in text and "margin is +-2%" in text
     # the same rows never interleaved (no job-wide order): unpaired, on each side's starts
-    apart = comparison.render(
+    apart = comparison_tables.render(
         "t", _serve({"mean_tpot_ms": a_tpot}), _serve({"mean_tpot_ms": b_tpot})
     )
     assert "| unpaired " in next(line for line in apart if "mean_tpot_ms" in line)

@@ -25,7 +25,8 @@ from cellbench.common import atomicio
 from cellbench.config import jobargs
 from cellbench.config import loader as cbconfig  # noqa: E402
 from cellbench.configs import collect as ca  # noqa: E402
-from cellbench.results import loaders, result_file  # noqa: E402
+from cellbench.contracts import result_file  # noqa: E402
+from cellbench.results import loaders  # noqa: E402
 from cellbench.runtime import pins
 from cellbench.tune import cli  # noqa: E402
 from cellbench.tune.kernels import config_lookup  # noqa: E402

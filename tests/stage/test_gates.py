@@ -10,9 +10,9 @@ import subprocess
 import sys
 
 import pytest
+from cellbench.contracts.result_file import ResultError
 from cellbench.gates import check as gates
 from cellbench.results.loaders import load as load_result
-from cellbench.results.result_file import ResultError
 from support.result_fixtures import write_gsm8k
 
 CELL = "rocm7.2/qwen3-30b-a3b-fp8/tp2-ep2"

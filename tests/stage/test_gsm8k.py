@@ -18,6 +18,7 @@ import requests
 import yaml
 from cellbench.assets import build as assets
 from cellbench.common import atomicio
+from cellbench.contracts import result_file
 from cellbench.gsm8k import evaluate as gsm8k
 from cellbench.results import loaders
 from cellbench.serve import stage as serve_stage
@@ -29,7 +30,7 @@ from support.gsm8k_run import N_QUESTIONS
 def test_parse_real_lm_eval_output(lm_eval_run):
     _, out, expected = lm_eval_run
     s = gsm8k.parse_results(out, cell="host-cpu/tiny/tp1-ep1", arm="untuned")
-    gsm8k.validate(s)
+    result_file.check_gsm8k(s, out / "untuned.json")
     assert s["task"] == gsm8k.TASK and s["num_fewshot"] == 2
     assert s["api"] == "completions" and s["lm_eval_model"] == "local-completions"
     assert s["n_samples"] == N_QUESTIONS == len(s["per_sample"])
@@ -246,7 +247,7 @@ def test_chat_run_with_multiturn_fewshot_and_doc_keys(tokenizer_folders, tmp_pat
         n_chat = requests.get(f"{base}/stats", timeout=5).json()["n_chat"]
     assert n_chat == N_QUESTIONS + 3  # every question went to the chat route
     a = gsm8k.parse_results(tmp_path / "a", cell="c/m/tp1-ep1", arm="tuned")
-    gsm8k.validate(a)
+    result_file.check_gsm8k(a, tmp_path / "tuned.json")
     assert a["api"] == "chat" and a["lm_eval_model"] == "local-chat-completions"
     assert a["chat_template_source"] == source and a["dataset"] == str(dataset)
     expected = {

@@ -18,6 +18,7 @@ import pytest
 import yaml
 from cellbench.assets import build as assets
 from cellbench.config import loader as cbconfig
+from cellbench.report import comparison_tables
 from cellbench.serve import stage as serve_stage
 from cellbench.serve.measure import POINT_PROGRESS
 from support.stage_jobs import serve_argv
@@ -304,9 +305,10 @@ def test_pair_starts_stop_per_point_once_settled(tmp_path, capsys):
     cap. Whatever the timings on this machine, each point records the starts it was measured
     in and why it stopped, and that is what the rule says on the recorded starts with the
     report's design; the report's table shows it."""
+    from cellbench.contracts.point import point_key
     from cellbench.report import frames
     from cellbench.results import loaders
-    from cellbench.serve.repeat_stop import point_key, valid_groups
+    from cellbench.serve.repeat_stop import valid_groups
     from cellbench.stats import comparison, sequential
 
     cap = 4
@@ -358,7 +360,7 @@ def test_pair_starts_stop_per_point_once_settled(tmp_path, capsys):
     # Read back through the checked loader, the report's table shows starts used and why.
     loaded = [loaders.load_bench(out / arm / "bench.json") for arm in ARMS]
     serve, _, _ = frames.cell_frames(loaded)
-    lines = comparison.render(
+    lines = comparison_tables.render(
         "t", serve[serve.arm == "untuned"], serve[serve.arm == "tuned"], min_change_pct=10.0
     )
     text = "\n".join(lines)

@@ -19,15 +19,15 @@ from pathlib import Path
 import jsonschema
 import numpy as np
 import pytest
+from cellbench.contracts import load_shapes, request_detail, result_file
+from cellbench.contracts.point import point_figures
 from cellbench.report import build as report
 from cellbench.report import frames
-from cellbench.results import loaders, result_file
+from cellbench.results import loaders
 from cellbench.serve import (
-    load_shapes,
     loadgen,
     observed_point,
     random_prompts,
-    request_detail,
     server_metrics,
     telemetry,
 )
@@ -418,7 +418,7 @@ def test_vllm_cpu_metrics_series_and_server_latencies_per_point(tmp_path):
     assert m["latency"]["itl"]["count"] == prompts * (osl - 1)
     # The server's E2E runs inside the client's: it cannot be longer on average.
     assert m["latency"]["e2el"]["mean_ms"] <= pt["mean_e2el_ms"]
-    figures = observed_point.point_figures(pt)
+    figures = point_figures(pt)
     assert figures["server_mean_ttft_ms"] == m["latency"]["ttft"]["mean_ms"]
     assert len(detail["ttfts"]) == prompts
 

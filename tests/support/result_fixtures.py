@@ -143,7 +143,7 @@ def write_requests(bench_path: Path, ttft_s: float = 0.05, itl_s: float = 0.01) 
     and ``itl_s`` between the later ones of its OSL."""
     import json
 
-    from cellbench.serve import request_detail
+    from cellbench.contracts import request_detail
 
     records = []
     for p in json.loads(Path(bench_path).read_text())["points"]:

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from cellbench.report import comparison_tables
 from cellbench.stats import calibration, comparison, noise, sequential, starts
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -182,7 +183,7 @@ def test_invalid_repeats_are_counted_and_named():
     # repeats 1, 3, 4 and 5 remain paired; repeat 0 of A and repeat 2 of B lost partners
     assert tpot["test"] == starts.PAIRED and (tpot["repeats_a"], tpot["repeats_b"]) == (4, 4)
     assert tpot["unpaired"] == 2 and tpot["starts_a"] == 3
-    lines = comparison.render_serve(a, b, min_change_pct=2.0)
+    lines = comparison_tables.render_serve(a, b, min_change_pct=2.0)
     row = next(line for line in lines if "mean_tpot_ms" in line)
     assert "1/1 (+2 unpaired)" in row
     assert any(line.startswith("Invalid repeats, left out") and "server restarted" in line

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from cellbench.contracts import capacity as rules
 from cellbench.serve import capacity
 
 SLA = {
@@ -56,7 +57,7 @@ def test_grows_by_two_then_bisects_to_a_neighbouring_pass_and_fail():
     calls = out["_calls"]
     assert [c[1] for c in calls[:4]] == ["untuned", "tuned", "tuned", "untuned"]
     assert all(a[2:] == b[2:] for a, b in zip(calls[::2], calls[1::2], strict=True))
-    row = capacity.compare(untuned, tuned, margin_pct=2.0)
+    row = rules.compare(untuned, tuned, margin_pct=2.0)
     assert row["verdict"] == "better" and row["change_pct"] == pytest.approx(50.0)
 
 
@@ -72,14 +73,14 @@ def test_probe_cap_ends_the_search_with_an_open_bracket():
     a = out["a"]
     assert _concs(a) == [1, 2, 4, 8, 16, 32, 64]
     assert (a["capacity"], a["first_fail"], a["status"]) == (32, 64, "probe cap reached")
-    assert "between 32 and 64: probe cap" in capacity.headline_side(a, SLA)
+    assert "between 32 and 64: probe cap" in rules.headline_side(a, SLA)
 
 
 def test_max_concurrency_met_says_at_least():
     a = _run({"a": 1000}, max_concurrency=48)["a"]
     assert _concs(a) == [1, 2, 4, 8, 16, 32, 48]
     assert (a["capacity"], a["first_fail"], a["status"]) == (48, None, "met up to max_concurrency")
-    assert "at least this many" in capacity.headline_side(a, SLA)
+    assert "at least this many" in rules.headline_side(a, SLA)
 
 
 def test_no_load_meets_the_bound_and_the_report_says_what_the_smallest_gave():
@@ -87,41 +88,41 @@ def test_no_load_meets_the_bound_and_the_report_says_what_the_smallest_gave():
     a = out["a"]
     assert _concs(a) == [4, 2, 1]  # bisects below the start down to one request
     assert (a["capacity"], a["first_fail"], a["status"]) == (0, 1, "no load met")
-    text = capacity.headline_side(a, SLA)
+    text = rules.headline_side(a, SLA)
     assert text == "no load met p90 TPOT <= 50 ms; the smallest probed load 1 gave TPOT 60.0 ms"
-    row = capacity.compare(out["a"], out["b"], margin_pct=2.0)
+    row = rules.compare(out["a"], out["b"], margin_pct=2.0)
     assert row["verdict"] == "n/a"
 
 
 def test_one_side_meets_nothing_the_other_something():
     out = _run({"untuned": 0, "tuned": 3})
-    row = capacity.compare(out["untuned"], out["tuned"], margin_pct=2.0)
+    row = rules.compare(out["untuned"], out["tuned"], margin_pct=2.0)
     assert row["verdict"] == "better" and math.isinf(row["change_pct"])
 
 
 def test_overlapping_brackets_are_inconclusive_at_the_search_resolution():
     untuned = {"capacity": 16, "first_fail": 17}
     tuned = {"capacity": 16, "first_fail": 17}
-    row = capacity.compare(untuned, tuned, margin_pct=2.0)
+    row = rules.compare(untuned, tuned, margin_pct=2.0)
     # one request in sixteen is the smallest change the search could see
     assert row["verdict"] == "inconclusive" and row["could_see_pct"] == pytest.approx(6.25)
-    assert capacity.verdict_text(row).endswith("at least 6.2%)")
+    assert rules.verdict_text(row).endswith("at least 6.2%)")
     # a resolution inside the margin: the same boundary is equivalent
     wide = {"capacity": 100, "first_fail": 101}
-    assert capacity.compare(wide, dict(wide), margin_pct=2.0)["verdict"] == "equivalent"
+    assert rules.compare(wide, dict(wide), margin_pct=2.0)["verdict"] == "equivalent"
     # a capped search: brackets 16..32 and 24..25 overlap, nothing called
-    row = capacity.compare({"capacity": 16, "first_fail": 32}, tuned | {"capacity": 24,
+    row = rules.compare({"capacity": 16, "first_fail": 32}, tuned | {"capacity": 24,
                            "first_fail": 25}, margin_pct=2.0)  # fmt: skip
     assert row["verdict"] == "inconclusive" and row["could_see_pct"] == pytest.approx(100.0)
 
 
 def test_worse_when_tuned_fails_below_untuned_capacity():
-    row = capacity.compare({"capacity": 8, "first_fail": 9}, {"capacity": 4, "first_fail": 5}, 2.0)
+    row = rules.compare({"capacity": 8, "first_fail": 9}, {"capacity": 4, "first_fail": 5}, 2.0)
     assert row["verdict"] == "worse" and row["change_pct"] == pytest.approx(-50.0)
 
 
 def test_a_pass_above_the_first_fail_is_flagged_and_the_fail_kept():
-    search = capacity.Search(["a"], 1, 64, 20)
+    search = rules.Search(["a"], 1, 64, 20)
     for conc, ok in ((1, True), (2, True), (4, False), (8, True)):
         search.record(conc, {"a": ok})
     out = search.outcome("a")
@@ -138,21 +139,21 @@ def test_failed_requests_fail_a_probe():
 
 def test_per_point_bounds_replace_the_sections():
     sla = {**SLA, "ttft_ms": 900, "points": [{"isl": 32, "osl": 8, "tpot_ms": None}]}
-    assert capacity.point_bounds(sla, 512, 512) == {"ttft": 900, "tpot": 50}
-    assert capacity.point_bounds(sla, 32, 8) == {"ttft": 900}
+    assert rules.point_bounds(sla, 512, 512) == {"ttft": 900, "tpot": 50}
+    assert rules.point_bounds(sla, 32, 8) == {"ttft": 900}
 
 
 def test_the_plans_probe_count_bounds_the_real_search():
     for boundaries in ({"u": 16, "t": 24}, {"u": 0, "t": 255}, {"u": 1000, "t": 3}):
         steps = len(_run(boundaries, max_probes=100)["_calls"]) // 2
-        assert steps <= capacity.max_probe_steps({**SLA, "max_probes": 100})
-    assert capacity.max_probe_steps(SLA) == 20  # the cap binds: 9 doublings + 2 x 7
+        assert steps <= rules.max_probe_steps({**SLA, "max_probes": 100})
+    assert rules.max_probe_steps(SLA) == 20  # the cap binds: 9 doublings + 2 x 7
 
 
 def test_the_loader_check_finds_a_capacity_its_probes_do_not_give():
     entry = _run({"a": 5})["a"]
     section = {"points": [entry]}
-    assert capacity.consistency_problem(section) is None
+    assert rules.consistency_problem(section) is None
     section = {"points": [{**entry, "capacity": 6}]}
-    field, value, expected = capacity.consistency_problem(section)
+    field, value, expected = rules.consistency_problem(section)
     assert (field, value) == ("points[0].capacity", 6) and "5 with first fail 6" in expected

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from cellbench.contracts import result_file
+from cellbench.contracts.result_file import Result
 from cellbench.report import capacity as report_capacity
-from cellbench.results import result_file
-from cellbench.results.result_file import Result
 from cellbench.serve import capacity
 
 CELL = "host-cpu/tiny-qwen3-moe/tp1-ep1"

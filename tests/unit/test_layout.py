@@ -1,4 +1,4 @@
-"""The package's layout as docs/design.md draws it (issue 31 items 1, 2, 4 and 6).
+"""The package's layout as docs/design.md draws it.
 
 Read from the source with ``ast`` (nothing is imported): no import cycle, between stage folders
 or between modules; no import pointing up the layer order; the report side's own order (frames
@@ -26,6 +26,7 @@ DESIGN = ROOT / "docs" / "design.md"
 LAYERS = (
     "common",
     "stats",
+    "contracts",
     "tune",
     "runtime",
     "assets",
@@ -44,7 +45,7 @@ LAYERS = (
 # Inside report/, bottom first: the frames every renderer reads, then the renderers, then the
 # job that writes report.md. A module imports only the groups before its own.
 REPORT_LAYERS = (
-    ("frames",),
+    ("frames", "comparison_tables"),
     ("tidy", "sections", "percentile_claims"),
     ("plots", "previous", "priors"),
     ("capacity",),
@@ -286,7 +287,7 @@ def _over_limit() -> dict[str, int]:
 
 
 def test_no_source_file_over_650_lines():
-    """Issue 31 item 4: every Python file of the package, benchmarks/ and tests/ under it."""
+    """Every Python file of the package, benchmarks/ and tests/ under the limit."""
     assert _over_limit() == {}
 
 
@@ -295,7 +296,7 @@ TEST_FOLDERS = ("unit", "stage", "workflow", "integration")
 
 
 def test_tests_live_in_their_folders_and_import_no_other_test_module():
-    """Issue 31 item 7: every test module sits in one of the folders (by speed and scope), and
+    """Every test module sits in one of the folders (by speed and scope), and
     shares code only through tests/support/, never by importing another test module."""
     assert not list(TESTS.glob("test_*.py")), "test modules belong in " + ", ".join(TEST_FOLDERS)
     modules = sorted(TESTS.glob("*/test_*.py"))

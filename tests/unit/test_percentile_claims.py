@@ -8,10 +8,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from cellbench.contracts import request_detail
+from cellbench.contracts.point import point_bounds
+from cellbench.contracts.result_file import ResultError
 from cellbench.report import build as report
 from cellbench.report import percentile_claims as pc
-from cellbench.results.result_file import ResultError
-from cellbench.serve import request_detail
 from support import result_fixtures as fx
 
 CELL = "host-cpu/tiny-qwen3-moe/tp1-ep1"
@@ -84,11 +85,11 @@ def test_point_bounds_take_the_most_specific_entry():
             {"isl": 512, "osl": 512, "ttft_ms": 200, "tpot_ms": None},
         ],
     }
-    assert pc.point_bounds(bounds, 512, 512, 16) == {"ttft_ms": 300, "tpot_ms": None}
-    assert pc.point_bounds(bounds, 512, 512, 4) == {"ttft_ms": 200, "tpot_ms": None}
+    assert point_bounds(bounds, 512, 512, 16) == {"ttft_ms": 300, "tpot_ms": None}
+    assert point_bounds(bounds, 512, 512, 4) == {"ttft_ms": 200, "tpot_ms": None}
     # a request-rate point has no concurrency: only the entry without one applies
-    assert pc.point_bounds(bounds, 512, 512, None) == {"ttft_ms": 200, "tpot_ms": None}
-    assert pc.point_bounds(bounds, 1024, 1024, 16) == {"ttft_ms": 100, "tpot_ms": 20}
+    assert point_bounds(bounds, 512, 512, None) == {"ttft_ms": 200, "tpot_ms": None}
+    assert point_bounds(bounds, 1024, 1024, 16) == {"ttft_ms": 100, "tpot_ms": 20}
 
 
 def test_an_arm_without_its_sidecar_is_said_not_guessed(tmp_path):

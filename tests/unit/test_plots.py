@@ -11,10 +11,10 @@ import matplotlib.image as mpimg
 import pytest
 from cellbench.archive import write as archive
 from cellbench.common import atomicio
+from cellbench.contracts.result_file import ResultError
 from cellbench.report import build as report
 from cellbench.report import frames, plots, tidy
 from cellbench.results import archived
-from cellbench.results.result_file import ResultError
 from cellbench.stats import comparison
 from support import result_fixtures as fx
 from support import t21_cells as cells

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 render_figures = importlib.import_module("render_figures")
 
-RUN = "issue33_h100_2026-12-05"
+RUN = "vllm_ops_h100_2026-12-05"
 BF16 = f"{RUN}/builtin_vs_vllm_h200_bf16.txt"
 PAGE = f"""# A run
 

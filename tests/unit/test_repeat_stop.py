@@ -11,11 +11,13 @@ import pytest
 from cellbench.common import atomicio
 from cellbench.config import jobargs
 from cellbench.config import loader as cbconfig
+from cellbench.contracts.point import point_key
+from cellbench.contracts.result_file import ResultError
+from cellbench.report import comparison_tables
 from cellbench.results import loaders
-from cellbench.results.result_file import ResultError
 from cellbench.runtime import pins
 from cellbench.serve.job import StageConfig
-from cellbench.serve.repeat_stop import RepeatStop, point_key, valid_groups
+from cellbench.serve.repeat_stop import RepeatStop, valid_groups
 from cellbench.stats import comparison, sequential
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -144,7 +146,7 @@ def test_a_points_key_is_the_same_before_and_after_it_is_measured():
     on the measured records (JSON has no infinity: loadgen writes "inf")."""
     import math
 
-    from cellbench.serve import load_shapes
+    from cellbench.contracts import load_shapes
     from cellbench.serve.measure import _key
 
     lps = load_shapes.load_points([2, 4], math.inf, [1.5, 3.0], math.inf, 2, 1, 8)
@@ -303,7 +305,7 @@ def _frame(moe_source: str = "tuned"):
 
 def test_the_comparison_table_shows_verdict_starts_why_and_invalid_repeats():
     serve, _ = _frame()
-    lines = comparison.render(
+    lines = comparison_tables.render(
         "t", serve[serve.arm == "untuned"], serve[serve.arm == "tuned"], min_change_pct=2.0
     )
     header = next(ln for ln in lines if ln.startswith("| ISL-OSL"))

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from cellbench.report import comparison_tables
 from cellbench.stats import calibration, comparison, noise, sequential, starts
 from scipy import stats as sps
 
@@ -158,5 +159,5 @@ def test_the_report_replays_the_stages_rule():
     assert tpot["verdict"] == starts.WORSE and tpot["stop_status"] == sequential.CHANGED
     assert tpot["stop_starts"] == 2 and tpot["starts_a"] == 2  # judged on the look's starts
     assert tpot["starts_used"] == 3 and tpot["stop_reason"] == "settled"
-    line = comparison._used(tpot)
+    line = comparison_tables.stopped_text(tpot)
     assert line == "changed at 2; 3 of 3 starts: settled"

@@ -12,6 +12,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from cellbench.report import comparison_tables
 from cellbench.stats import comparison, starts
 from scipy import stats as sps
 
@@ -115,10 +116,10 @@ def test_four_answers_and_what_each_needs():
     delta = math.log1p(inc["mdc_pct"] / 100) / 0.05
     q = sps.t.isf(level / 2, 20)
     assert sps.nct.sf(q, 20, delta) + sps.nct.cdf(-q, 20, delta) == pytest.approx(0.8, abs=1e-4)
-    assert "could have seen changes of at least" in comparison.verdict_text(inc)
+    assert "could have seen changes of at least" in comparison_tables.verdict_text(inc)
     # two starts and a table's level: next to nothing can be seen, and the row says so plainly
     blind = starts.judge({**row(0.01, 0.05), "df": 1}, 0.05 / 16, 2.0)
-    assert blind["mdc_pct"] > 1000 and comparison.could_see(blind) == "over 1000%"
+    assert blind["mdc_pct"] > 1000 and comparison_tables.could_see(blind) == "over 1000%"
 
 
 def _random_table(rng: np.random.Generator, starts_: int, repeats: int) -> tuple:

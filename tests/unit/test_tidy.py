@@ -12,8 +12,8 @@ import pytest
 import yaml
 from cellbench import cli
 from cellbench.archive import write as archive
+from cellbench.contracts.result_file import ResultError
 from cellbench.report import tidy
-from cellbench.results.result_file import ResultError
 from support import t21_cells as cells
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,11 +1,11 @@
-"""The checks that mark a measured repeat invalid (cellbench.serve.validity), on per-request
+"""The checks that mark a measured repeat invalid (cellbench.contracts.validity), on per-request
 lists written out by hand: each case's expected reason follows from its numbers."""
 
 from __future__ import annotations
 
 import pytest
+from cellbench.contracts import validity
 from cellbench.report import frames
-from cellbench.serve import validity
 from cellbench.stats import comparison
 from support import result_fixtures as fx
 

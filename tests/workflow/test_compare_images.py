@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 from cellbench.config import loader as cbconfig
+from cellbench.contracts import result_file
 from cellbench.report import build as report
 from cellbench.serve import stage as serve_stage
 from support import result_fixtures as fx
@@ -85,7 +86,7 @@ def test_images_alternate_repeat_by_repeat_and_both_digests_are_kept(tmp_path):
     assert serve_stage.main(args) == 0
     out = tmp_path / "compare"
     data = json.loads((out / "bench.json").read_text())
-    serve_stage.validate_comparison(data)
+    result_file.check_comparison(data, out / "bench.json")
     assert data["images"] == ["imgA", "imgB"] and data["arm"] == "tuned"
     assert data["side_order"] == [["imgA", "imgB"], ["imgB", "imgA"], ["imgA", "imgB"]]
     # same_environment compares the two sides' digests (here two different ones), and the
@@ -311,7 +312,7 @@ def test_compare_rule_runs_on_the_embedded_default(tmp_path):
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     data = json.loads((work / target).read_text())
-    serve_stage.validate_comparison(data)
+    result_file.check_comparison(data, work / target)
     # Both sides' digests are the host Python's stand-in: equal, so the same environment.
     assert data["sides"]["host-cpu"]["image_digest"] == data["sides"]["host-cpu-b"]["image_digest"]
     assert data["same_environment"] is True and data["runtime"] == "local"

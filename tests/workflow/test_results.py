@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 from cellbench.archive import write as archive
 from cellbench.common import atomicio
+from cellbench.contracts import result_file
+from cellbench.contracts.result_file import ResultError
 from cellbench.report import build as report
-from cellbench.results import archived, loaders, result_file
-from cellbench.results.result_file import ResultError
+from cellbench.results import archived, loaders
 from support import result_fixtures as fx
 from support.workflow_runs import fresh_copy
 

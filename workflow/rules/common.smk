@@ -17,7 +17,7 @@ from cellbench.config import loader as cbconfig  # noqa: E402
 from cellbench.config import jobargs  # noqa: E402
 from cellbench.config import strict_yaml  # noqa: E402
 from cellbench.config import ceiling  # noqa: E402
-from cellbench.gsm8k import evaluate as gsm8k_evaluate  # noqa: E402
+from cellbench.contracts import gsm8k_dataset  # noqa: E402
 from cellbench.runtime import pins  # noqa: E402
 
 try:
@@ -88,7 +88,7 @@ wildcard_constraints:
 # report and the plan under the config's run_label, the question set under its count.
 RUN_LABEL = config["run_label"]
 REPORT_DIR = f"results/report/{RUN_LABEL}"
-GSM8K_SET = gsm8k_evaluate.GENERATED_DIR.format(n=config["gsm8k"]["local_questions"])
+GSM8K_SET = gsm8k_dataset.GENERATED_DIR.format(n=config["gsm8k"]["local_questions"])
 CELL_DIR = "results/{image}/{model}/tp{tp}-ep{ep}"
 LOG_DIR = "results/logs/{image}/{model}/tp{tp}-ep{ep}"
 BENCH_DIR = "results/benchmarks/{image}/{model}/tp{tp}-ep{ep}"

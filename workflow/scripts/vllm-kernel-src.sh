@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# vLLM's fused-MoE Triton kernel sources, without installing vLLM (issue 23).
+# vLLM's fused-MoE Triton kernel sources, without installing vLLM.
 #
 # Downloads vLLM's CUDA wheel from PyPI (no dependencies, nothing installed) and extracts only
 # the Python files the tuner's `vllm` backend loads its kernel and launch code from:

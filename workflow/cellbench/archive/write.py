@@ -46,6 +46,7 @@ from typing import Any
 from cellbench.common import atomicio, paths
 from cellbench.common.atomicio import sha256_file
 from cellbench.common.gitstate import git_state
+from cellbench.contracts.result_file import ResultError
 from cellbench.report import build as report
 from cellbench.report import plots
 from cellbench.report.previous import diff_runs
@@ -67,7 +68,6 @@ from cellbench.results.archived import (
     stage_results,
 )
 from cellbench.results.loaders import load as load_result
-from cellbench.results.result_file import ResultError
 
 PACKAGES = (
     "cellbench",

@@ -24,7 +24,7 @@ all repeats cannot support the percentile claim even with none over the bound
 
 Where ``serve.sla`` is set, the serve job's figure includes its capacity search: an upper
 bound on its probes per searched point (the doublings, the bisections and the probe cap:
-``serve.capacity.max_probe_steps``), each on both arms, priced at the longest probe of the
+``contracts.capacity.max_probe_steps``), each on both arms, priced at the longest probe of the
 point in the last run (history) or at the plan's assumed wave times the probe's waves.
 
 Beside the cost of the config as it stands, ``detect`` says what a run can see: per point the
@@ -116,7 +116,7 @@ def _add_search(config: dict, est: dict[str, Any], history: Path | None, cell: s
     sla = config["serve"].get("sla")
     if not sla:
         return
-    from cellbench.serve import capacity
+    from cellbench.contracts import capacity
 
     steps = capacity.max_probe_steps(sla, len(ARMS))
     before = _probe_times(history, cell) if history is not None else {}

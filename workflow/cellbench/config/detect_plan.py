@@ -30,7 +30,7 @@ from typing import Any
 
 from cellbench.config import loader
 from cellbench.config.jobargs import gpus_per_server
-from cellbench.gsm8k.evaluate import HUB_DATASET
+from cellbench.contracts.gsm8k_dataset import HUB_DATASET
 from cellbench.results import archived
 from cellbench.results import loaders as results_loaders
 from cellbench.stats import plan_noise

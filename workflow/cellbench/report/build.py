@@ -28,17 +28,21 @@ import argparse
 import shutil
 import sys
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
 from cellbench.common import atomicio
 from cellbench.common.gitstate import TREE_FILE, git_state
 from cellbench.common.paths import REPO_DIR
+from cellbench.contracts import result_file
+from cellbench.contracts.result_file import Result, ResultError
 from cellbench.gates import check as gates_mod
 from cellbench.report import capacity as report_capacity
-from cellbench.report import percentile_claims, plots, pr_markdown, tidy
+from cellbench.report import comparison_tables, percentile_claims, plots, pr_markdown, tidy
 from cellbench.report.frames import (
     arm_columns,
     arms_cannot_differ,
@@ -62,8 +66,7 @@ from cellbench.report.sections import (
     served_lines,
     tune_table,
 )
-from cellbench.results import result_file, whole_sets
-from cellbench.results.result_file import ResultError
+from cellbench.results import whole_sets
 from cellbench.stats import comparison
 from cellbench.stats import core as stats
 
@@ -191,7 +194,7 @@ def render(
         if len(serve) and {"untuned", "tuned"} <= set(serve[serve.cell == cell].arm):
             if arms_cannot_differ(serve, cell):
                 # No serving verdicts; GSM8K still paired: two runs of the same code (A/A).
-                lines += comparison.render(
+                lines += comparison_tables.render(
                     "#### Untuned (A) vs tuned (B)",
                     None,
                     None,
@@ -200,11 +203,11 @@ def render(
                     note=NO_TRITON_MOE_NOTE,
                     min_change_pct=min_change_pct,
                 )
-                lines += comparison.render_repeats(
+                lines += comparison_tables.render_repeats(
                     select(serve, cell=cell, arm="untuned"), select(serve, cell=cell, arm="tuned")
                 )
             else:
-                lines += comparison.render(
+                lines += comparison_tables.render(
                     "#### Untuned (A) vs tuned (B)",
                     select(serve, cell=cell, arm="untuned"),
                     select(serve, cell=cell, arm="tuned"),
@@ -328,6 +331,87 @@ def _carry_plots(out_dir: Path, staging: Path) -> Path | None:
 INDEX_NAME = "INDEX.json"
 
 
+@dataclass(frozen=True)
+class _Frames:
+    """The report's tables of one set of checked results."""
+
+    serve: pd.DataFrame
+    gsm: pd.DataFrame
+    tune: pd.DataFrame
+    compare: pd.DataFrame
+    claims: pd.DataFrame
+
+    @classmethod
+    def of(cls, loaded: list[Result], latency_bounds: dict | None) -> _Frames:
+        serve, gsm, tune = cell_frames(loaded)
+        claims = percentile_claims.claims_frame(loaded, latency_bounds)
+        return cls(serve, gsm, tune, comparison_frame(loaded), claims)
+
+    @property
+    def cells(self) -> set[str]:
+        return (
+            set(self.serve.get("cell", []))
+            | set(self.gsm.get("cell", []))
+            | set(self.tune.get("cell", []))
+        )
+
+    def tables(self, latency_bounds: dict | None) -> list[tuple[str, pd.DataFrame]]:
+        """The CSV tables written beside report.md: name -> frame."""
+        tables = [("serve", self.serve), ("gsm8k", self.gsm), ("tune", self.tune)]
+        if len(self.compare):
+            tables.append(("compare", self.compare))
+        if latency_bounds:
+            tables.append((percentile_claims.CSV_NAME.removesuffix(".csv"), self.claims))
+        return tables
+
+
+def _report_text(
+    frames: _Frames,
+    runtime: str,
+    min_change_pct: float,
+    previous: list[str] | None,
+    gates: dict[str, dict],
+    figures: dict[str, list[tuple[str, str]]],
+    priors: dict[str, dict] | None,
+    capacity: dict[str, list[str]],
+) -> str:
+    """report.md without its cost section."""
+    written = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S")
+    git = git_state(REPO_DIR)
+    run_info = run_lines(frames.serve, frames.tune, runtime, min_change_pct, written, git)
+    return render(
+        frames.serve,
+        frames.gsm,
+        frames.tune,
+        runtime,
+        frames.compare,
+        min_change_pct,
+        previous,
+        gates,
+        figures,
+        run_info,
+        frames.claims,
+        priors,
+        capacity,
+    )
+
+
+def _index(
+    staging: Path, pr_files: list[Path], loaded: list[Result], latency_bounds: dict | None
+) -> dict[str, Any]:
+    """INDEX.json: the files written (with their sha256) and the inputs read."""
+    return {
+        "kind": "report_index",
+        "written": datetime.now(UTC).isoformat(timespec="seconds"),
+        "files": {
+            **{p.name: atomicio.sha256_file(p) for p in sorted(staging.iterdir()) if p.is_file()},
+            **{f"{PR_FOLDER}/{p.name}": atomicio.sha256_file(p) for p in pr_files},
+        },
+        "inputs": [r.index_entry() for r in loaded]
+        + percentile_claims.index_entries(loaded, latency_bounds),
+    }
+
+
 def write_report(
     files: Iterable[str | Path],
     out_dir: str | Path,
@@ -356,60 +440,34 @@ def write_report(
     if not min_change_pct > 0:
         raise ValueError(f"min_change_pct must be a number > 0, got {min_change_pct}")
     loaded = load_inputs(files, results)
-    serve, gsm, tune = cell_frames(loaded)
-    compare = comparison_frame(loaded)
-    claims = percentile_claims.claims_frame(loaded, latency_bounds)
+    frames = _Frames.of(loaded, latency_bounds)
     out_dir = Path(out_dir)
-    tables = [("serve", serve), ("gsm8k", gsm), ("tune", tune)]
-    if len(compare):
-        tables.append(("compare", compare))
-    if latency_bounds:
-        tables.append((percentile_claims.CSV_NAME.removesuffix(".csv"), claims))
     long_table = tidy.tidy_frame(loaded, run, digests)
-    all_cells = set(serve.get("cell", [])) | set(gsm.get("cell", [])) | set(tune.get("cell", []))
-    figures = cell_figures(out_dir, sorted(all_cells))
+    figures = cell_figures(out_dir, sorted(frames.cells))
     staging = atomicio.staging_dir(out_dir.parent, f".{out_dir.name}.")
     carried = None
     try:
-        for name, df in tables:
+        for name, df in frames.tables(latency_bounds):
             atomicio.write_text(staging / f"{name}.csv", df.to_csv(index=False))
         tidy.write_tidy(long_table, staging)
         report_capacity.write(loaded, staging, min_change_pct)  # capacity.csv and figures
         previous, priors = None, None
         if archive_root is not None:
-            cells = (
-                set(serve.get("cell", [])) | set(gsm.get("cell", [])) | set(tune.get("cell", []))
-            )
             previous = previous_run_sections(
-                archive_root, results, cells, min_change_pct=min_change_pct
+                archive_root, results, frames.cells, min_change_pct=min_change_pct
             )
-            priors = archive_priors(archive_root, Path(results), cells)
+            priors = archive_priors(archive_root, Path(results), frames.cells)
         gates = {r.data["cell"]: r.data for r in loaded if r.kind == result_file.GATE}
-
-        written = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S")
-        git = git_state(REPO_DIR)
-        run_info = run_lines(serve, tune, runtime, min_change_pct, written, git)
-        text = render(
-            serve,
-            gsm,
-            tune,
-            runtime,
-            compare,
-            min_change_pct,
-            previous,
-            gates,
-            figures,
-            run_info,
-            claims,
-            priors,
-            {
-                c: report_capacity.section_lines(
-                    loaded, c, min_change_pct, same_code=arms_cannot_differ(serve, c)
-                )
-                for c in all_cells
-            },
+        capacity = {
+            c: report_capacity.section_lines(
+                loaded, c, min_change_pct, same_code=arms_cannot_differ(frames.serve, c)
+            )
+            for c in frames.cells
+        }
+        text = _report_text(
+            frames, runtime, min_change_pct, previous, gates, figures, priors, capacity
         )
-        text += "\n".join(["", *cost_section(Path(results), sorted(all_cells), run_label)])
+        text += "\n".join(["", *cost_section(Path(results), sorted(frames.cells), run_label)])
         atomicio.write_text(staging / "report.md", text)
 
         # One PR-ready file per model, its plot links checked against out_dir's plots.
@@ -417,23 +475,10 @@ def write_report(
             loaded,
             staging / PR_FOLDER,
             report_dir=out_dir,
-            claims=claims,
+            claims=frames.claims,
             min_change_pct=min_change_pct,
         )
-        index = {
-            "kind": "report_index",
-            "written": datetime.now(UTC).isoformat(timespec="seconds"),
-            "files": {
-                **{
-                    p.name: atomicio.sha256_file(p)
-                    for p in sorted(staging.iterdir())
-                    if p.is_file()
-                },
-                **{f"{PR_FOLDER}/{p.name}": atomicio.sha256_file(p) for p in pr_files},
-            },
-            "inputs": [r.index_entry() for r in loaded]
-            + percentile_claims.index_entries(loaded, latency_bounds),
-        }
+        index = _index(staging, pr_files, loaded, latency_bounds)
         atomicio.write_json(staging / INDEX_NAME, index)  # last: the rule's output
         carried = _carry_plots(out_dir, staging)
         atomicio.replace_dir(staging, out_dir)

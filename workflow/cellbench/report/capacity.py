@@ -1,4 +1,5 @@
-"""Capacity at the SLA in the report (``serve.sla``; the search is ``cellbench.serve.capacity``).
+"""Capacity at the SLA in the report (``serve.sla``; what a result means is
+``cellbench.contracts.capacity``).
 
 Per cell and searched grid point: a headline ("tuned sustains 24 concurrent requests at p90
 TPOT <= 50 ms, untuned 16 (+50%, better)") with each arm's goodput at its capacity, or, where
@@ -22,9 +23,9 @@ from typing import Any
 import pandas as pd
 
 from cellbench.common import atomicio
-from cellbench.results import result_file
-from cellbench.results.result_file import Result
-from cellbench.serve import capacity as search
+from cellbench.contracts import capacity as search
+from cellbench.contracts import result_file
+from cellbench.contracts.result_file import Result
 
 CSV_NAME = "capacity.csv"
 FOLDER = "capacity"  # the figures, under the report folder: capacity/CELL/ISL-OSL.png
@@ -197,7 +198,7 @@ def draw_point(point: Mapping[str, Any], title: str, stem: Path) -> list[Path]:
     """One point's figure (both arms) as PNG and SVG at ``stem``: each bounded metric's
     percentile against concurrency per arm (a marker per probe), the bound as a horizontal
     line, each arm's capacity as a dashed vertical line in its colour."""
-    from cellbench.report.plots import ARM_COLORS, _save, plt  # matplotlib only here
+    from cellbench.report.plots import ARM_COLORS, plt, save_figure  # matplotlib only here
 
     arms = [a for a in ("untuned", "tuned") if a in point]
     sla, first = point[arms[0]]
@@ -225,4 +226,4 @@ def draw_point(point: Mapping[str, Any], title: str, stem: Path) -> list[Path]:
     text = search.sla_text(first["bounds_ms"], sla["percentile"])
     fig.suptitle(f"{title}\nlatency against load, {text}", fontsize="medium")
     fig.tight_layout()
-    return _save(fig, stem)
+    return save_figure(fig, stem)

@@ -15,10 +15,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from cellbench.results import result_file
+from cellbench.contracts import result_file, validity
+from cellbench.contracts.point import point_figures
+from cellbench.contracts.result_file import Result
 from cellbench.results.loaders import load as load_result
-from cellbench.results.result_file import Result
-from cellbench.serve import observed_point, validity
 from cellbench.stats import percentile_counts
 
 ARM_LABELS = {"untuned": "Triton MoE Untuned", "tuned": "Triton MoE Tuned"}
@@ -130,7 +130,7 @@ def comparison_frame(loaded: Iterable[Result]) -> pd.DataFrame:
             # Tail percentiles only where their requests suffice, each metric's count beside.
             row.update(percentile_counts.published(point))
             row.update(_judged(point))
-            row.update(observed_point.point_figures(point))
+            row.update(point_figures(point))
             rows.append(row)
     return pd.DataFrame(rows)
 
@@ -157,84 +157,93 @@ def cell_frames(loaded: Iterable[Result]) -> tuple[pd.DataFrame, pd.DataFrame, p
     serve_rows, gsm_rows, tune_rows = [], [], []
     for r in loaded:
         if r.kind == result_file.BENCH:
-            bench = r.data
-            cell = _split_cell(bench["cell"])
-            for point in bench["points"]:
-                row = {
-                    **cell,
-                    "arm": bench["arm"],
-                    "image_digest": bench.get("image_digest"),
-                    "cold": bench.get("cold"),
-                    # What the server was started with (the cell's tp/ep are the request).
-                    "tp_served": bench.get("tp"),
-                    "ep_served": bench.get("ep"),
-                    # What the server's log showed it used (moe_evidence), and the arm's name
-                    # for the report ("shipped": an untuned arm on the image's own config).
-                    "moe_source": (bench.get("moe_config") or {}).get("source"),
-                    "moe_paths": ", ".join((bench.get("moe_config") or {}).get("paths", [])),
-                    "arm_label": bench.get("arm_label", bench["arm"]),
-                }
-                row.update({k: v for k, v in point.items() if not isinstance(v, (list, dict))})
-                row.update(percentile_counts.published(point))
-                row.update(_judged(point))
-                # The load label, goodput, /metrics and telemetry figures (issue 24).
-                row.update(observed_point.point_figures(point))
-                row["telemetry_how"] = _telemetry_how(point.get("telemetry") or {})
-                # Renamed from gpus_shared_by_sides (files written before still say so).
-                row["planned_gpu_overlap"] = bench.get(
-                    "planned_gpu_overlap", bench.get("gpus_shared_by_sides")
-                )
-                row.update(served_by(bench))
-                serve_rows.append(row)
+            serve_rows += _bench_rows(r.data)
         elif r.kind == result_file.GSM8K:
-            g = r.data
-            gsm_rows.append(
-                {
-                    **_split_cell(g["cell"]),
-                    "arm": g["arm"],
-                    "n_samples": g["n_samples"],
-                    "num_fewshot": g.get("num_fewshot"),
-                    "strict_match": g["strict_match"],
-                    "strict_match_stderr": g.get("strict_match_stderr"),
-                    "flexible_extract": g["flexible_extract"],
-                    "flexible_extract_stderr": g.get("flexible_extract_stderr"),
-                    "per_sample": json.dumps(g.get("per_sample", [])),
-                    # One entry per server start (gsm8k.instances); [] in older files.
-                    "instances": json.dumps(g.get("instances", [])),
-                    "api": g.get("api"),
-                }
-            )
+            gsm_rows.append(_gsm8k_row(r.data))
         elif r.kind == result_file.TUNE:
-            s = r.data
-            cell = _split_cell("/".join(r.path.parts[-5:-2]))
-            for m, entry in sorted(s.get("entries", {}).items(), key=lambda kv: int(kv[0])):
-                row = {
-                    **cell,
-                    "batch_size": int(m),
-                    "device_name": s.get("device_name"),
-                    "backend": s.get("backend"),
-                    "mode": s.get("mode"),
-                    "interpreter": s.get("interpreter"),
-                    "config_file": s.get("config_file"),
-                    # what the run timed itself, and what it read back of an earlier log
-                    "candidates_timed": (s.get("counts") or {}).get("timed"),
-                    "new_kernels": (s.get("counts") or {}).get("new_kernels"),
-                    "resumed_log_records": s.get("resumed_log_records"),
-                    "log_set_aside": (s.get("log") or {}).get("set_aside_records"),
-                }
-                for k, v in entry.items():
-                    if isinstance(v, dict):
-                        row.update(
-                            {
-                                f"{k}.{kk}": vv
-                                for kk, vv in v.items()
-                                if not isinstance(vv, (dict, list))
-                            }
-                        )
-                    elif not isinstance(v, list):
-                        row[k] = v
-                tune_rows.append(row)
+            tune_rows += _tune_rows(r.data, _split_cell("/".join(r.path.parts[-5:-2])))
     return pd.DataFrame(serve_rows), pd.DataFrame(gsm_rows), pd.DataFrame(tune_rows)
+
+
+def _bench_rows(bench: dict[str, Any]) -> list[dict[str, Any]]:
+    """One serve row per point of an arm's bench.json."""
+    cell = _split_cell(bench["cell"])
+    rows = []
+    for point in bench["points"]:
+        row = {
+            **cell,
+            "arm": bench["arm"],
+            "image_digest": bench.get("image_digest"),
+            "cold": bench.get("cold"),
+            # What the server was started with (the cell's tp/ep are the request).
+            "tp_served": bench.get("tp"),
+            "ep_served": bench.get("ep"),
+            # What the server's log showed it used (moe_evidence), and the arm's name
+            # for the report ("shipped": an untuned arm on the image's own config).
+            "moe_source": (bench.get("moe_config") or {}).get("source"),
+            "moe_paths": ", ".join((bench.get("moe_config") or {}).get("paths", [])),
+            "arm_label": bench.get("arm_label", bench["arm"]),
+        }
+        row.update({k: v for k, v in point.items() if not isinstance(v, (list, dict))})
+        row.update(percentile_counts.published(point))
+        row.update(_judged(point))
+        # The load label, goodput, /metrics and telemetry figures.
+        row.update(point_figures(point))
+        row["telemetry_how"] = _telemetry_how(point.get("telemetry") or {})
+        # Renamed from gpus_shared_by_sides (files written before still say so).
+        row["planned_gpu_overlap"] = bench.get(
+            "planned_gpu_overlap", bench.get("gpus_shared_by_sides")
+        )
+        row.update(served_by(bench))
+        rows.append(row)
+    return rows
+
+
+def _gsm8k_row(g: dict[str, Any]) -> dict[str, Any]:
+    """The GSM8K row of an arm's gsm8k JSON."""
+    return {
+        **_split_cell(g["cell"]),
+        "arm": g["arm"],
+        "n_samples": g["n_samples"],
+        "num_fewshot": g.get("num_fewshot"),
+        "strict_match": g["strict_match"],
+        "strict_match_stderr": g.get("strict_match_stderr"),
+        "flexible_extract": g["flexible_extract"],
+        "flexible_extract_stderr": g.get("flexible_extract_stderr"),
+        "per_sample": json.dumps(g.get("per_sample", [])),
+        # One entry per server start (gsm8k.instances); [] in older files.
+        "instances": json.dumps(g.get("instances", [])),
+        "api": g.get("api"),
+    }
+
+
+def _tune_rows(s: dict[str, Any], cell: dict[str, Any]) -> list[dict[str, Any]]:
+    """One tune row per batch size of a tuning summary (its dict fields flattened a level)."""
+    rows = []
+    for m, entry in sorted(s.get("entries", {}).items(), key=lambda kv: int(kv[0])):
+        row = {
+            **cell,
+            "batch_size": int(m),
+            "device_name": s.get("device_name"),
+            "backend": s.get("backend"),
+            "mode": s.get("mode"),
+            "interpreter": s.get("interpreter"),
+            "config_file": s.get("config_file"),
+            # what the run timed itself, and what it read back of an earlier log
+            "candidates_timed": (s.get("counts") or {}).get("timed"),
+            "new_kernels": (s.get("counts") or {}).get("new_kernels"),
+            "resumed_log_records": s.get("resumed_log_records"),
+            "log_set_aside": (s.get("log") or {}).get("set_aside_records"),
+        }
+        for k, v in entry.items():
+            if isinstance(v, dict):
+                row.update(
+                    {f"{k}.{kk}": vv for kk, vv in v.items() if not isinstance(vv, (dict, list))}
+                )
+            elif not isinstance(v, list):
+                row[k] = v
+        rows.append(row)
+    return rows
 
 
 def load_tables(

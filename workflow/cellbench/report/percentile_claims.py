@@ -1,16 +1,16 @@
-"""Percentile latency claims per cell, point and arm (issue 32 item 5): where the config states
+"""Percentile latency claims per cell, point and arm: where the config states
 bounds (``report.latency_bounds``), whether each point's requests show the percentile of TTFT
 and TPOT within the bound at the stated confidence, by MLPerf Inference's early-stopping rule
 (``cellbench.stats.early_stopping``).
 
 A point's queries are every measured request of that (ISL, OSL, load) and arm over all its
 repeats, read from the per-request sidecar beside the arm's bench.json
-(``cellbench.serve.request_detail``, checked by ``results.loaders.load_requests``); a failed
+(``cellbench.contracts.request_detail``, checked by ``results.loaders.load_requests``); a failed
 request counts as over the bound. Each claim is ``yes`` (shown within the bound), ``no`` (shown
 above it) or ``cannot tell`` (too few queries either way), with the queries the point would
 need for the exceedances seen. Results written before the sidecar existed have no requests to
 count: their rows say so instead of guessing from the summary's p99. An invalid repeat's
-requests (``cellbench.serve.validity``: a burst, a failed share past the limit) are left out of
+requests (``cellbench.contracts.validity``: a burst, a failed share past the limit) are left out of
 the times, its failed requests still counted as over the bound, and the row says how many.
 
 ``claims_frame`` builds the table (``percentile_claims.csv``); ``section_lines`` renders one
@@ -28,14 +28,14 @@ import numpy as np
 import pandas as pd
 
 from cellbench.common import atomicio
+from cellbench.contracts import load_shapes, request_detail, result_file, validity
+from cellbench.contracts.point import BOUND_METRICS, point_bounds
+from cellbench.contracts.result_file import Result, ResultError, rerun_hint
 from cellbench.report.frames import ARM_LABELS
-from cellbench.results import result_file
 from cellbench.results.loaders import load_requests
-from cellbench.results.result_file import Result, ResultError, rerun_hint
-from cellbench.serve import load_shapes, request_detail, validity
 from cellbench.stats import early_stopping as es
 
-METRICS = (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"))
+METRICS = tuple(zip(BOUND_METRICS, ("TTFT", "TPOT"), strict=True))
 DEFAULTS = {"percentile": 99, "confidence": 99, "points": []}
 CSV_NAME = "percentile_claims.csv"
 NO_DETAIL = "no per-request detail"
@@ -67,21 +67,6 @@ def parse_bounds(text: str) -> dict[str, Any] | None:
         if not isinstance(entry.get("isl"), int) or not isinstance(entry.get("osl"), int):
             raise ValueError(f"--latency-bounds: points entry {entry!r} needs integer isl and osl")
     return bounds
-
-
-def point_bounds(
-    bounds: Mapping[str, Any], isl: int, osl: int, concurrency: int | None = None
-) -> dict[str, float | None]:
-    """Each metric's bound in ms at one point (None: unbounded there): the section's, replaced
-    by a ``points`` entry for (isl, osl), then by one that also names ``concurrency`` (a
-    request-rate point, ``concurrency`` None, takes only the former)."""
-    out = {metric: bounds.get(metric) for metric, _ in METRICS}
-    here = [e for e in bounds.get("points", []) if (e["isl"], e["osl"]) == (isl, osl)]
-    general = [e for e in here if e.get("concurrency") is None]
-    specific = [e for e in here if concurrency is not None and e.get("concurrency") == concurrency]
-    for entry in general + specific:
-        out.update({metric: entry[metric] for metric, _ in METRICS if metric in entry})
-    return out
 
 
 def _detail_by_seq(result: Result) -> dict[int, dict] | None:

@@ -39,12 +39,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from cellbench.common import atomicio
+from cellbench.contracts import result_file
+from cellbench.contracts.result_file import ResultError  # noqa: E402
 from cellbench.report import frames, tidy
-from cellbench.results import (
-    archived,
-    result_file,  # noqa: E402
-)
-from cellbench.results.result_file import ResultError  # noqa: E402
+from cellbench.results import archived
 from cellbench.stats import comparison
 from cellbench.stats import core as stats
 
@@ -100,7 +98,7 @@ def plot_paths(results_dir: str | Path, cell: str) -> dict[str, dict[str, Path]]
     }
 
 
-def _save(fig: plt.Figure, stem: Path) -> list[Path]:
+def save_figure(fig: plt.Figure, stem: Path) -> list[Path]:
     """The figure as PNG and SVG beside each other, each written atomically."""
     written = []
     for fmt in FORMATS:
@@ -364,7 +362,7 @@ def previous_run_plots(
         frames.digest_of(serve_now, cell, None),
     )
     fig = bump_figure(serve_prev, serve_now, cell, run.ref, digests, min_change_pct)
-    return _save(fig, out_dir / "bump" / "bump")
+    return save_figure(fig, out_dir / "bump" / "bump")
 
 
 def _frames(root: Path, cell: str):
@@ -395,7 +393,7 @@ def draw_cell(
     }
     written = []
     for name, fig in figures.items():
-        written += _save(fig, out_dir / name)
+        written += save_figure(fig, out_dir / name)
     # Always there (the plots rule declares it), empty without a previous run.
     (out_dir / "bump").mkdir(parents=True, exist_ok=True)
     bump = []

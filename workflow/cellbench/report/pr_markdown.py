@@ -35,11 +35,10 @@ import numpy as np
 import pandas as pd
 
 from cellbench.common import atomicio
-from cellbench.report import capacity, frames, percentile_claims
+from cellbench.contracts import result_file
+from cellbench.contracts.result_file import Result, ResultError
+from cellbench.report import capacity, comparison_tables, frames, percentile_claims
 from cellbench.report.frames import median_spread
-from cellbench.results import result_file
-from cellbench.results.result_file import Result, ResultError
-from cellbench.stats import comparison
 from cellbench.stats import core as stats
 
 GSM8K_ROWS = (
@@ -206,8 +205,15 @@ def _cell_sections(
     digests = sorted({b.get("image_digest") for b in benches.values() if b.get("image_digest")})
     if digests:
         out += [f"Image `{image}`: `{', '.join(digests)}`", ""]
+    out += _plan_lines(benches, summary)
+    out += _result_lines(cell, serve, gsm, plots, claims)
+    return out
 
-    out += ["### Test plan", ""]
+
+def _plan_lines(benches: dict[str, dict], summary: dict | None) -> list[str]:
+    """The cell's test plan: each arm's server command, the tuning command and its config
+    files, and the fused-MoE config each arm's server loaded."""
+    out = ["### Test plan", ""]
     if benches:
         out += ["```bash"]
         for arm in frames.ARM_LABELS:
@@ -250,8 +256,18 @@ def _cell_sections(
             out += [f"- {frames.ARM_LABELS[arm]}: **{source}**"]
             out += [f"  `{line}`" for line in lines] or ["  (no such line in its log)"]
         out += [""]
+    return out
 
-    out += ["### Test results", ""]
+
+def _result_lines(
+    cell: str,
+    serve: pd.DataFrame,
+    gsm: pd.DataFrame,
+    plots: list[tuple[str, str]],
+    claims: pd.DataFrame | None,
+) -> list[str]:
+    """The cell's test results: latency tables, percentile claims, GSM8K and plots."""
+    out = ["### Test results", ""]
     cell_serve = serve[serve.cell == cell] if len(serve) else serve
     if len(cell_serve):
         counts = cell_serve.groupby(["arm", "isl", "osl", "max_concurrency"]).size()
@@ -297,9 +313,9 @@ def verdict_lines(serve: pd.DataFrame, cell: str, min_change_pct: float) -> list
     untuned = serve[(serve.cell == cell) & (serve.arm == "untuned")]
     tuned = serve[(serve.cell == cell) & (serve.arm == "tuned")]
     if frames.arms_cannot_differ(serve, cell):
-        table = comparison.render_repeats(untuned, tuned)
+        table = comparison_tables.render_repeats(untuned, tuned)
         return ["#### Server starts per point", "", *table[2:]] if table else []
-    rows = comparison.point_verdicts(
+    rows = comparison_tables.point_verdicts(
         untuned, tuned, min_change_pct=min_change_pct, labels=VERDICT_COLUMNS
     )
     if not rows:

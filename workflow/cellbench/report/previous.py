@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
+from cellbench.contracts.result_file import ResultError
+from cellbench.report import comparison_tables
 from cellbench.report.frames import cell_frames, digest_of, load_inputs
 from cellbench.results.archived import (
     ArchiveError,
@@ -17,11 +19,12 @@ from cellbench.results.archived import (
     server_versions,
     stage_results,
 )
-from cellbench.results.result_file import ResultError
 from cellbench.stats import comparison
 
 
-def _cell_frames(root: Path, cells: Iterable[str]):
+def frames_of(root: Path, cells: Iterable[str]):
+    """The serve, GSM8K and tune frames of ``cells`` under ``root`` (a run's results folder or
+    an archived run's folder)."""
     files = [p for cell in cells for p in stage_results(root / cell) if p.is_file()]
     return cell_frames(load_inputs(files, root))
 
@@ -34,9 +37,9 @@ def compare_cell(
 ) -> list[str]:
     """Markdown for one cell held under two result roots (an archived run's folder or
     results/): per arm both hold, serving metrics and GSM8K, A against B, through
-    ``cellbench.stats.comparison.render`` (``options`` go to it, e.g. ``min_change_pct``)."""
-    serve_a, gsm_a, _ = _cell_frames(root_a, [cell])
-    serve_b, gsm_b, _ = _cell_frames(root_b, [cell])
+    ``comparison_tables.render`` (``options`` go to it, e.g. ``min_change_pct``)."""
+    serve_a, gsm_a, _ = frames_of(root_a, [cell])
+    serve_b, gsm_b, _ = frames_of(root_b, [cell])
 
     def arms(serve, gsm) -> set[str]:
         return set(serve.get("arm", [])) | set(gsm.get("arm", []))
@@ -54,7 +57,7 @@ def compare_cell(
 
         sa, ga = side(serve_a, gsm_a)
         sb, gb = side(serve_b, gsm_b)
-        lines += comparison.render(
+        lines += comparison_tables.render(
             f"{arm} arm: {name_a} (A) vs {name_b} (B)", sa, sb, ga, gb, **options
         )
     if not lines:
@@ -111,9 +114,9 @@ def previous_run_sections(
             continue
         manifest = read_manifest(run.path) or {}
         image = cell.split("/")[0]
-        serve_now, _, _ = _cell_frames(current, [cell])
+        serve_now, _, _ = frames_of(current, [cell])
         try:
-            serve_prev, _, _ = _cell_frames(run.path, [cell])
+            serve_prev, _, _ = frames_of(run.path, [cell])
         except ResultError as exc:
             # An archived copy that fails its check spoils only its own comparison.
             lines += [

@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from cellbench.gsm8k.evaluate import instance_spread_lines
+from cellbench.report import comparison_tables
 from cellbench.report.frames import (
     ARM_LABELS,
     LATENCY_TABLES,
@@ -22,7 +23,6 @@ from cellbench.report.frames import (
     select,
 )
 from cellbench.results import job_times
-from cellbench.stats import comparison
 from cellbench.stats import core as stats
 
 
@@ -271,10 +271,10 @@ def image_sections(
     gsm: pd.DataFrame | None = None,
     min_change_pct: float = stats.DEFAULT_MIN_CHANGE_PCT,
 ) -> list[str]:
-    """Image A vs image B per (model, tp, ep) and arm, through ``comparison.render``. The tuned
-    arm's serving comes from an image comparison when there is one (both images served side by
-    side and interleaved: "interleaved on one host"); otherwise from the two cells' own runs
-    ("separate runs"), which also pair their GSM8K questions."""
+    """Image A vs image B per (model, tp, ep) and arm, through ``comparison_tables.render``.
+    The tuned arm's serving comes from an image comparison when there is one (both images
+    served side by side and interleaved: "interleaved on one host"); otherwise from the two
+    cells' own runs ("separate runs"), which also pair their GSM8K questions."""
     compare = compare if compare is not None else pd.DataFrame()
     gsm = gsm if gsm is not None else pd.DataFrame()
     images = set(serve.image) if len(serve) else set()
@@ -331,7 +331,7 @@ def image_sections(
                                 else ""
                             )
                         )
-                    lines += comparison.render(
+                    lines += comparison_tables.render(
                         title,
                         select(source, **ka),
                         select(source, **kb),

@@ -36,8 +36,9 @@ from pathlib import Path
 import pandas as pd
 
 from cellbench.common import atomicio
-from cellbench.results import loaders, result_file, whole_sets
-from cellbench.results.result_file import Result, ResultError
+from cellbench.contracts import result_file
+from cellbench.contracts.result_file import Result, ResultError
+from cellbench.results import loaders, whole_sets
 from cellbench.stats import percentile_counts
 
 COLUMNS = (

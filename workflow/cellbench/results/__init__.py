@@ -1,5 +1,6 @@
 """The read side of every stage's results: one checked loader per result kind (`loaders`:
-checksum, schema, the invariants a schema cannot say; what they share, `result_file`), whether a
+checksum, schema, the invariants a schema cannot say; what they share is
+`cellbench.contracts.result_file`), whether a
 set of cells is whole (`whole_sets`) and the archive's run folders as the report and the
 archive's commands read them (`archived`; the writer is cellbench.archive).
 

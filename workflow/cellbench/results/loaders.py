@@ -26,7 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from cellbench.common import atomicio
-from cellbench.results.result_file import (
+from cellbench.contracts.point import point_key
+from cellbench.contracts.request_detail import DETAIL_KEYS
+from cellbench.contracts.result_file import (
     BENCH,
     COMPARISON,
     GATE,
@@ -35,12 +37,15 @@ from cellbench.results.result_file import (
     VLLM_CONFIG,
     Result,
     ResultError,
-    _check_schema,
-    _expect_equal,
-    _place,
-    _read,
-    _schema,
+    check_bench,
+    check_comparison,
+    check_gate,
+    check_gsm8k,
+    check_tune,
+    expect_equal,
     kind_of,
+    place,
+    read,
     rerun_hint,
 )
 
@@ -94,8 +99,6 @@ def _check_stopping(points: list[dict[str, Any]], path: Path, rerun: str, where:
     all of a side's points carry the fields or none does, one cap for them all, and each grid
     point's repeats agree on its starts used and stop reason, which is the number of its
     server starts here and at most the cap. Files without the fields (fixed starts) pass."""
-    from cellbench.serve.repeat_stop import point_key
-
     have = [("starts_cap" in p) for p in points]
     if not any(have):
         return
@@ -140,12 +143,12 @@ def load_bench(path: Path | str, results: Path | str | None = None) -> Result:
     """A cell's ``serve/{arm}/bench.json`` (bench.schema.json)."""
     path = Path(path)
     rerun = rerun_hint(path, BENCH)
-    data, digest, checksum = _read(path, BENCH)
-    _check_schema(data, _schema("bench.schema.json"), path, rerun)
-    _expect_equal(path, rerun, "arm", data["arm"], path.parent.name, "the arm of its folder")
-    parts = _place(path, results, 6)
+    data, digest, checksum = read(path, BENCH)
+    check_bench(data, path)
+    expect_equal(path, rerun, "arm", data["arm"], path.parent.name, "the arm of its folder")
+    parts = place(path, results, 6)
     if parts is not None:
-        _expect_equal(
+        expect_equal(
             path, rerun, "cell", data["cell"], "/".join(parts[:3]), "the cell of its folder"
         )
     if not data["image_digest"]:
@@ -163,7 +166,7 @@ def load_bench(path: Path | str, results: Path | str | None = None) -> Result:
         raise ResultError(path, "points[].seq", seqs, "each point's seq must be unique", rerun)
     _check_stopping(data["points"], path, rerun, "points")
     if "capacity" in data:  # serve.sla's search: each capacity as its probes give it
-        from cellbench.serve.capacity import consistency_problem
+        from cellbench.contracts.capacity import consistency_problem
 
         problem = consistency_problem(data["capacity"])
         if problem is not None:
@@ -174,11 +177,9 @@ def load_bench(path: Path | str, results: Path | str | None = None) -> Result:
 
 def load_requests(path: Path | str) -> list[dict[str, Any]]:
     """A side's per-request sidecar, ``requests.jsonl.gz`` beside its bench.json
-    (``cellbench.serve.request_detail``): its checksum checked, one record per point, every
+    (``cellbench.contracts.request_detail``): its checksum checked, one record per point, every
     per-request list as long as the point's requests."""
     import gzip
-
-    from cellbench.serve.request_detail import DETAIL_KEYS
 
     path = Path(path)
     rerun = rerun_hint(path.with_name("bench.json"), BENCH)
@@ -219,12 +220,11 @@ def load_comparison(path: Path | str, results: Path | str | None = None) -> Resu
     each point also bench.schema.json's point)."""
     path = Path(path)
     rerun = rerun_hint(path, COMPARISON)
-    data, digest, checksum = _read(path, COMPARISON)
-    _check_schema(data, _schema("compare.schema.json"), path, rerun)
-    point_schema = _schema("bench.schema.json")["properties"]["points"]["items"]
-    parts = _place(path, results, 5)
+    data, digest, checksum = read(path, COMPARISON)
+    check_comparison(data, path)
+    parts = place(path, results, 5)
     if parts is not None:
-        _expect_equal(
+        expect_equal(
             path,
             rerun,
             "comparison",
@@ -233,7 +233,7 @@ def load_comparison(path: Path | str, results: Path | str | None = None) -> Resu
             "the comparison of its folder",
         )
     images = data["images"]
-    _expect_equal(
+    expect_equal(
         path,
         rerun,
         "sides",
@@ -251,7 +251,6 @@ def load_comparison(path: Path | str, results: Path | str | None = None) -> Resu
                 rerun,
             )
     for i, point in enumerate(data["points"]):
-        _check_schema(point, point_schema, path, rerun, prefix=f"points[{i}]")
         if point["image"] not in images:
             raise ResultError(
                 path,
@@ -272,16 +271,16 @@ def load_gsm8k(path: Path | str, results: Path | str | None = None) -> Result:
     own per-sample results."""
     path = Path(path)
     rerun = rerun_hint(path, GSM8K)
-    data, digest, checksum = _read(path, GSM8K)
-    _check_schema(data, _schema("gsm8k.schema.json"), path, rerun)
-    _expect_equal(path, rerun, "arm", data["arm"], path.stem, "the arm its file is named for")
-    parts = _place(path, results, 5)
+    data, digest, checksum = read(path, GSM8K)
+    check_gsm8k(data, path)
+    expect_equal(path, rerun, "arm", data["arm"], path.stem, "the arm its file is named for")
+    parts = place(path, results, 5)
     if parts is not None:
-        _expect_equal(
+        expect_equal(
             path, rerun, "cell", data["cell"], "/".join(parts[:3]), "the cell of its folder"
         )
     samples = data["per_sample"]
-    _expect_equal(
+    expect_equal(
         path,
         rerun,
         "n_samples",
@@ -296,8 +295,8 @@ def load_gsm8k(path: Path | str, results: Path | str | None = None) -> Result:
     _check_gsm8k_rows(path, rerun, "", data, samples)
     for k, inst in enumerate(data.get("instances") or []):
         where = f"instances[{k}]."
-        _expect_equal(path, rerun, f"{where}instance", inst["instance"], k + 1, "start order")
-        _expect_equal(
+        expect_equal(path, rerun, f"{where}instance", inst["instance"], k + 1, "start order")
+        expect_equal(
             path,
             rerun,
             f"{where}n_samples",
@@ -371,7 +370,7 @@ def load_vllm_config(path: Path | str, results: Path | str | None = None) -> Res
     batch sizes (positive integers) to configs, plus an optional ``triton_version``."""
     path = Path(path)
     rerun = rerun_hint(path, VLLM_CONFIG)
-    data, digest, checksum = _read(path, VLLM_CONFIG)
+    data, digest, checksum = read(path, VLLM_CONFIG)
     sizes = []
     for key, value in data.items():
         if key == "triton_version":
@@ -390,14 +389,14 @@ def load_tune(path: Path | str, results: Path | str | None = None) -> Result:
     it, which must hold exactly the summary's picks."""
     path = Path(path)
     rerun = rerun_hint(path, TUNE)
-    data, digest, checksum = _read(path, TUNE)
-    _check_schema(data, _schema("tune.schema.json"), path, rerun)
+    data, digest, checksum = read(path, TUNE)
+    check_tune(data, path)
     entries = data["entries"]
     for key, entry in entries.items():
         _check_config(entry["config"], path, rerun, f"entries[{key!r}].config")
     picked = sorted(int(k) for k in entries)
     skipped = sorted(data["skipped_batch_sizes"])
-    _expect_equal(
+    expect_equal(
         path,
         rerun,
         "batch_sizes",
@@ -405,7 +404,7 @@ def load_tune(path: Path | str, results: Path | str | None = None) -> Result:
         sorted(picked + skipped),
         "the batch sizes picked (entries) plus those skipped",
     )
-    _expect_equal(
+    expect_equal(
         path,
         rerun,
         "complete",
@@ -416,13 +415,13 @@ def load_tune(path: Path | str, results: Path | str | None = None) -> Result:
     vllm_path = path.parent / "configs" / data["config_file"]
     vllm = load_vllm_config(vllm_path, results).data
     in_file = sorted(int(k) for k in vllm if k != "triton_version")
-    _expect_equal(
+    expect_equal(
         vllm_path, rerun, "(batch sizes)", in_file, picked, f"the batch sizes of {path.name}"
     )
     for key, entry in entries.items():
         mine = {k: v for k, v in entry["config"].items() if k in VLLM_KEYS}
         theirs = {k: v for k, v in vllm[key].items() if k in VLLM_KEYS}
-        _expect_equal(
+        expect_equal(
             vllm_path,
             rerun,
             f"[{key!r}]",
@@ -447,7 +446,7 @@ def _check_baseline(entry: dict[str, Any], path: Path, rerun: str, field: str) -
         return
     gain = entry.get("improvement_pct", "(absent)")
     if base["time_us"] is None or base["tuned_time_us"] is None:
-        _expect_equal(path, rerun, f"{field}.improvement_pct", gain, None,
+        expect_equal(path, rerun, f"{field}.improvement_pct", gain, None,
                       "null: the baseline was not timed")  # fmt: skip
         return
     if base.get("same_as_tuned"):
@@ -475,14 +474,14 @@ def load_gate(path: Path | str, results: Path | str | None = None) -> Result:
     """A cell's ``gate.json`` (gate.schema.json): its verdict must follow from its checks."""
     path = Path(path)
     rerun = rerun_hint(path, GATE)
-    data, digest, checksum = _read(path, GATE)
-    _check_schema(data, _schema("gate.schema.json"), path, rerun)
-    parts = _place(path, results, 4)
+    data, digest, checksum = read(path, GATE)
+    check_gate(data, path)
+    parts = place(path, results, 4)
     if parts is not None:
-        _expect_equal(
+        expect_equal(
             path, rerun, "cell", data["cell"], "/".join(parts[:3]), "the cell of its folder"
         )
-    _expect_equal(
+    expect_equal(
         path,
         rerun,
         "passed",

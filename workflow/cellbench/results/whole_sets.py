@@ -2,7 +2,7 @@
 of its stage results (``check_whole``, ``check_whole_files``; ``IncompleteResults`` names every
 one missing).
 
-Split out of ``cellbench.results.loaders`` (issue 31 item 4): it checks which files exist, not
+Split out of ``cellbench.results.loaders``: it checks which files exist, not
 what one holds.
 """
 
@@ -12,7 +12,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from cellbench.results.result_file import ResultError
+from cellbench.contracts.result_file import ResultError
 
 # A table over cells is whole only when every cell has all five of its stage results: a set
 # with one missing would be read as a smaller experiment, not as a broken one.

@@ -1,7 +1,7 @@
 """The serve stage's job: what one serve, pair or images job measures and with what
 (``StageConfig``, with the image sides of an images job as ``ImageSpec``), built from the job
 the rule writes (``cellbench.config.jobargs.serve_job``: a dict of these fields, as canonical
-JSON) by ``StageConfig.from_job``; the arm names and the result schemas' paths.
+JSON) by ``StageConfig.from_job``; the arm names.
 
 A new serve setting is a key of the config schema's ``serve`` section, a field here of the same
 name, and the code that reads it: ``serve_job`` copies the section's keys as they are.
@@ -15,21 +15,13 @@ from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from cellbench.common import paths
-from cellbench.gsm8k.evaluate import (
-    HUB_DATASET,
-    dataset_problem,
-)
+from cellbench.contracts import load_shapes, validity
+from cellbench.contracts.gsm8k_dataset import HUB_DATASET, dataset_problem
 from cellbench.serve import (
-    load_shapes,
     server_metrics,
     telemetry,
-    validity,
 )
 from cellbench.stats import core as stats
-
-SCHEMA_PATH = paths.SCHEMA_DIR / "bench.schema.json"
-
 
 WARM_MARKER = ".cellbench-warm"  # left by earlier versions; not counted as cache content
 
@@ -44,9 +36,6 @@ IMAGES = "images"  # --arm value: two images' tuned arms in one job, interleaved
 
 
 SERVERS = ("transformers", "vllm")  # --server: what the local launcher starts
-
-
-COMPARE_SCHEMA_PATH = SCHEMA_PATH.with_name("compare.schema.json")
 
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")

@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 import requests
 
-from cellbench.serve import load_shapes
+from cellbench.contracts import load_shapes
 from cellbench.serve.random_prompts import Prompt, Tokenizer, make_prompts
 from cellbench.serve.sse_client import RequestResult, _Client
 

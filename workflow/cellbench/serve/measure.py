@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from cellbench.common.secrets import SECRET_ENV
+from cellbench.contracts import load_shapes, request_detail, validity
+from cellbench.contracts.point import PointKey, point_key
 from cellbench.gsm8k.evaluate import (
     INSTANCE_PREFIX,
     choose_api,
@@ -23,14 +25,11 @@ from cellbench.gsm8k.evaluate import (
 )
 from cellbench.serve import (
     capacity,
-    load_shapes,
     loadgen,
     moe_evidence,
     observed_point,
     random_prompts,
     repeat_stop,
-    request_detail,
-    validity,
 )
 from cellbench.serve.job import IMAGES, WARM_MARKER, Side, StageConfig
 from cellbench.serve.server import (
@@ -276,7 +275,7 @@ def _measure(cfg: StageConfig, sides: list[Side], point_tag: str | None = None) 
             metrics_interval_s=cfg.metrics_interval_s,
             telemetry_interval_s=cfg.telemetry_interval_s,
             gpu_vendor=cfg.gpu_vendor,
-            goodput_ms=load_shapes.parse_goodput(cfg.goodput, "--goodput"),
+            goodput_ms=cfg.goodput,  # parsed once, by StageConfig.from_job
         )
         stop = _repeat_stop(cfg, load_points) if stopping else None
         order: list[list[str]] = []
@@ -310,7 +309,7 @@ def _measure(cfg: StageConfig, sides: list[Side], point_tag: str | None = None) 
                 _decide_round(stop, runs, names, round_)
         # Invalid repeats are kept and counted; a point left without enough valid ones to
         # answer ends the job here, before anything is written.
-        validity.check_enough({n: r.points for n, r in runs.items()}, repeat_stop.point_key)
+        validity.check_enough({n: r.points for n, r in runs.items()}, point_key)
         if stop is not None:
             stop.annotate(run.points for run in runs.values())
             _log(stop.summary())
@@ -414,9 +413,9 @@ def _measure_point(
     return pt
 
 
-def _key(gp: dict[str, int], lp: dict[str, Any]) -> repeat_stop.PointKey:
-    """A grid point's key (repeat_stop.point_key) before it is measured."""
-    return repeat_stop.point_key({**gp, **lp})
+def _key(gp: dict[str, int], lp: dict[str, Any]) -> PointKey:
+    """A grid point's key (point_key) before it is measured."""
+    return point_key({**gp, **lp})
 
 
 def _repeat_stop(cfg: StageConfig, load_points: list[dict[str, Any]]) -> repeat_stop.RepeatStop:
@@ -435,12 +434,12 @@ def _decide_round(
 ) -> None:
     """After round ``round_``: ask the stopping rule about each point measured in it."""
     a, b = (runs[n].points for n in names)
-    measured = {repeat_stop.point_key(p) for p in a if p["start"] == round_}
+    measured = {point_key(p) for p in a if p["start"] == round_}
     for key in sorted(measured):
         step = stop.record(
             key,
-            [p for p in a if repeat_stop.point_key(p) == key],
-            [p for p in b if repeat_stop.point_key(p) == key],
+            [p for p in a if point_key(p) == key],
+            [p for p in b if point_key(p) == key],
         )
         if step["action"] == "stop" and round_ + 1 >= stop.minimum:
             isl, osl, label = key

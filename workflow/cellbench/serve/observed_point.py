@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from cellbench.serve import load_shapes, loadgen, request_detail, server_metrics, telemetry
+from cellbench.contracts import load_shapes, request_detail
+from cellbench.serve import loadgen, server_metrics, telemetry
 
 
 @dataclass(frozen=True)
@@ -67,30 +68,3 @@ def run(
     pt["server_metrics"] = scraper.record
     pt["telemetry"] = telemetry.with_tokens(sampler.record, pt["total_output_tokens"])
     return pt, detail
-
-
-def point_figures(point: dict[str, Any]) -> dict[str, Any]:
-    """The tidy-frame columns of what was observed around a point (one row per point):
-    its load label (``c16``, ``2 req/s``), goodput, the server's own latencies and peak queue
-    from ``/metrics`` (NaN where it had none), and GPU energy and power (NaN where no
-    telemetry). Older bench.json files, without these fields, get the label and NaNs."""
-    nan = float("nan")
-    out: dict[str, Any] = {"load": load_shapes.point_label(point)}
-    metrics = point.get("server_metrics") or {}
-    latency = metrics.get("latency", {}) if metrics.get("available") else {}
-    for name in ("ttft", "itl", "e2el"):
-        value = latency.get(name, {}).get("mean_ms")
-        out[f"server_mean_{name}_ms"] = nan if value is None else value
-    series = metrics.get("series", {}) if metrics.get("available") else {}
-    for column, gauge in (
-        ("server_max_running", "vllm:num_requests_running"),
-        ("server_max_waiting", "vllm:num_requests_waiting"),
-        ("server_max_kv_cache_usage", "vllm:kv_cache_usage_perc"),
-    ):
-        values = [v for _, v in series.get(gauge, [])]
-        out[column] = max(values) if values else nan
-    tele = point.get("telemetry") or {}
-    for column in ("energy_j", "mean_power_w", "joules_per_output_token"):
-        value = tele.get(column) if tele.get("available") else None
-        out[column] = nan if value is None else value
-    return out

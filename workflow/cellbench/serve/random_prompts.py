@@ -2,7 +2,7 @@
 model's tokenizer (a local ``tokenizer.json``, or the server's ``/tokenize`` and
 ``/detokenize``), drawn from a fixed seed.
 
-Split out of ``cellbench.serve.loadgen`` (issue 31 item 4): what is sent, apart from how it is
+Split out of ``cellbench.serve.loadgen``: what is sent, apart from how it is
 sent (``cellbench.serve.sse_client``) and measured (``loadgen``).
 """
 

@@ -23,16 +23,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from cellbench.serve import load_shapes
+from cellbench.contracts.point import PointKey, point_key
 from cellbench.stats import comparison, sequential
 
-PointKey = tuple[int, int, str]
 SETTLED = sequential.SETTLED
-
-
-def point_key(point: Mapping[str, Any]) -> PointKey:
-    """A grid point's identity across repeats and sides: ISL, OSL and its load label."""
-    return (int(point["isl"]), int(point["osl"]), load_shapes.point_label(point))
 
 
 def valid_groups(

@@ -29,7 +29,6 @@ from collections import defaultdict
 from typing import Any
 
 import requests
-from prometheus_client.parser import text_string_to_metric_families
 
 DEFAULT_INTERVAL_S = 0.5
 # vLLM's histograms under the names the client's figures use (older vLLM names included).
@@ -58,6 +57,9 @@ class Snapshot:
     """One parsed scrape: gauges, counters and histogram buckets, label sets merged."""
 
     def __init__(self, text: str):
+        # Imported here: a reader of results (the report, the job type) needs no Prometheus.
+        from prometheus_client.parser import text_string_to_metric_families
+
         self.gauges: dict[str, float] = {}
         self.counters: dict[str, float] = {}
         # histogram name -> {"buckets": {le: cumulative count}, "sum": s, "count": n}

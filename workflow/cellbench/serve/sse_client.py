@@ -3,7 +3,7 @@
 ``vllm bench serve``'s client does per message, and each request's outcome is one
 ``RequestResult``.
 
-Split out of ``cellbench.serve.loadgen`` (issue 31 item 4): the wire protocol, apart from the
+Split out of ``cellbench.serve.loadgen``: the wire protocol, apart from the
 prompts (``cellbench.serve.random_prompts``) and the points and their metrics (``loadgen``).
 """
 

@@ -99,7 +99,6 @@ and waited for; each run goes to ``lm_eval/instance-K/`` and each start appends 
 
 from __future__ import annotations
 
-import json
 import shutil
 import sys
 from pathlib import Path
@@ -107,26 +106,20 @@ from typing import Any
 
 from cellbench.common import atomicio
 from cellbench.common.atomicio import write_json
+from cellbench.contracts import request_detail, result_file
 from cellbench.runtime import interrupts
 from cellbench.serve import (
     loadgen,
     moe_evidence,
-    request_detail,
 )
 from cellbench.serve.args import parse_args
-from cellbench.serve.job import COMPARE_SCHEMA_PATH, IMAGES, SCHEMA_PATH, Side, StageConfig
+from cellbench.serve.job import IMAGES, Side, StageConfig
 from cellbench.serve.measure import _measure, _shared_gpus
 from cellbench.serve.server import (
     ServerError,
     log_tail,
     observe_model_origin,
 )
-
-
-def _validate_bench(bench: dict[str, Any]) -> None:
-    import jsonschema
-
-    jsonschema.validate(bench, json.loads(SCHEMA_PATH.read_text()))
 
 
 def _request_files() -> tuple[str, str]:
@@ -322,7 +315,7 @@ def run_stage(cfg: StageConfig) -> dict[str, dict[str, Any]]:
         }
         if run.capacity is not None:
             bench["capacity"] = run.capacity
-        _validate_bench(bench)
+        result_file.check_bench(bench, cfg.arm_dir(arm) / "bench.json")
         benches[arm] = bench
     try:
         _publish(cfg, m, benches)
@@ -335,17 +328,6 @@ def run_stage(cfg: StageConfig) -> dict[str, dict[str, Any]]:
             atomicio.tree_checksum_path(cfg.arm_dir(arm) / "lm_eval").unlink(missing_ok=True)
         raise
     return benches
-
-
-def validate_comparison(data: dict[str, Any]) -> None:
-    """Check an image comparison (``--arm images`` bench.json) against compare.schema.json, and
-    each of its points against bench.schema.json's point schema plus its ``image`` key."""
-    import jsonschema
-
-    jsonschema.validate(data, json.loads(COMPARE_SCHEMA_PATH.read_text()))
-    point_schema = json.loads(SCHEMA_PATH.read_text())["properties"]["points"]["items"]
-    for point in data["points"]:
-        jsonschema.validate(point, point_schema)
 
 
 def run_images(cfg: StageConfig) -> dict[str, Any]:
@@ -418,7 +400,7 @@ def run_images(cfg: StageConfig) -> dict[str, Any]:
         },
         "points": points,
     }
-    validate_comparison(data)
+    result_file.check_comparison(data, cfg.out_dir / "bench.json")
     for name, run in m.runs.items():
         request_detail.write(cfg.out_dir / request_detail.file_name(name), run.requests)
     # Last: the file's presence means the whole job succeeded.

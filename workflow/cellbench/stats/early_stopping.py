@@ -1,4 +1,4 @@
-"""Percentile latency claims that hold at a stated confidence (issue 32 item 5), by the
+"""Percentile latency claims that hold at a stated confidence, by the
 early-stopping rule of MLPerf Inference.
 
 A claim "the p-th percentile of TTFT is at most B" is a claim that a request exceeds B with

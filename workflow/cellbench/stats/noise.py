@@ -1,5 +1,5 @@
 """Noise models of serving measurements, fitted to real runs, and synthetic repeat tables
-drawn from them (issue 32 item 1).
+drawn from them.
 
 A serving comparison measures two sides A and B at each grid point in interleaved pairs
 (A B, then B A, ...). On the log scale one measurement of a metric is modelled as

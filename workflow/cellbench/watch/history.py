@@ -25,9 +25,9 @@ from pathlib import Path
 import pandas as pd
 
 from cellbench.common import atomicio
+from cellbench.contracts.result_file import ResultError
 from cellbench.report import tidy as tidy_table
 from cellbench.results.archived import check_run, read_manifest, runs
-from cellbench.results.result_file import ResultError
 from cellbench.watch.verdict import METRICS
 
 SERIES_KEYS = ["cell", "arm", "point", "metric"]

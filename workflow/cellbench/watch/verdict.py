@@ -70,14 +70,14 @@ def against_previous(
 ) -> tuple[str | None, list[dict]]:
     """The cell's results now (B) against its previous archived run with other results (A),
     per arm: (that run's ref or None, rows as ``compare`` gives them, each with its ``arm``)."""
-    from cellbench.report.previous import _cell_frames
+    from cellbench.report.previous import frames_of
     from cellbench.results.archived import previous_run
 
     run = previous_run(archive_root, results, cell)
     if run is None:
         return None, []
-    now, _, _ = _cell_frames(Path(results), [cell])
-    before, _, _ = _cell_frames(run.path, [cell])
+    now, _, _ = frames_of(Path(results), [cell])
+    before, _, _ = frames_of(run.path, [cell])
     rows = []
     for arm in sorted(set(now.get("arm", [])) & set(before.get("arm", []))):
         for row in compare(

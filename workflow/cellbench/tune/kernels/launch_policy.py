@@ -5,7 +5,7 @@ ask (`assume_device`, `device_facts`), the module-level switches a caller may se
 naive assignment, the operand swap, persistent GEMMs, the few-token path), and the recorded
 path choices (`record_path_choice`, `load_path_choices`).
 
-Split out of `fused_moe` (issue 31 item 4): the launchers there read these switches here at
+Split out of `fused_moe`: the launchers there read these switches here at
 call time, so set them on this module (`kernel_options`, or `monkeypatch.setattr` on it).
 
 In-container module: standard library, torch and triton only.

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from cellbench.common import atomicio
-from cellbench.serve import load_shapes
+from cellbench.contracts import load_shapes
 
 DETAIL_KEYS = (
     "input_lens",

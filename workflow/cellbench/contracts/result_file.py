@@ -1,9 +1,10 @@
-"""One result file as every loader reads it: its kind (from where it lies), the refusal
-(``ResultError``) naming file, field, value and the job to rerun, the checked result
-(``Result``), reading it whole against its recorded checksum, and its JSON schema.
+"""One result file as its stage writes it and every loader reads it: its kind (from where it
+lies), the refusal (``ResultError``) naming file, field, value and the job to rerun, the checked
+result (``Result``), reading it whole against its recorded checksum, and one schema check per
+kind (``check_bench``, ``check_comparison``, ``check_gsm8k``, ``check_tune``, ``check_gate``)
+that the stage calls before it writes and the loader calls after it reads.
 
-Split out of ``cellbench.results.loaders`` (issue 31 item 4) so that the per-kind loaders there
-and the whole-set checks in ``cellbench.results.whole_sets`` share it without importing each other.
+The per-kind loaders (``cellbench.results.loaders``) add what a schema cannot say.
 """
 
 from __future__ import annotations
@@ -117,7 +118,7 @@ def kind_of(path: Path | str, results: Path | str | None = None) -> str:
 
 
 @functools.cache
-def _schema(name: str) -> dict[str, Any]:
+def schema(name: str) -> dict[str, Any]:
     return json.loads((SCHEMA_DIR / name).read_text())
 
 
@@ -128,7 +129,7 @@ def _field(path: Iterable[Any]) -> str:
     return out or "(top level)"
 
 
-def _check_schema(
+def check_schema(
     data: Any, schema: dict[str, Any], path: Path, rerun: str, prefix: str = ""
 ) -> None:
     errors = list(jsonschema.Draft202012Validator(schema).iter_errors(data))
@@ -150,7 +151,7 @@ def _check_schema(
     raise ResultError(path, field, value, f"schema: {expected}", rerun)
 
 
-def _read(path: Path, kind: str) -> tuple[Any, str, str]:
+def read(path: Path, kind: str) -> tuple[Any, str, str]:
     """The parsed JSON, its sha256, and ``VERIFIED``: a file whose recorded checksum is gone
     is refused like one that no longer matches it (deleting the sidecar must not switch the
     check off)."""
@@ -201,7 +202,7 @@ def _read(path: Path, kind: str) -> tuple[Any, str, str]:
     return data, digest, VERIFIED
 
 
-def _place(path: Path, results: Path | None, depth: int) -> list[str] | None:
+def place(path: Path, results: Path | None, depth: int) -> list[str] | None:
     """The path's parts below ``results`` (None when it does not lie there)."""
     if results is None:
         return None
@@ -212,6 +213,42 @@ def _place(path: Path, results: Path | None, depth: int) -> list[str] | None:
     return list(parts) if len(parts) >= depth else None
 
 
-def _expect_equal(path: Path, rerun: str, field: str, found: Any, expected: Any, why: str) -> None:
+def expect_equal(path: Path, rerun: str, field: str, found: Any, expected: Any, why: str) -> None:
     if found != expected:
         raise ResultError(path, field, found, f"{why} ({json.dumps(expected)})", rerun)
+
+
+def _check_kind(data: Any, path: Path | str, kind: str, name: str) -> None:
+    path = Path(path)
+    check_schema(data, schema(name), path, rerun_hint(path, kind))
+
+
+def check_bench(data: Any, path: Path | str) -> None:
+    """Refuse an arm's bench.json content unless it fits bench.schema.json."""
+    _check_kind(data, path, BENCH, "bench.schema.json")
+
+
+def check_gsm8k(data: Any, path: Path | str) -> None:
+    """Refuse an arm's GSM8K summary unless it fits gsm8k.schema.json."""
+    _check_kind(data, path, GSM8K, "gsm8k.schema.json")
+
+
+def check_tune(data: Any, path: Path | str) -> None:
+    """Refuse a tuning summary unless it fits tune.schema.json."""
+    _check_kind(data, path, TUNE, "tune.schema.json")
+
+
+def check_gate(data: Any, path: Path | str) -> None:
+    """Refuse a cell's gate.json content unless it fits gate.schema.json."""
+    _check_kind(data, path, GATE, "gate.schema.json")
+
+
+def check_comparison(data: Any, path: Path | str) -> None:
+    """Refuse an image comparison unless it fits compare.schema.json and each of its points
+    fits bench.schema.json's point schema."""
+    path = Path(path)
+    rerun = rerun_hint(path, COMPARISON)
+    check_schema(data, schema("compare.schema.json"), path, rerun)
+    point_schema = schema("bench.schema.json")["properties"]["points"]["items"]
+    for i, point in enumerate(data["points"]):
+        check_schema(point, point_schema, path, rerun, prefix=f"points[{i}]")

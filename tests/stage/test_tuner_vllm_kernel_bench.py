@@ -131,6 +131,6 @@ def test_smoke_writes_the_side_by_side_tables(tmp_path) -> None:
     r = sbs["ratios"]["builtin/vllm:shipped:call"]
     assert r == pytest.approx(sbs["builtin:shipped"]["call_us"] / sbs["vllm:shipped"]["call_us"])
     txt = (out / "tuner_vllm_kernel_h100_bf16.txt").read_text()
-    assert "issue 23's targets" in txt and "date: " in txt
+    assert "The targets on vLLM's kernel" in txt and "date: " in txt
     assert res["walls"]["covered"] == [1] and res["walls"]["exhaustive_s"] > 0
     assert "tuning wall at M=1: default" in txt

@@ -370,7 +370,6 @@ def _check_stage_settings(config: dict[str, Any]) -> None:
             "points only, and serve.request_rates is empty; add rates or drop burstiness"
         )
     check_latency_bounds(config)
-    check_sla(config)
     _check_starts(serve)
     _check_plan_repeats(config["plan"])
     local_q, limit = gsm8k["local_questions"], gsm8k["limit"]
@@ -516,6 +515,7 @@ def _check_semantics(config: dict[str, Any]) -> None:
     if config["serve"]["compare_images"]:
         _check_compare_images(config)
     check_model_shapes(config)
+    check_sla(config)  # after the grid's own checks: its points name the grid's
     check_local_serve_args(config)  # last: the server's parser sees a config sound otherwise
     for cell in cells(config):  # two groups that disagree on a cell's variable
         cell_env(config, cell.image, cell.model, cell.tp, cell.ep)

@@ -297,6 +297,7 @@ def test_compare_rule_runs_on_the_embedded_default(tmp_path):
 
     work = fresh_copy(tmp_path)
     config = _config("local.yaml", compare_images=True, grid=[{"isl": 32, "osl": 16}])
+    del config["serve"]["sla"]  # its point is the default grid's; a comparison does not search
     config["images"]["host-cpu-b"] = {"ref": "local/host-cpu-b:none"}
     config["cells"] = [
         {"images": ["host-cpu", "host-cpu-b"], "models": ["tiny-qwen3-moe"], "tp": 1}

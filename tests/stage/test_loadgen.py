@@ -229,7 +229,7 @@ def test_idle_connection_closed_by_server_is_replaced():
     import time
 
     async def two_requests(base: str) -> list[sse_client.RequestResult]:
-        client = sse_client._Client(base)
+        client = sse_client.SSEClient(base)
         body = json.dumps({"model": "timed-model", "prompt": "w1", "max_tokens": 2, "stream": True})
         first = await client.request(body.encode(), 1)
         await asyncio.sleep(0.6)
@@ -293,7 +293,7 @@ def _usage(prompt_tokens: int | None, completion_tokens: int) -> dict:
 
 def _requests(base: str, n: int, prompt_len: int) -> list[sse_client.RequestResult]:
     async def go() -> list[sse_client.RequestResult]:
-        client = sse_client._Client(base)
+        client = sse_client.SSEClient(base)
         body = json.dumps({"model": "m", "prompt": "w1", "max_tokens": 5, "stream": True})
         try:
             return [await client.request(body.encode(), prompt_len) for _ in range(n)]

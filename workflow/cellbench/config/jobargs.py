@@ -287,8 +287,9 @@ def compare_sides(config: dict, pins: Any, wildcards: Any) -> list[dict[str, Any
 
 
 def compare_job(config: dict, pins: Any, wildcards: Any) -> dict[str, Any]:
-    """A comparison's tracked job: both images' pins and the shared load grid."""
-    return {
+    """A comparison's tracked job: both images' pins and the shared load grid. No capacity
+    search runs there, so ``serve.sla`` is left out: editing it reruns no comparison."""
+    job = {
         "runtime": config["runtime"],
         "cell_id": f"{wildcards.image_a}-vs-{wildcards.image_b}/{wildcards.model}"
         f"/tp{wildcards.tp}-ep{wildcards.ep}",
@@ -297,6 +298,8 @@ def compare_job(config: dict, pins: Any, wildcards: Any) -> dict[str, Any]:
         "gsm8k": False,
         "images": compare_sides(config, pins, wildcards),
     }
+    job.pop("sla", None)
+    return job
 
 
 def compare_settings(config: dict, pins: Any, wildcards: Any) -> str:

@@ -92,7 +92,9 @@ def write(path: Path, records: Sequence[Mapping[str, Any]]) -> None:
         raise OSError(e.errno, f"cannot write {path}: {e.strerror}") from e
 
 
-def _stats_ms(values: Sequence[float]) -> dict[str, float]:
+def stats_ms(values: Sequence[float]) -> dict[str, float]:
+    """Mean, median, std, p90 and p99 in ms of values in seconds; vLLM reports 0 when there
+    is nothing to summarise (e.g. every request failed), and so does this."""
     arr = np.asarray(list(values) or [0.0], dtype=float) * 1000.0
     return {
         "mean": float(np.mean(arr)),
@@ -122,7 +124,7 @@ def recompute_point(
         "total_output_tokens": int(sum(outs)),
     }
     for name, vals in (("ttft", ttfts), ("tpot", tpots), ("itl", itls), ("e2el", e2els)):
-        for stat, v in _stats_ms(vals).items():
+        for stat, v in stats_ms(vals).items():
             out[f"{stat}_{name}_ms"] = v
     with_gaps = sum(1 for i in ok if rec["itls"][i])
     counts = {"ttft": len(ttfts), "tpot": len(tpots), "itl": with_gaps, "e2el": len(e2els)}

@@ -27,7 +27,7 @@ local ``tokenizer.json``/``transformers`` tokenizer, or the server's ``/tokenize
 is finite). Requests use temperature 0, ``max_tokens = osl`` and, when the server accepts it,
 ``ignore_eos``; real output lengths are recorded, never assumed.
 
-Requests go through a small HTTP/1.1 client (``cellbench.serve.sse_client._Client``: keep-alive
+Requests go through a small HTTP/1.1 client (``cellbench.serve.sse_client.SSEClient``: keep-alive
 pool, plain ``http://`` only) that handles each SSE event inside ``data_received`` and
 timestamps it there, so hundreds of concurrent streams add little lag to the recorded times; an
 aiohttp client that wakes a coroutine per chunk measured TPOT 2.5-8% high at concurrency 256
@@ -49,9 +49,9 @@ from typing import Any
 import numpy as np
 import requests
 
-from cellbench.contracts import load_shapes
+from cellbench.contracts import load_shapes, request_detail
 from cellbench.serve.random_prompts import Prompt, Tokenizer, make_prompts
-from cellbench.serve.sse_client import RequestResult, _Client
+from cellbench.serve.sse_client import RequestResult, SSEClient
 
 # Keys of one measured point, in the order vLLM saves them.
 METRIC_NAMES = ("ttft", "tpot", "itl", "e2el")
@@ -81,7 +81,7 @@ def _request_times(
 
 
 async def _run_batch(
-    client: _Client,
+    client: SSEClient,
     payloads: list[tuple[bytes, int]],
     max_concurrency: int,
     request_rate: float,
@@ -119,7 +119,7 @@ async def _run_with_warmup(
     connections (a burst of TCP handshakes would otherwise land in the first TTFTs).
     ``probes`` (server metrics, GPU telemetry) begin right before the measured batch and end
     right after it, so they see the measured requests only, never the warm-ups."""
-    client = _Client(base_url)
+    client = SSEClient(base_url)
     try:
         if warmups:
             await _run_batch(client, warmups, max_concurrency, float("inf"), seed)
@@ -137,18 +137,6 @@ async def _run_with_warmup(
     finally:
         client.close()
     return results, duration, cpu
-
-
-def _stats(values: list[float], scale: float = 1000.0) -> dict[str, float]:
-    # vLLM reports 0 when there is nothing to summarise (e.g. every request failed).
-    arr = np.asarray(values or [0.0], dtype=float) * scale
-    return {
-        "mean": float(np.mean(arr)),
-        "median": float(np.median(arr)),
-        "std": float(np.std(arr)),
-        "p90": float(np.percentile(arr, 90)),
-        "p99": float(np.percentile(arr, 99)),
-    }
 
 
 def compute_metrics(
@@ -194,7 +182,7 @@ def compute_metrics(
         else ((served_in + total_out) / duration if duration > 0 else 0.0),
     }
     for name, vals in (("ttft", ttfts), ("tpot", tpots), ("itl", itls), ("e2el", e2els)):
-        for stat, v in _stats(vals).items():
+        for stat, v in request_detail.stats_ms(vals).items():
             m[f"{stat}_{name}_ms"] = v
     # Requests behind each metric (ITL: those with a gap; a request's gaps are not queries).
     with_gaps = sum(1 for r in results if r.success and r.itl)

@@ -313,7 +313,7 @@ def _measure(cfg: StageConfig, sides: list[Side], point_tag: str | None = None) 
         if stop is not None:
             stop.annotate(run.points for run in runs.values())
             _log(stop.summary())
-        if cfg.sla and cfg.arm != IMAGES:  # on the last round's servers, before GSM8K
+        if cfg.sla:  # on the last round's servers, before GSM8K (a comparison has none)
             for name, found in capacity.on_servers(cfg, runs, _check_alive, _log).items():
                 runs[name].capacity = found
         if cfg.gsm8k:

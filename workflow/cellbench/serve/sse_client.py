@@ -227,7 +227,7 @@ class _SSEResponse(asyncio.Protocol):
         return self.done
 
 
-class _Client:
+class SSEClient:
     """A pool of keep-alive connections to one ``http://host:port``."""
 
     def __init__(self, base_url: str, timeout_s: float = REQUEST_TIMEOUT_S):
